@@ -1,0 +1,98 @@
+//! The `kvd` command line: serve a shard, or talk to a running cluster.
+
+use clap::{Args, Parser, Subcommand};
+use kvshared::client::DEFAULT_NODE;
+use kvshared::frame::DEFAULT_MAX_FRAME;
+use kvshared::routing::ShardId;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kvd",
+    version,
+    about = "Sharded in-memory key-value server, and client verbs to use it",
+    long_about = "Sharded in-memory key-value server.\n\n\
+        Without a subcommand, kvd serves shard I of an N-node cluster: start one kvd per node with\n\
+        --shard 0/N ... --shard N-1/N, and give clients the nodes in that same order.\n\n\
+        The subcommands are a small client for people and scripts. They exit 0 on success,\n\
+        1 when `get` finds no such key, and 2 on any error (with a one-line reason on stderr).",
+    after_help = "Examples:\n  \
+        kvd --shard 0/2 --listen 127.0.0.1:7070 &\n  \
+        kvd --shard 1/2 --listen 127.0.0.1:7071 &\n  \
+        export KV_NODES=127.0.0.1:7070,127.0.0.1:7071\n  \
+        kvd put user:1 alice && kvd get user:1 && kvd stats\n\n\
+        Logs go to stderr; RUST_LOG=debug shows more.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Which shard this node serves, as I/N (node I of N, counting from 0).
+    #[arg(long, default_value = "0/1", value_name = "I/N")]
+    pub shard: ShardId,
+    /// Address to listen on (port 0 picks a free port; the ready line shows it).
+    #[arg(long, default_value = DEFAULT_NODE, value_name = "ADDR")]
+    pub listen: String,
+    /// Tokio worker threads [default: the number of CPUs].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Most client connections served at once; more wait to be accepted.
+    #[arg(long, default_value_t = 1024)]
+    pub max_conns: usize,
+    /// Largest request frame body in bytes; a larger length prefix is refused unread.
+    #[arg(long, default_value_t = DEFAULT_MAX_FRAME)]
+    pub max_frame: u32,
+    /// Internal map shards, each with its own lock (rounded up to a power of two)
+    /// [default: 4 x threads, at least 64].
+    #[arg(long)]
+    pub map_shards: Option<usize>,
+    /// Keys to preallocate room for, so loading does not stall on rehashing.
+    #[arg(long, default_value_t = 0)]
+    pub capacity: usize,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the value of KEY (exit 1 if absent).
+    Get {
+        #[command(flatten)]
+        nodes: NodesArg,
+        key: String,
+    },
+    /// Store VALUE under KEY.
+    Put {
+        #[command(flatten)]
+        nodes: NodesArg,
+        key: String,
+        value: String,
+    },
+    /// Delete KEY (prints whether it existed).
+    Del {
+        #[command(flatten)]
+        nodes: NodesArg,
+        key: String,
+    },
+    /// Show each node's statistics.
+    Stats {
+        #[command(flatten)]
+        nodes: NodesArg,
+        /// Print JSON (one object per node) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct NodesArg {
+    /// The cluster's nodes in shard order (node I is the kvd started with --shard I/N).
+    #[arg(long, env = "KV_NODES", default_value = DEFAULT_NODE, value_name = "ADDR,ADDR,...")]
+    pub nodes: String,
+    /// Give up on a node after this many milliseconds.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub timeout_ms: u64,
+}

@@ -1,0 +1,22 @@
+//! kvd: one node of the sharded in-memory key-value store.
+//!
+//! # Layout
+//!
+//! * [`server`]: binds the listener, limits connections, runs the graceful shutdown.
+//! * [`connection`]: one client connection's loop: frame in, execute, frame out.
+//! * [`store`]: the sharded map and batch execution (knows nothing of sockets).
+//! * [`node`]: what connections share: config, store, counters, sampler; builds stats.
+//! * [`counters`]: striped per-connection counters for the hot path.
+//! * [`sampler`]: the once-a-second sysinfo thread (CPU, memory, network).
+//! * [`cli`] and [`client_cmd`]: the command line, and its client verbs.
+//!
+//! Wire types, framing and routing come from `kvshared`; nothing here re-implements them.
+
+pub mod cli;
+pub mod client_cmd;
+pub mod connection;
+pub mod counters;
+pub mod node;
+pub mod sampler;
+pub mod server;
+pub mod store;

@@ -1,0 +1,126 @@
+//! Process and host figures (CPU, memory, network), sampled off the request path.
+//!
+//! A plain thread refreshes sysinfo about once a second and keeps the latest sample behind
+//! a mutex that only stats requests read. Nothing on the request path touches it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kvshared::stats::InterfaceStats;
+use sysinfo::{Networks, Pid, ProcessRefreshKind, ProcessesToUpdate, System};
+
+/// The latest figures about this process and its host.
+#[derive(Clone, Debug, Default)]
+pub struct SystemSample {
+    pub process_cpu_ms: u64,
+    pub process_cpu_percent: f32,
+    pub process_rss_bytes: u64,
+    pub host_cpu_percent: f32,
+    pub host_cpus: u32,
+    pub host_mem_used_bytes: u64,
+    pub host_mem_total_bytes: u64,
+    pub host_name: String,
+    pub interfaces: Vec<InterfaceStats>,
+}
+
+/// The sampling thread's handle; dropping it stops the thread.
+pub struct Sampler {
+    latest: Arc<Mutex<SystemSample>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Sampler {
+    /// Starts sampling every `period`. The first sample is taken before this returns.
+    pub fn start(period: Duration) -> Sampler {
+        let latest = Arc::new(Mutex::new(SystemSample::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut probe = Probe::new();
+        if let Ok(mut l) = latest.lock() {
+            *l = probe.sample();
+        }
+        let (l, s) = (latest.clone(), stop.clone());
+        let spawned = std::thread::Builder::new().name("kvd-sampler".into()).spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                std::thread::sleep(period);
+                let sample = probe.sample();
+                if let Ok(mut slot) = l.lock() {
+                    *slot = sample;
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start the stats sampler; CPU and memory figures stay at zero");
+        }
+        Sampler { latest, stop }
+    }
+
+    pub fn latest(&self) -> SystemSample {
+        self.latest.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// sysinfo state kept between samples (CPU figures are deltas between refreshes).
+struct Probe {
+    system: Option<System>,
+    networks: Option<Networks>,
+    pid: Option<Pid>,
+    host_name: String,
+}
+
+impl Probe {
+    fn new() -> Probe {
+        Probe {
+            system: System::new().ok(),
+            networks: Networks::new_with_refreshed_list().ok(),
+            pid: sysinfo::get_current_pid().ok(),
+            host_name: System::host_name().unwrap_or_default(),
+        }
+    }
+
+    fn sample(&mut self) -> SystemSample {
+        let mut out = SystemSample {
+            host_name: self.host_name.clone(),
+            ..SystemSample::default()
+        };
+        if let Some(sys) = self.system.as_mut() {
+            sys.refresh_memory();
+            sys.refresh_cpu_usage();
+            out.host_cpu_percent = sys.global_cpu_usage();
+            out.host_cpus = sys.cpus().len() as u32;
+            out.host_mem_used_bytes = sys.used_memory();
+            out.host_mem_total_bytes = sys.total_memory();
+            if let Some(pid) = self.pid {
+                sys.refresh_processes_specifics(
+                    ProcessesToUpdate::Some(&[pid]),
+                    false,
+                    ProcessRefreshKind::nothing().with_cpu().with_memory(),
+                );
+                if let Some(p) = sys.process(pid) {
+                    out.process_cpu_ms = p.accumulated_cpu_time();
+                    out.process_cpu_percent = p.cpu_usage();
+                    out.process_rss_bytes = p.memory();
+                }
+            }
+        }
+        if let Some(nets) = self.networks.as_mut() {
+            nets.refresh(true);
+            out.interfaces = nets
+                .iter()
+                .map(|(name, data)| InterfaceStats {
+                    name: name.to_string_lossy().into_owned(),
+                    rx_bytes: data.total_received(),
+                    tx_bytes: data.total_transmitted(),
+                })
+                .collect();
+            out.interfaces.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        out
+    }
+}

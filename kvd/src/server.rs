@@ -1,0 +1,99 @@
+//! Accepting connections, limiting them, and shutting down gracefully.
+//!
+//! Shutdown: when the `shutdown` future resolves the listener stops accepting, every
+//! connection is told through a broadcast channel, answers the requests already in flight,
+//! and closes. `run` returns once all connections have ended (or after a grace period).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, broadcast};
+use tokio::task::JoinSet;
+
+use crate::connection::serve_connection;
+use crate::node::{Node, NodeConfig};
+
+/// How long shutdown waits for connections to finish their in-flight requests.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A bound, not yet running, kvd server.
+pub struct Server {
+    listener: TcpListener,
+    node: Arc<Node>,
+}
+
+impl Server {
+    /// Binds `addr` (use port 0 for any free port) and builds the node's store.
+    pub async fn bind(addr: &str, config: NodeConfig) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Server {
+            listener,
+            node: Arc::new(Node::new(config)),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn node(&self) -> Arc<Node> {
+        self.node.clone()
+    }
+
+    /// Serves until `shutdown` resolves, then drains connections and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Server { listener, node } = self;
+        let (notify, _) = broadcast::channel::<()>(1);
+        let limit = Arc::new(Semaphore::new(node.config.max_conns.max(1)));
+        let next_id = AtomicU64::new(0);
+        let mut conns = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            let permit = tokio::select! {
+                p = limit.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                _ = &mut shutdown => break,
+            };
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = &mut shutdown => break,
+            };
+            // Reap finished connection tasks so the set does not grow without bound.
+            while conns.try_join_next().is_some() {}
+            match accepted {
+                Ok((stream, _)) => {
+                    let id = next_id.fetch_add(1, Ordering::Relaxed);
+                    let node = node.clone();
+                    let rx = notify.subscribe();
+                    conns.spawn(async move {
+                        serve_connection(node, id, stream, rx).await;
+                        drop(permit);
+                    });
+                }
+                Err(e) => {
+                    // e.g. out of file descriptors: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        drop(listener);
+        let open = conns.len();
+        tracing::info!(open, "shutting down: answering in-flight requests");
+        let _ = notify.send(());
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while conns.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(
+                left = conns.len(),
+                "connections still open after the grace period; closing them"
+            );
+            conns.abort_all();
+        }
+    }
+}

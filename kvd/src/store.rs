@@ -1,0 +1,381 @@
+//! The in-memory store: a map split into independently locked shards.
+//!
+//! The store knows nothing of sockets or frames. It executes a batch of ops read from a
+//! [`BatchView`] and writes one result per op into a [`BatchResponse`]. Ops are grouped by
+//! internal shard first, so each shard's lock is taken once per batch, not once per op; a
+//! shard group with no write takes the lock shared.
+//!
+//! Each key is hashed once ([`key_hash`]); that hash decides the owner node, the internal
+//! shard and the bucket probe. Within a shard group ops run in batch order, so two ops on the
+//! same key in one batch take effect in the order the client wrote them.
+
+use std::sync::RwLock;
+
+use crossbeam::utils::CachePadded;
+use hashbrown::HashTable;
+use kvshared::routing::{ShardId, key_hash, map_shard, owner_node};
+use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
+
+/// One stored pair: key and value share a single allocation.
+struct Entry {
+    data: Box<[u8]>,
+    key_len: u32,
+}
+
+impl Entry {
+    fn new(key: &[u8], value: &[u8]) -> Entry {
+        let mut data = Vec::with_capacity(key.len() + value.len());
+        data.extend_from_slice(key);
+        data.extend_from_slice(value);
+        Entry {
+            data: data.into_boxed_slice(),
+            key_len: key.len() as u32,
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        self.data.get(..self.key_len as usize).unwrap_or_default()
+    }
+
+    fn value(&self) -> &[u8] {
+        self.data.get(self.key_len as usize..).unwrap_or_default()
+    }
+
+    /// Replaces the value, in place when the length is unchanged (the common YCSB update).
+    fn set_value(&mut self, value: &[u8]) {
+        let k = self.key_len as usize;
+        if self.data.len() - k == value.len() {
+            self.data[k..].copy_from_slice(value);
+        } else {
+            *self = Entry::new(&self.data[..k], value);
+        }
+    }
+}
+
+type Shard = HashTable<Entry>;
+
+/// What a batch did, for the node's counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchTally {
+    pub gets: u64,
+    pub puts: u64,
+    pub deletes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub wrong_shard: u64,
+    pub malformed: u64,
+}
+
+/// Reusable per-connection memory for grouping a batch by shard.
+#[derive(Default)]
+pub struct Scratch {
+    /// Per op: `(shard << 32) | op index`, or skipped ops left out.
+    order: Vec<u64>,
+    hashes: Vec<u64>,
+    writes: Vec<bool>,
+    counts: Vec<u32>,
+    sorted: Vec<u64>,
+}
+
+/// The sharded map.
+pub struct Store {
+    shards: Box<[CachePadded<RwLock<Shard>>]>,
+    me: ShardId,
+}
+
+impl Store {
+    /// A store for node `me` with `map_shards` internal shards (rounded up to a power of two),
+    /// preallocated for about `capacity` keys in total.
+    pub fn new(me: ShardId, map_shards: usize, capacity: usize) -> Store {
+        let n = map_shards.max(1).next_power_of_two();
+        let per_shard = capacity.div_ceil(n);
+        let shards = (0..n)
+            .map(|_| CachePadded::new(RwLock::new(HashTable::with_capacity(per_shard))))
+            .collect();
+        Store { shards, me }
+    }
+
+    pub fn shard_id(&self) -> ShardId {
+        self.me
+    }
+
+    pub fn map_shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Keys stored now (takes each shard's lock briefly; for stats, not the hot path).
+    pub fn len(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.read().map(|t| t.len() as u64).unwrap_or(0))
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Executes every op of `batch`, writing one result per op into `out`.
+    pub fn execute(&self, batch: &BatchView<'_>, out: &mut BatchResponse, scratch: &mut Scratch) -> BatchTally {
+        let n = batch.len();
+        out.reset(n);
+        let mut tally = BatchTally::default();
+        scratch.order.clear();
+        scratch.hashes.clear();
+        scratch.hashes.resize(n, 0);
+        scratch.writes.clear();
+        scratch.writes.resize(n, false);
+        let shard_count = self.shards.len();
+        for i in 0..n {
+            let op = match batch.op(i) {
+                Ok(op) => op,
+                Err(why) => {
+                    out.set_malformed(i, why);
+                    tally.malformed += 1;
+                    continue;
+                }
+            };
+            let hash = key_hash(op.key);
+            if !self.me.owns(hash) {
+                out.set_wrong_shard(i, owner_node(hash, self.me.count), self.me.count);
+                tally.wrong_shard += 1;
+                continue;
+            }
+            scratch.hashes[i] = hash;
+            scratch.writes[i] = op.kind != OpKind::Get;
+            scratch
+                .order
+                .push(((map_shard(hash, shard_count) as u64) << 32) | i as u64);
+        }
+        group_by_shard(
+            &mut scratch.order,
+            &mut scratch.counts,
+            &mut scratch.sorted,
+            shard_count,
+        );
+        let order = &scratch.order;
+        let mut start = 0;
+        while start < order.len() {
+            let shard = (order[start] >> 32) as usize;
+            let mut end = start + 1;
+            while end < order.len() && (order[end] >> 32) as usize == shard {
+                end += 1;
+            }
+            let group = &order[start..end];
+            let writes = group.iter().any(|&e| scratch.writes[e as u32 as usize]);
+            if writes {
+                self.run_group_write(shard, group, batch, &scratch.hashes, out, &mut tally);
+            } else {
+                self.run_group_read(shard, group, batch, &scratch.hashes, out, &mut tally);
+            }
+            start = end;
+        }
+        tally
+    }
+
+    fn run_group_read(
+        &self,
+        shard: usize,
+        group: &[u64],
+        batch: &BatchView<'_>,
+        hashes: &[u64],
+        out: &mut BatchResponse,
+        tally: &mut BatchTally,
+    ) {
+        let table = match self.shards[shard].read() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for &e in group {
+            let i = e as u32 as usize;
+            if let Ok(op) = batch.op(i) {
+                get(&table, hashes[i], op.key, i, out, tally);
+            }
+        }
+    }
+
+    fn run_group_write(
+        &self,
+        shard: usize,
+        group: &[u64],
+        batch: &BatchView<'_>,
+        hashes: &[u64],
+        out: &mut BatchResponse,
+        tally: &mut BatchTally,
+    ) {
+        let mut table = match self.shards[shard].write() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for &e in group {
+            let i = e as u32 as usize;
+            let Ok(op) = batch.op(i) else { continue };
+            let hash = hashes[i];
+            match op.kind {
+                OpKind::Get => get(&table, hash, op.key, i, out, tally),
+                OpKind::Put => {
+                    tally.puts += 1;
+                    match table.find_mut(hash, |e| e.key() == op.key) {
+                        Some(entry) => entry.set_value(op.value),
+                        None => {
+                            table.insert_unique(hash, Entry::new(op.key, op.value), |e| key_hash(e.key()));
+                        }
+                    }
+                    out.set(i, OpStatus::Stored);
+                }
+                OpKind::Delete => {
+                    tally.deletes += 1;
+                    let existed = match table.find_entry(hash, |e| e.key() == op.key) {
+                        Ok(found) => {
+                            found.remove();
+                            true
+                        }
+                        Err(_) => false,
+                    };
+                    out.set(i, if existed { OpStatus::Deleted } else { OpStatus::Absent });
+                }
+            }
+        }
+    }
+}
+
+#[inline]
+fn get(table: &Shard, hash: u64, key: &[u8], i: usize, out: &mut BatchResponse, tally: &mut BatchTally) {
+    tally.gets += 1;
+    match table.find(hash, |e| e.key() == key) {
+        Some(entry) => {
+            tally.hits += 1;
+            out.set_found(i, entry.value());
+        }
+        None => {
+            tally.misses += 1;
+            out.set(i, OpStatus::NotFound);
+        }
+    }
+}
+
+/// Orders the ops in `scratch.order` by shard, keeping batch order within a shard.
+///
+/// Small batches sort; large ones use a counting sort, linear in ops plus shards.
+/// The result is left in `order`.
+fn group_by_shard(order: &mut Vec<u64>, counts: &mut Vec<u32>, sorted: &mut Vec<u64>, shard_count: usize) {
+    let n = order.len();
+    if n <= 64 || n < shard_count / 4 {
+        // Keys are (shard, index) so a plain sort keeps batch order within a shard.
+        order.sort_unstable();
+        return;
+    }
+    counts.clear();
+    counts.resize(shard_count + 1, 0);
+    for &e in order.iter() {
+        counts[(e >> 32) as usize + 1] += 1;
+    }
+    for s in 1..=shard_count {
+        counts[s] += counts[s - 1];
+    }
+    sorted.clear();
+    sorted.resize(n, 0);
+    for &e in order.iter() {
+        let slot = &mut counts[(e >> 32) as usize];
+        sorted[*slot as usize] = e;
+        *slot += 1;
+    }
+    std::mem::swap(order, sorted);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvshared::frame::{FrameKind, HEADER_LEN};
+    use kvshared::wire::{BatchRequest, OpReply, ReplyView, encode_frame};
+    use rkyv::util::AlignedVec;
+
+    /// Runs a request through the store and returns the encoded response body.
+    fn run(store: &Store, req: &BatchRequest) -> (AlignedVec, BatchTally) {
+        let mut frame = AlignedVec::new();
+        encode_frame(FrameKind::BatchRequest, 1, req, &mut frame).unwrap();
+        let mut body: AlignedVec = AlignedVec::new();
+        body.extend_from_slice(&frame[HEADER_LEN..]);
+        let view = BatchView::parse(&body).unwrap();
+        let mut out = BatchResponse::default();
+        let tally = store.execute(&view, &mut out, &mut Scratch::default());
+        let mut resp = AlignedVec::new();
+        encode_frame(FrameKind::BatchResponse, 1, &out, &mut resp).unwrap();
+        let mut rbody: AlignedVec = AlignedVec::new();
+        rbody.extend_from_slice(&resp[HEADER_LEN..]);
+        (rbody, tally)
+    }
+
+    #[test]
+    fn put_get_delete_in_one_batch_keep_order() {
+        let store = Store::new(ShardId::SOLO, 8, 0);
+        let mut req = BatchRequest::new();
+        req.push_get(b"a");
+        req.push_put(b"a", b"1");
+        req.push_get(b"a");
+        req.push_put(b"a", b"22");
+        req.push_get(b"a");
+        req.push_delete(b"a");
+        req.push_delete(b"a");
+        req.push_get(b"a");
+        let (body, tally) = run(&store, &req);
+        let v = ReplyView::parse(&body).unwrap();
+        let got: Vec<_> = (0..8).map(|i| v.result(i)).collect();
+        assert_eq!(
+            got,
+            vec![
+                OpReply::NotFound,
+                OpReply::Stored,
+                OpReply::Found(b"1"),
+                OpReply::Stored,
+                OpReply::Found(b"22"),
+                OpReply::Deleted,
+                OpReply::Absent,
+                OpReply::NotFound
+            ]
+        );
+        assert_eq!((tally.gets, tally.puts, tally.deletes, tally.hits), (4, 2, 2, 2));
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn large_batches_group_by_shard_and_answer_in_op_order() {
+        let store = Store::new(ShardId::SOLO, 16, 1000);
+        let mut req = BatchRequest::new();
+        for i in 0..500u32 {
+            req.push_put(i.to_string().as_bytes(), &i.to_le_bytes());
+        }
+        for i in 0..500u32 {
+            req.push_get(i.to_string().as_bytes());
+        }
+        let (body, _) = run(&store, &req);
+        let v = ReplyView::parse(&body).unwrap();
+        for i in 0..500u32 {
+            assert_eq!(v.result(500 + i as usize), OpReply::Found(&i.to_le_bytes()));
+        }
+        assert_eq!(store.len(), 500);
+    }
+
+    #[test]
+    fn keys_of_other_nodes_are_refused_with_the_owner() {
+        let me = ShardId { index: 1, count: 3 };
+        let store = Store::new(me, 4, 0);
+        let mut req = BatchRequest::new();
+        let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+        for k in &keys {
+            req.push_put(k.as_bytes(), b"v");
+        }
+        let (body, tally) = run(&store, &req);
+        let v = ReplyView::parse(&body).unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            let owner = owner_node(key_hash(k.as_bytes()), 3);
+            if owner == 1 {
+                assert_eq!(v.result(i), OpReply::Stored);
+            } else {
+                assert_eq!(v.result(i), OpReply::WrongShard { owner, nodes: 3 });
+            }
+        }
+        assert_eq!(tally.wrong_shard + tally.puts, 50);
+        assert_eq!(store.len(), tally.puts);
+    }
+}

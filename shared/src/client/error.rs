@@ -1,0 +1,55 @@
+use std::time::Duration;
+
+use crate::wire::ErrorCode;
+
+/// Why a client call (or one op of a batch) failed.
+///
+/// Cloneable so that one node failure can be reported for every op routed to that node.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("node {addr} is down: {reason}")]
+    NodeDown { addr: String, reason: String },
+    #[error("no answer from {addr} within {after:?}")]
+    Timeout { addr: String, after: Duration },
+    #[error("request of {len} bytes exceeds the frame limit of {max} bytes; use smaller batches")]
+    FrameTooLarge { len: usize, max: u32 },
+    #[error("protocol error with {addr}: {reason}")]
+    Protocol { addr: String, reason: String },
+    #[error("{addr} refused the request ({code:?}): {message}")]
+    Server {
+        addr: String,
+        code: ErrorCode,
+        message: String,
+    },
+    #[error("wrong shard: {addr} does not own this key; node {owner} of {nodes} does (is --nodes in shard order?)")]
+    WrongShard { addr: String, owner: u32, nodes: u32 },
+    #[error("{addr} rejected the op as malformed: {reason}")]
+    MalformedOp { addr: String, reason: String },
+    #[error("invalid node list: {0}")]
+    BadNodes(String),
+}
+
+impl ClientError {
+    /// A short stable name for the kind of error, for counting errors by kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClientError::Connect { .. } => "connect",
+            ClientError::NodeDown { .. } => "node_down",
+            ClientError::Timeout { .. } => "timeout",
+            ClientError::FrameTooLarge { .. } => "frame_too_large",
+            ClientError::Protocol { .. } => "protocol",
+            ClientError::Server { .. } => "server",
+            ClientError::WrongShard { .. } => "wrong_shard",
+            ClientError::MalformedOp { .. } => "malformed_op",
+            ClientError::BadNodes(_) => "bad_nodes",
+        }
+    }
+
+    /// Whether the op may have taken effect although no answer came back
+    /// (so a history checker must treat its outcome as unknown).
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, ClientError::NodeDown { .. } | ClientError::Timeout { .. })
+    }
+}

@@ -1,0 +1,76 @@
+//! The async cluster client: connection pools per node, pipelining, routing and merging.
+
+mod cluster;
+mod connection;
+mod error;
+
+use std::time::Duration;
+
+pub use cluster::{Cluster, Op, Outcome};
+pub use connection::{Connection, InFlight, Reply};
+pub use error::ClientError;
+
+use crate::frame::DEFAULT_MAX_FRAME;
+
+/// How the client talks to each node.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// TCP connections per node.
+    pub conns_per_node: usize,
+    /// Requests that may be in flight at once on one connection.
+    pub pipeline: usize,
+    /// Every request fails with `Timeout` after this long without an answer.
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Largest frame body the client will send or accept.
+    pub max_frame: u32,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            conns_per_node: 1,
+            pipeline: 64,
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(3),
+            max_frame: DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// Default node address of a kvd started without `--listen`.
+pub const DEFAULT_NODE: &str = "127.0.0.1:7070";
+
+/// Splits a `--nodes` list (`host:port,host:port`), checking each entry has a port.
+pub fn parse_nodes(list: &str) -> Result<Vec<String>, ClientError> {
+    let nodes: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    if nodes.is_empty() {
+        return Err(ClientError::BadNodes("empty node list".into()));
+    }
+    for n in &nodes {
+        match n.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+            _ => return Err(ClientError::BadNodes(format!("{n:?} is not HOST:PORT"))),
+        }
+    }
+    Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_lists() {
+        assert_eq!(parse_nodes("a:1, b:2").unwrap(), vec!["a:1", "b:2"]);
+        assert_eq!(parse_nodes("[::1]:7070").unwrap(), vec!["[::1]:7070"]);
+        assert!(parse_nodes("").is_err());
+        assert!(parse_nodes("localhost").is_err());
+        assert!(parse_nodes("a:99999").is_err());
+    }
+}

@@ -1,0 +1,226 @@
+//! Framing: how one message crosses a byte stream.
+//!
+//! Every message is a 16-byte header followed by an rkyv-encoded body:
+//!
+//! ```text
+//! offset 0  2     3        4       8        16
+//!        | "KV" | version | kind | len u32 | request id u64 | body (len bytes) ...
+//! ```
+//!
+//! All integers are little-endian. The magic and version sit in *every* frame, not only at
+//! connection start, so a peer speaking another protocol or version is caught on its first
+//! bytes and on every frame after, and never mistaken for a huge length prefix.
+//!
+//! The request id lives in the header rather than the body so that a server can still answer
+//! "your body was malformed" to the right request, and a client can match responses to
+//! pipelined requests without touching the body.
+//!
+//! The body length is checked against a hard limit *before* anything is allocated for it.
+//! Each body is read into its own reused [`AlignedVec`], because rkyv needs the archive to be
+//! aligned and to end exactly where the frame ends.
+
+use rkyv::util::AlignedVec;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Bytes that open every frame.
+pub const MAGIC: [u8; 2] = *b"KV";
+/// Protocol version; bumped on any incompatible change of the header or the body types.
+pub const VERSION: u8 = 1;
+/// Size of the fixed header.
+pub const HEADER_LEN: usize = 16;
+/// Default hard limit on a frame body (64 MiB).
+pub const DEFAULT_MAX_FRAME: u32 = 64 * 1024 * 1024;
+
+/// What a frame's body is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// Body: [`crate::wire::BatchRequest`].
+    BatchRequest = 0x01,
+    /// Body: empty.
+    StatsRequest = 0x02,
+    /// Body: [`crate::wire::BatchResponse`].
+    BatchResponse = 0x81,
+    /// Body: [`crate::stats::NodeStats`].
+    StatsResponse = 0x82,
+    /// Body: [`crate::wire::ErrorReply`]; the request with this id failed as a whole.
+    ErrorResponse = 0xFF,
+}
+
+impl FrameKind {
+    fn from_byte(b: u8) -> Option<FrameKind> {
+        Some(match b {
+            0x01 => FrameKind::BatchRequest,
+            0x02 => FrameKind::StatsRequest,
+            0x81 => FrameKind::BatchResponse,
+            0x82 => FrameKind::StatsResponse,
+            0xFF => FrameKind::ErrorResponse,
+            _ => return None,
+        })
+    }
+}
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub kind: FrameKind,
+    pub len: u32,
+    pub id: u64,
+}
+
+impl FrameHeader {
+    /// The header's 16 bytes.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        out[0..2].copy_from_slice(&MAGIC);
+        out[2] = VERSION;
+        out[3] = self.kind as u8;
+        out[4..8].copy_from_slice(&self.len.to_le_bytes());
+        out[8..16].copy_from_slice(&self.id.to_le_bytes());
+        out
+    }
+
+    /// Parses and checks a header: magic, version, kind, and the body length against `max`.
+    pub fn decode(bytes: &[u8; HEADER_LEN], max: u32) -> Result<FrameHeader, FrameError> {
+        let [m0, m1, version, kind, l0, l1, l2, l3, i0, i1, i2, i3, i4, i5, i6, i7] = *bytes;
+        if [m0, m1] != MAGIC {
+            return Err(FrameError::BadMagic([m0, m1]));
+        }
+        if version != VERSION {
+            return Err(FrameError::VersionMismatch {
+                ours: VERSION,
+                theirs: version,
+            });
+        }
+        let kind = FrameKind::from_byte(kind).ok_or(FrameError::UnknownKind(kind))?;
+        let len = u32::from_le_bytes([l0, l1, l2, l3]);
+        if len > max {
+            return Err(FrameError::TooLarge { len, max });
+        }
+        let id = u64::from_le_bytes([i0, i1, i2, i3, i4, i5, i6, i7]);
+        Ok(FrameHeader { kind, len, id })
+    }
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("not a kvd peer: frame starts with {0:02x?}, expected \"KV\"")]
+    BadMagic([u8; 2]),
+    #[error("protocol version mismatch: we speak v{ours}, the peer speaks v{theirs}")]
+    VersionMismatch { ours: u8, theirs: u8 },
+    #[error("unknown frame kind 0x{0:02x}")]
+    UnknownKind(u8),
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge { len: u32, max: u32 },
+    #[error("connection closed in the middle of a frame")]
+    Truncated,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads the next frame's header and body; the body lands in `body` (resized to fit).
+///
+/// Returns `Ok(None)` on a clean end of stream at a frame boundary.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    body: &mut AlignedVec,
+    max: u32,
+) -> Result<Option<FrameHeader>, FrameError> {
+    let mut raw = [0u8; HEADER_LEN];
+    let mut filled = 0;
+    while filled < HEADER_LEN {
+        let n = reader.read(&mut raw[filled..]).await?;
+        if n == 0 {
+            return if filled == 0 {
+                Ok(None)
+            } else {
+                Err(FrameError::Truncated)
+            };
+        }
+        filled += n;
+    }
+    let header = FrameHeader::decode(&raw, max)?;
+    body.clear();
+    body.resize(header.len as usize, 0);
+    match reader.read_exact(body.as_mut_slice()).await {
+        Ok(_) => Ok(Some(header)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(FrameError::Truncated),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Appends one frame (header, then `body`) to `out`.
+pub fn append_frame(out: &mut Vec<u8>, kind: FrameKind, id: u64, body: &[u8]) {
+    let header = FrameHeader {
+        kind,
+        len: body.len() as u32,
+        id,
+    };
+    out.extend_from_slice(&header.encode());
+    out.extend_from_slice(body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips() {
+        let h = FrameHeader {
+            kind: FrameKind::BatchRequest,
+            len: 1234,
+            id: 0xdead_beef_0102,
+        };
+        assert_eq!(FrameHeader::decode(&h.encode(), DEFAULT_MAX_FRAME).unwrap(), h);
+    }
+
+    #[test]
+    fn oversize_is_refused_from_the_header_alone() {
+        let h = FrameHeader {
+            kind: FrameKind::BatchRequest,
+            len: u32::MAX,
+            id: 1,
+        };
+        assert!(matches!(
+            FrameHeader::decode(&h.encode(), DEFAULT_MAX_FRAME),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn wrong_magic_and_version_are_named() {
+        let mut raw = FrameHeader {
+            kind: FrameKind::StatsRequest,
+            len: 0,
+            id: 1,
+        }
+        .encode();
+        raw[2] = 9;
+        let err = FrameHeader::decode(&raw, 100).unwrap_err();
+        assert!(err.to_string().contains("v1"), "{err}");
+        raw[0] = b'G';
+        assert!(matches!(FrameHeader::decode(&raw, 100), Err(FrameError::BadMagic(_))));
+    }
+
+    #[tokio::test]
+    async fn read_frame_handles_eof_positions() {
+        let mut body: AlignedVec = AlignedVec::new();
+        let mut empty: &[u8] = &[];
+        assert!(read_frame(&mut empty, &mut body, 100).await.unwrap().is_none());
+
+        let mut out = Vec::new();
+        append_frame(&mut out, FrameKind::BatchRequest, 7, b"hello");
+        let mut whole: &[u8] = &out;
+        let h = read_frame(&mut whole, &mut body, 100).await.unwrap().unwrap();
+        assert_eq!((h.id, body.as_slice()), (7, &b"hello"[..]));
+
+        for cut in [3, HEADER_LEN, HEADER_LEN + 2] {
+            let mut part: &[u8] = &out[..cut];
+            assert!(matches!(
+                read_frame(&mut part, &mut body, 100).await,
+                Err(FrameError::Truncated)
+            ));
+        }
+    }
+}

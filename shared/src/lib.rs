@@ -1,0 +1,17 @@
+//! The library both sides of the kvd store use.
+//!
+//! # Layout
+//!
+//! * [`routing`]: the one key hash and the functions that pick a key's node and map shard.
+//! * [`frame`]: the 16-byte frame header, the size limit, reading a frame off a stream.
+//! * [`wire`]: the rkyv body types (column-wise batches and results) and checked views over them.
+//! * [`stats`]: per-node statistics as served by kvd, and rates between two samples.
+//! * [`client`]: the async cluster client (pools, pipelining, routing, merging, timeouts).
+//!
+//! Nothing in this crate starts a server; kvd owns the store and the serving loop.
+
+pub mod client;
+pub mod frame;
+pub mod routing;
+pub mod stats;
+pub mod wire;

@@ -1,0 +1,132 @@
+//! Key hashing and routing: which node owns a key, and which internal map shard holds it.
+//!
+//! One hash per key, computed once and reused for every decision:
+//!
+//! * `key_hash(key) = xxh3_64(key)` with seed 0. It is fixed and documented (not a
+//!   per-process random seed) so that every client and server, in any language, agrees on
+//!   placement forever.
+//! * `owner_node(hash, n) = ((hash & 0xffff_ffff) * n) >> 32`: the low 32 bits, scaled to
+//!   `0..n` with a multiply-shift (Lemire's fast range), so no division and an even split.
+//! * `map_shard(hash, shards) = (hash >> 40) & (shards - 1)`: bits 40.. pick the internal shard.
+//!
+//! The bit ranges are disjoint on purpose. The store's hash table uses the low bits for bucket
+//! positions and the top 7 bits as tags; if the shard were chosen from the low bits, every key
+//! in a shard would share them and crowd into a fraction of that shard's buckets.
+
+/// The fixed hash of a key. Both sides call this; nothing else hashes keys.
+#[inline]
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// The node (0-based) that owns a key with this hash in a cluster of `nodes` nodes.
+///
+/// `nodes` must be at least 1.
+#[inline]
+pub fn owner_node(hash: u64, nodes: u32) -> u32 {
+    (((hash & 0xffff_ffff) * u64::from(nodes)) >> 32) as u32
+}
+
+/// The internal map shard of a key with this hash; `shards` must be a power of two.
+#[inline]
+pub fn map_shard(hash: u64, shards: usize) -> usize {
+    debug_assert!(shards.is_power_of_two());
+    ((hash >> 40) as usize) & (shards - 1)
+}
+
+/// A node's place in the cluster: shard `index` of `count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardId {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl ShardId {
+    /// The single-node cluster.
+    pub const SOLO: ShardId = ShardId { index: 0, count: 1 };
+
+    /// Whether this node owns a key with this hash.
+    #[inline]
+    pub fn owns(&self, hash: u64) -> bool {
+        owner_node(hash, self.count) == self.index
+    }
+}
+
+impl std::fmt::Display for ShardId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl std::str::FromStr for ShardId {
+    type Err = String;
+
+    /// Parses `i/n` with `0 <= i < n`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (i, n) = s
+            .split_once('/')
+            .ok_or_else(|| format!("expected I/N (e.g. 0/2), got {s:?}"))?;
+        let index: u32 = i
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard index {i:?} is not a number"))?;
+        let count: u32 = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard count {n:?} is not a number"))?;
+        if count == 0 {
+            return Err("shard count must be at least 1".into());
+        }
+        if index >= count {
+            return Err(format!("shard index {index} must be below the count {count}"));
+        }
+        Ok(ShardId { index, count })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn hash_is_fixed_across_processes() {
+        // Pinned values: a change here silently re-shards every deployed cluster.
+        assert_eq!(key_hash(b""), 0x2d06800538d394c2);
+        assert_eq!(key_hash(b"0"), xxhash_rust::xxh3::xxh3_64(b"0"));
+    }
+
+    #[test]
+    fn routing_spreads_keys_evenly() {
+        let n = 4;
+        let mut counts = [0u32; 4];
+        for i in 0..40_000u32 {
+            counts[owner_node(key_hash(i.to_string().as_bytes()), n) as usize] += 1;
+        }
+        for c in counts {
+            assert!((9_000..11_000).contains(&c), "uneven split {counts:?}");
+        }
+    }
+
+    #[test]
+    fn parse_shard_id() {
+        assert_eq!("1/3".parse::<ShardId>(), Ok(ShardId { index: 1, count: 3 }));
+        assert!("3/3".parse::<ShardId>().is_err());
+        assert!("0/0".parse::<ShardId>().is_err());
+        assert!("x".parse::<ShardId>().is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn owner_is_in_range(hash: u64, nodes in 1u32..1000) {
+            prop_assert!(owner_node(hash, nodes) < nodes);
+        }
+
+        #[test]
+        fn exactly_one_node_owns_each_key(key: Vec<u8>, nodes in 1u32..16) {
+            let h = key_hash(&key);
+            let owners = (0..nodes).filter(|&i| ShardId { index: i, count: nodes }.owns(h)).count();
+            prop_assert_eq!(owners, 1);
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! Wire types: what a batch request and its response look like inside a frame body.
+//!
+//! A batch is laid out by column rather than as a list of op structs: one array of op kinds,
+//! one byte string holding every key back to back with an array of end offsets, and the same
+//! for values. This is what makes the hot path cheap on both sides:
+//!
+//! * the client appends into five reusable vectors, with no allocation per op, and rkyv copies
+//!   each column into the frame with one `memcpy`;
+//! * validating the archive (`rkyv::access`, bytecheck) checks five arrays, not one struct per
+//!   op; the byte columns cost a bounds check each, whatever the batch size;
+//! * the server reads keys and values in place out of the received frame.
+//!
+//! Offsets inside a validated archive are still untrusted numbers: [`BatchView::op`] and
+//! [`ReplyView::result`] bounds-check every span and turn a bad one into a per-op error,
+//! never a panic.
+
+use rkyv::rancor;
+use rkyv::util::AlignedVec;
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
+
+/// The operation of one entry in a batch.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[rkyv(derive(Debug, Clone, Copy, PartialEq, Eq))]
+#[repr(u8)]
+pub enum OpKind {
+    Get = 0,
+    Put = 1,
+    Delete = 2,
+}
+
+impl From<&ArchivedOpKind> for OpKind {
+    fn from(k: &ArchivedOpKind) -> OpKind {
+        match k {
+            ArchivedOpKind::Get => OpKind::Get,
+            ArchivedOpKind::Put => OpKind::Put,
+            ArchivedOpKind::Delete => OpKind::Delete,
+        }
+    }
+}
+
+/// A batch of operations for one node, built in place and reused between batches.
+#[derive(Archive, Serialize, Default, Debug, Clone, PartialEq, Eq)]
+pub struct BatchRequest {
+    kinds: Vec<OpKind>,
+    key_ends: Vec<u32>,
+    keys: Vec<u8>,
+    value_ends: Vec<u32>,
+    values: Vec<u8>,
+}
+
+impl BatchRequest {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Empties the batch, keeping its capacity.
+    pub fn clear(&mut self) {
+        self.kinds.clear();
+        self.key_ends.clear();
+        self.keys.clear();
+        self.value_ends.clear();
+        self.values.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    /// Appends an op; `value` is ignored (stored empty) for get and delete.
+    pub fn push(&mut self, kind: OpKind, key: &[u8], value: &[u8]) {
+        self.kinds.push(kind);
+        self.keys.extend_from_slice(key);
+        self.key_ends.push(self.keys.len() as u32);
+        if kind == OpKind::Put {
+            self.values.extend_from_slice(value);
+        }
+        self.value_ends.push(self.values.len() as u32);
+    }
+
+    /// Appends a key whose bytes are produced by `write_key` straight into the key column,
+    /// so a caller that formats keys (e.g. decimal record numbers) needs no buffer of its own.
+    pub fn push_with(&mut self, kind: OpKind, write_key: impl FnOnce(&mut Vec<u8>), value: &[u8]) {
+        self.kinds.push(kind);
+        write_key(&mut self.keys);
+        self.key_ends.push(self.keys.len() as u32);
+        if kind == OpKind::Put {
+            self.values.extend_from_slice(value);
+        }
+        self.value_ends.push(self.values.len() as u32);
+    }
+
+    pub fn push_get(&mut self, key: &[u8]) {
+        self.push(OpKind::Get, key, &[]);
+    }
+
+    pub fn push_put(&mut self, key: &[u8], value: &[u8]) {
+        self.push(OpKind::Put, key, value);
+    }
+
+    pub fn push_delete(&mut self, key: &[u8]) {
+        self.push(OpKind::Delete, key, &[]);
+    }
+
+    /// The key of op `i` (the builder's own data, so spans are known good).
+    pub fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.key_ends[i - 1] as usize };
+        &self.keys[start..self.key_ends[i] as usize]
+    }
+
+    /// The kind of op `i`.
+    pub fn kind(&self, i: usize) -> OpKind {
+        self.kinds[i]
+    }
+
+    /// Bytes of payload (keys and values) in the batch.
+    pub fn payload_len(&self) -> usize {
+        self.keys.len() + self.values.len()
+    }
+}
+
+/// What happened to one op, as the server reports it.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug, Clone, Copy, PartialEq, Eq))]
+#[repr(u8)]
+pub enum OpStatus {
+    /// Get found the key; the value follows in the value column.
+    Found = 0,
+    /// Get did not find the key.
+    NotFound = 1,
+    /// Put stored the value.
+    Stored = 2,
+    /// Delete removed an existing key.
+    Deleted = 3,
+    /// Delete found no such key.
+    Absent = 4,
+    /// The key belongs to another node; see the error list for the owner.
+    WrongShard = 5,
+    /// The op itself was malformed (bad span); see the error list.
+    Malformed = 6,
+}
+
+/// Detail for an op whose status is an error.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct OpErrorDetail {
+    pub index: u32,
+    /// For `WrongShard`: the owning node and the cluster size the server was started with.
+    pub owner: u32,
+    pub nodes: u32,
+    /// For `Malformed`: what was wrong.
+    pub message: String,
+}
+
+/// One result per op of a batch, in op order, built in place and reused by the server.
+#[derive(Archive, Serialize, Default, Debug, Clone)]
+pub struct BatchResponse {
+    status: Vec<OpStatus>,
+    value_offsets: Vec<u32>,
+    value_lens: Vec<u32>,
+    values: Vec<u8>,
+    errors: Vec<OpErrorDetail>,
+}
+
+impl BatchResponse {
+    /// Prepares for a batch of `n` ops; results may then be set in any order.
+    pub fn reset(&mut self, n: usize) {
+        self.status.clear();
+        self.status.resize(n, OpStatus::NotFound);
+        self.value_offsets.clear();
+        self.value_offsets.resize(n, 0);
+        self.value_lens.clear();
+        self.value_lens.resize(n, 0);
+        self.values.clear();
+        self.errors.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.status.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.status.is_empty()
+    }
+
+    /// Sets a status that carries no value or detail.
+    pub fn set(&mut self, i: usize, status: OpStatus) {
+        self.status[i] = status;
+    }
+
+    /// Records a found value for op `i`.
+    pub fn set_found(&mut self, i: usize, value: &[u8]) {
+        self.status[i] = OpStatus::Found;
+        self.value_offsets[i] = self.values.len() as u32;
+        self.value_lens[i] = value.len() as u32;
+        self.values.extend_from_slice(value);
+    }
+
+    pub fn set_wrong_shard(&mut self, i: usize, owner: u32, nodes: u32) {
+        self.status[i] = OpStatus::WrongShard;
+        self.errors.push(OpErrorDetail {
+            index: i as u32,
+            owner,
+            nodes,
+            message: String::new(),
+        });
+    }
+
+    pub fn set_malformed(&mut self, i: usize, message: &str) {
+        self.status[i] = OpStatus::Malformed;
+        self.errors.push(OpErrorDetail {
+            index: i as u32,
+            owner: 0,
+            nodes: 0,
+            message: message.to_owned(),
+        });
+    }
+}
+
+/// Why a whole request failed (the body of an `ErrorResponse` frame).
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug, Clone, Copy, PartialEq, Eq))]
+#[repr(u8)]
+pub enum ErrorCode {
+    /// The frame header was not ours (magic, unknown kind).
+    BadFrame = 0,
+    /// The peer speaks another protocol version.
+    VersionMismatch = 1,
+    /// The length prefix exceeded the server's `--max-frame`.
+    FrameTooLarge = 2,
+    /// The body failed validation.
+    MalformedBody = 3,
+    /// The server is shutting down and did not run the request.
+    ShuttingDown = 4,
+}
+
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ErrorReply {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// A body that failed validation or had a bad span.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed body: {0}")]
+pub struct WireError(pub String);
+
+fn invalid(e: rancor::BoxedError) -> WireError {
+    WireError(e.to_string())
+}
+
+/// Serialises `value` as one whole frame (header and body) into `out`, reusing its memory.
+///
+/// The body starts 16 bytes in, so it stays 16-byte aligned inside `out`.
+pub fn encode_frame<T>(kind: FrameKind, id: u64, value: &T, out: &mut AlignedVec) -> Result<(), WireError>
+where
+    T: for<'a> rkyv::Serialize<
+            rkyv::api::high::HighSerializer<AlignedVec, rkyv::ser::allocator::ArenaHandle<'a>, rancor::BoxedError>,
+        >,
+{
+    let mut buf = std::mem::take(out);
+    buf.clear();
+    buf.extend_from_slice(&[0u8; HEADER_LEN]);
+    let mut buf = rkyv::api::high::to_bytes_in::<_, rancor::BoxedError>(value, buf).map_err(invalid)?;
+    let header = FrameHeader {
+        kind,
+        len: (buf.len() - HEADER_LEN) as u32,
+        id,
+    };
+    buf.as_mut_slice()[..HEADER_LEN].copy_from_slice(&header.encode());
+    *out = buf;
+    Ok(())
+}
+
+/// Encodes a frame with an empty body (e.g. a stats request).
+pub fn encode_empty_frame(kind: FrameKind, id: u64, out: &mut AlignedVec) {
+    out.clear();
+    out.extend_from_slice(&FrameHeader { kind, len: 0, id }.encode());
+}
+
+/// One op read out of a received batch, borrowing the frame's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpRef<'a> {
+    pub kind: OpKind,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// A validated, received batch request. Borrowing the frame, it reads ops in place.
+pub struct BatchView<'a> {
+    archived: &'a ArchivedBatchRequest,
+}
+
+impl<'a> BatchView<'a> {
+    /// Validates `body` (exactly one frame's body, aligned) as a batch request.
+    pub fn parse(body: &'a [u8]) -> Result<BatchView<'a>, WireError> {
+        let archived = rkyv::access::<ArchivedBatchRequest, rancor::BoxedError>(body).map_err(invalid)?;
+        let n = archived.kinds.len();
+        if archived.key_ends.len() != n || archived.value_ends.len() != n {
+            return Err(WireError(format!(
+                "column lengths differ: {} kinds, {} key ends, {} value ends",
+                n,
+                archived.key_ends.len(),
+                archived.value_ends.len()
+            )));
+        }
+        Ok(BatchView { archived })
+    }
+
+    pub fn len(&self) -> usize {
+        self.archived.kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.archived.kinds.is_empty()
+    }
+
+    /// Op `i`, with its key and value spans bounds-checked.
+    pub fn op(&self, i: usize) -> Result<OpRef<'a>, &'static str> {
+        let a = self.archived;
+        let kind = a.kinds.get(i).ok_or("op index out of range")?.into();
+        let key = span(&a.key_ends, &a.keys, i).ok_or("key span out of bounds")?;
+        let value = span(&a.value_ends, &a.values, i).ok_or("value span out of bounds")?;
+        Ok(OpRef { kind, key, value })
+    }
+}
+
+/// The `i`th span of a column described by end offsets; `None` if the offsets are bad.
+fn span<'a>(ends: &'a [rkyv::rend::u32_le], bytes: &'a [u8], i: usize) -> Option<&'a [u8]> {
+    let start = match i {
+        0 => 0,
+        _ => ends.get(i - 1)?.to_native() as usize,
+    };
+    let end = ends.get(i)?.to_native() as usize;
+    bytes.get(start..end)
+}
+
+/// One op's result as the client sees it, borrowing the response frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpReply<'a> {
+    Found(&'a [u8]),
+    NotFound,
+    Stored,
+    Deleted,
+    Absent,
+    WrongShard { owner: u32, nodes: u32 },
+    Malformed(&'a str),
+}
+
+/// A validated batch response.
+pub struct ReplyView<'a> {
+    archived: &'a ArchivedBatchResponse,
+}
+
+impl<'a> ReplyView<'a> {
+    pub fn parse(body: &'a [u8]) -> Result<ReplyView<'a>, WireError> {
+        let archived = rkyv::access::<ArchivedBatchResponse, rancor::BoxedError>(body).map_err(invalid)?;
+        let n = archived.status.len();
+        if archived.value_offsets.len() != n || archived.value_lens.len() != n {
+            return Err(WireError("response column lengths differ".into()));
+        }
+        Ok(ReplyView { archived })
+    }
+
+    pub fn len(&self) -> usize {
+        self.archived.status.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.archived.status.is_empty()
+    }
+
+    /// The status of op `i` alone, without looking at values (the cheap path for benchmarks).
+    pub fn status(&self, i: usize) -> Option<OpStatus> {
+        Some(match self.archived.status.get(i)? {
+            ArchivedOpStatus::Found => OpStatus::Found,
+            ArchivedOpStatus::NotFound => OpStatus::NotFound,
+            ArchivedOpStatus::Stored => OpStatus::Stored,
+            ArchivedOpStatus::Deleted => OpStatus::Deleted,
+            ArchivedOpStatus::Absent => OpStatus::Absent,
+            ArchivedOpStatus::WrongShard => OpStatus::WrongShard,
+            ArchivedOpStatus::Malformed => OpStatus::Malformed,
+        })
+    }
+
+    /// The full result of op `i`; bad spans from the server become `Malformed`.
+    pub fn result(&self, i: usize) -> OpReply<'a> {
+        let a = self.archived;
+        let Some(status) = self.status(i) else {
+            return OpReply::Malformed("result index out of range");
+        };
+        match status {
+            OpStatus::Found => {
+                let (Some(off), Some(len)) = (a.value_offsets.get(i), a.value_lens.get(i)) else {
+                    return OpReply::Malformed("value span missing");
+                };
+                let start = off.to_native() as usize;
+                match start
+                    .checked_add(len.to_native() as usize)
+                    .and_then(|end| a.values.get(start..end))
+                {
+                    Some(v) => OpReply::Found(v),
+                    None => OpReply::Malformed("value span out of bounds"),
+                }
+            }
+            OpStatus::NotFound => OpReply::NotFound,
+            OpStatus::Stored => OpReply::Stored,
+            OpStatus::Deleted => OpReply::Deleted,
+            OpStatus::Absent => OpReply::Absent,
+            OpStatus::WrongShard => match self.detail(i) {
+                Some(d) => OpReply::WrongShard {
+                    owner: d.owner.to_native(),
+                    nodes: d.nodes.to_native(),
+                },
+                None => OpReply::Malformed("wrong shard without detail"),
+            },
+            OpStatus::Malformed => match self.detail(i) {
+                Some(d) => OpReply::Malformed(d.message.as_str()),
+                None => OpReply::Malformed("malformed op"),
+            },
+        }
+    }
+
+    fn detail(&self, i: usize) -> Option<&'a ArchivedOpErrorDetail> {
+        self.archived.errors.iter().find(|d| d.index.to_native() as usize == i)
+    }
+}
+
+/// Validates and reads an error reply body.
+pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
+    let archived = rkyv::access::<ArchivedErrorReply, rancor::BoxedError>(body).map_err(invalid)?;
+    let code = match archived.code {
+        ArchivedErrorCode::BadFrame => ErrorCode::BadFrame,
+        ArchivedErrorCode::VersionMismatch => ErrorCode::VersionMismatch,
+        ArchivedErrorCode::FrameTooLarge => ErrorCode::FrameTooLarge,
+        ArchivedErrorCode::MalformedBody => ErrorCode::MalformedBody,
+        ArchivedErrorCode::ShuttingDown => ErrorCode::ShuttingDown,
+    };
+    Ok(ErrorReply {
+        code,
+        message: archived.message.as_str().to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body_of(frame: &AlignedVec) -> AlignedVec {
+        let mut body: AlignedVec = AlignedVec::new();
+        body.extend_from_slice(&frame[HEADER_LEN..]);
+        body
+    }
+
+    #[test]
+    fn batch_round_trips_through_a_frame() {
+        let mut req = BatchRequest::new();
+        req.push_get(b"k1");
+        req.push_put(b"k2", b"value two");
+        req.push_delete(b"");
+        req.push_with(OpKind::Get, |k| k.extend_from_slice(b"123"), &[]);
+        let mut frame = AlignedVec::new();
+        encode_frame(FrameKind::BatchRequest, 42, &req, &mut frame).unwrap();
+        let header: [u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().unwrap();
+        let h = FrameHeader::decode(&header, u32::MAX).unwrap();
+        assert_eq!(
+            (h.kind, h.id, h.len as usize),
+            (FrameKind::BatchRequest, 42, frame.len() - HEADER_LEN)
+        );
+
+        let body = body_of(&frame);
+        let view = BatchView::parse(&body).unwrap();
+        assert_eq!(view.len(), 4);
+        let ops: Vec<_> = (0..4).map(|i| view.op(i).unwrap()).collect();
+        assert_eq!(
+            ops[0],
+            OpRef {
+                kind: OpKind::Get,
+                key: b"k1",
+                value: b""
+            }
+        );
+        assert_eq!(
+            ops[1],
+            OpRef {
+                kind: OpKind::Put,
+                key: b"k2",
+                value: b"value two"
+            }
+        );
+        assert_eq!(
+            ops[2],
+            OpRef {
+                kind: OpKind::Delete,
+                key: b"",
+                value: b""
+            }
+        );
+        assert_eq!(ops[3].key, b"123");
+        assert!(view.op(4).is_err());
+    }
+
+    #[test]
+    fn response_round_trips_in_any_fill_order() {
+        let mut resp = BatchResponse::default();
+        resp.reset(5);
+        resp.set_found(3, b"three");
+        resp.set_found(0, b"zero");
+        resp.set(1, OpStatus::Stored);
+        resp.set_wrong_shard(2, 1, 3);
+        resp.set_malformed(4, "bad key span");
+        let mut frame = AlignedVec::new();
+        encode_frame(FrameKind::BatchResponse, 1, &resp, &mut frame).unwrap();
+        let body = body_of(&frame);
+        let view = ReplyView::parse(&body).unwrap();
+        assert_eq!(view.result(0), OpReply::Found(b"zero"));
+        assert_eq!(view.result(1), OpReply::Stored);
+        assert_eq!(view.result(2), OpReply::WrongShard { owner: 1, nodes: 3 });
+        assert_eq!(view.result(3), OpReply::Found(b"three"));
+        assert_eq!(view.result(4), OpReply::Malformed("bad key span"));
+        assert!(matches!(view.result(5), OpReply::Malformed(_)));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let mut body: AlignedVec = AlignedVec::new();
+        body.extend_from_slice(&[0xff; 64]);
+        assert!(BatchView::parse(&body).is_err());
+        assert!(ReplyView::parse(&body).is_err());
+        assert!(parse_error_reply(&body).is_err());
+        assert!(BatchView::parse(&[]).is_err());
+    }
+}
