@@ -7,6 +7,7 @@
 //! * [`store`]: the sharded map and batch execution (knows nothing of sockets).
 //! * [`node`]: what connections share: config, store, counters, sampler; builds stats.
 //! * [`counters`]: striped per-connection counters for the hot path.
+//! * [`local`]: in-process nodes on 127.0.0.1 ports for tests and benchmarks.
 //! * [`sampler`]: the once-a-second sysinfo thread (CPU, memory, network).
 //! * [`cli`] and [`client_cmd`]: the command line, and its client verbs.
 //!
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod client_cmd;
 pub mod connection;
 pub mod counters;
+pub mod local;
 pub mod node;
 pub mod sampler;
 pub mod server;

@@ -1,0 +1,214 @@
+//! End-to-end behaviour of kvd through the real client: routing errors, pipelining,
+//! graceful shutdown and statistics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kvd::local::{LocalCluster, LocalNode};
+use kvd::node::NodeConfig;
+use kvshared::client::{ClientConfig, ClientError, Cluster, Op, Outcome};
+use kvshared::routing::{ShardId, key_hash, owner_node};
+use kvshared::wire::{BatchRequest, OpReply};
+
+fn config() -> ClientConfig {
+    ClientConfig {
+        request_timeout: Duration::from_secs(5),
+        ..ClientConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_node_refuses_keys_it_does_not_own_and_names_the_owner() {
+    let node = LocalNode::start(NodeConfig {
+        shard: ShardId { index: 1, count: 3 },
+        ..NodeConfig::default()
+    })
+    .await
+    .unwrap();
+    // A misconfigured client that believes this node is the whole cluster.
+    let client = Cluster::connect(&[node.addr.to_string()], config()).await.unwrap();
+    let keys: Vec<String> = (0..60).map(|i| format!("user{i}")).collect();
+    let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::Put(k.as_bytes(), b"v")).collect();
+    let results = client.batch(&ops).await;
+    let mut refused = 0;
+    for (k, r) in keys.iter().zip(results) {
+        let owner = owner_node(key_hash(k.as_bytes()), 3);
+        match r {
+            Ok(Outcome::Stored) => assert_eq!(owner, 1, "{k} stored on a node that does not own it"),
+            Err(ClientError::WrongShard { owner: named, nodes, .. }) => {
+                assert_eq!((named, nodes), (owner, 3));
+                refused += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(refused > 20, "most keys belong elsewhere");
+    let err = client.get(b"user0").await;
+    if owner_node(key_hash(b"user0"), 3) != 1 {
+        assert!(err.unwrap_err().to_string().contains("node"));
+    }
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_pipelined_requests_on_one_connection_each_get_their_own_answer() {
+    let node = LocalNode::start(NodeConfig::default()).await.unwrap();
+    let client = Arc::new(
+        Cluster::connect(
+            &[node.addr.to_string()],
+            ClientConfig {
+                conns_per_node: 1,
+                pipeline: 32,
+                ..config()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let mut tasks = Vec::new();
+    for t in 0..16u32 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..50u32 {
+                let key = format!("t{t}-{round}");
+                let value = format!("value of {key}");
+                client.put(key.as_bytes(), value.as_bytes()).await.unwrap();
+                assert_eq!(client.get(key.as_bytes()).await.unwrap(), Some(value.into_bytes()));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // All of that went over one connection (plus the one stats call opens none: it reuses it).
+    let stats = client.stats(0).await.unwrap();
+    assert_eq!(stats.connections_total, 1);
+    assert_eq!((stats.puts, stats.gets), (800, 800));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_the_batches_in_flight() {
+    let node = LocalNode::start(NodeConfig::default()).await.unwrap();
+    let client = Cluster::connect(
+        &[node.addr.to_string()],
+        ClientConfig {
+            pipeline: 64,
+            ..config()
+        },
+    )
+    .await
+    .unwrap();
+    let mut batch = BatchRequest::new();
+    for i in 0..2000u32 {
+        batch.push_put(format!("k{i}").as_bytes(), b"some value");
+    }
+    // Queue 40 big batches, then ask the node to stop while they are in flight.
+    let mut flights = Vec::new();
+    for _ in 0..40 {
+        flights.push(client.start_batch(0, &batch).await.unwrap());
+    }
+    let stopping = tokio::spawn(node.stop());
+    let mut answered = 0;
+    for f in flights {
+        let reply = f.wait(Duration::from_secs(10)).await.expect("in-flight batch lost at shutdown");
+        let view = reply.batch().unwrap();
+        assert_eq!(view.len(), 2000);
+        assert_eq!(view.result(1999), OpReply::Stored);
+        answered += 1;
+    }
+    assert_eq!(answered, 40);
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("shutdown did not finish")
+        .unwrap();
+    // And the node is gone afterwards.
+    assert!(client.get(b"k1").await.is_err());
+}
+
+#[tokio::test]
+async fn stats_move_as_ops_are_served() {
+    let cluster = LocalCluster::start(2, |_| {}).await.unwrap();
+    let client = Cluster::connect(&cluster.addrs(), config()).await.unwrap();
+    let mut before_stats = Vec::new();
+    for n in 0..2 {
+        before_stats.push(client.stats(n).await.unwrap());
+    }
+    let keys: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
+    let puts: Vec<Op<'_>> = keys.iter().map(|k| Op::Put(k.as_bytes(), b"0123456789")).collect();
+    let gets: Vec<Op<'_>> = keys
+        .iter()
+        .map(|k| Op::Get(k.as_bytes()))
+        .chain([Op::Get(b"missing")])
+        .collect();
+    assert!(client.batch(&puts).await.iter().all(|r| r.is_ok()));
+    assert!(client.batch(&gets).await.iter().all(|r| r.is_ok()));
+    let mut total_puts = 0;
+    let mut total_keys = 0;
+    let mut total_misses = 0;
+    for (n, b) in before_stats.iter().enumerate() {
+        let a = client.stats(n).await.unwrap();
+        assert_eq!((a.shard_index, a.shard_count), (n as u32, 2));
+        assert!(a.puts > b.puts, "node {n} served puts");
+        assert!(a.bytes_in > b.bytes_in && a.bytes_out > b.bytes_out);
+        assert!(a.batches > b.batches);
+        assert!(a.uptime_ms >= b.uptime_ms);
+        assert!(a.host_mem_total_bytes > 0 && a.process_rss_bytes > 0, "sampler ran");
+        total_puts += a.puts - b.puts;
+        total_keys += a.keys;
+        total_misses += a.misses;
+    }
+    assert_eq!(total_puts, 100);
+    assert_eq!(total_keys, 100);
+    assert_eq!(total_misses, 1);
+}
+
+#[tokio::test]
+async fn a_node_going_down_fails_only_its_own_ops() {
+    let mut cluster = LocalCluster::start(2, |_| {}).await.unwrap();
+    let client = Cluster::connect(
+        &cluster.addrs(),
+        ClientConfig {
+            request_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(1),
+            ..ClientConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let dead = cluster.nodes.pop().unwrap();
+    dead.stop().await;
+    let keys: Vec<String> = (0..40).map(|i| format!("d{i}")).collect();
+    let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::Put(k.as_bytes(), b"v")).collect();
+    let results = client.batch(&ops).await;
+    for (k, r) in keys.iter().zip(results) {
+        if client.owner(k.as_bytes()) == 0 {
+            assert_eq!(r, Ok(Outcome::Stored));
+        } else {
+            let e = r.unwrap_err();
+            assert!(matches!(e, ClientError::NodeDown { .. } | ClientError::Connect { .. }), "{e}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn oversized_requests_are_refused_before_sending() {
+    let node = LocalNode::start(NodeConfig::default()).await.unwrap();
+    let client = Cluster::connect(
+        &[node.addr.to_string()],
+        ClientConfig {
+            max_frame: 1024,
+            ..config()
+        },
+    )
+    .await
+    .unwrap();
+    let big = vec![7u8; 4096];
+    assert!(matches!(
+        client.put(b"big", &big).await,
+        Err(ClientError::FrameTooLarge { .. })
+    ));
+    // The connection is still usable afterwards.
+    client.put(b"small", b"ok").await.unwrap();
+    node.stop().await;
+}
