@@ -60,7 +60,9 @@ fn frames(mut out: &[u8]) -> Vec<(FrameHeader, AlignedVec)> {
 }
 
 async fn good_client_still_works(addr: std::net::SocketAddr) {
-    let client = Cluster::connect(&[addr.to_string()], ClientConfig::default()).await.unwrap();
+    let client = Cluster::connect(&[addr.to_string()], ClientConfig::default())
+        .await
+        .unwrap();
     client.put(b"probe", b"alive").await.unwrap();
     assert_eq!(client.get(b"probe").await.unwrap(), Some(b"alive".to_vec()));
 }
@@ -153,7 +155,15 @@ fn truncated_frames_and_mid_frame_disconnects_close_only_that_connection() {
     let (rt, node) = start();
     let frame = valid_batch_frame();
     rt.block_on(async {
-        for cut in [1, 8, HEADER_LEN - 1, HEADER_LEN, HEADER_LEN + 1, frame.len() / 2, frame.len() - 1] {
+        for cut in [
+            1,
+            8,
+            HEADER_LEN - 1,
+            HEADER_LEN,
+            HEADER_LEN + 1,
+            frame.len() / 2,
+            frame.len() - 1,
+        ] {
             let out = exchange(node.addr, &frame[..cut]).await;
             assert!(frames(&out).is_empty(), "no answer to a frame that never finished");
         }

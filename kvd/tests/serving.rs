@@ -35,7 +35,9 @@ async fn a_node_refuses_keys_it_does_not_own_and_names_the_owner() {
         let owner = owner_node(key_hash(k.as_bytes()), 3);
         match r {
             Ok(Outcome::Stored) => assert_eq!(owner, 1, "{k} stored on a node that does not own it"),
-            Err(ClientError::WrongShard { owner: named, nodes, .. }) => {
+            Err(ClientError::WrongShard {
+                owner: named, nodes, ..
+            }) => {
                 assert_eq!((named, nodes), (owner, 3));
                 refused += 1;
             }
@@ -111,7 +113,10 @@ async fn shutdown_answers_the_batches_in_flight() {
     let stopping = tokio::spawn(node.stop());
     let mut answered = 0;
     for f in flights {
-        let reply = f.wait(Duration::from_secs(10)).await.expect("in-flight batch lost at shutdown");
+        let reply = f
+            .wait(Duration::from_secs(10))
+            .await
+            .expect("in-flight batch lost at shutdown");
         let view = reply.batch().unwrap();
         assert_eq!(view.len(), 2000);
         assert_eq!(view.result(1999), OpReply::Stored);
@@ -186,7 +191,10 @@ async fn a_node_going_down_fails_only_its_own_ops() {
             assert_eq!(r, Ok(Outcome::Stored));
         } else {
             let e = r.unwrap_err();
-            assert!(matches!(e, ClientError::NodeDown { .. } | ClientError::Connect { .. }), "{e}");
+            assert!(
+                matches!(e, ClientError::NodeDown { .. } | ClientError::Connect { .. }),
+                "{e}"
+            );
         }
     }
 }

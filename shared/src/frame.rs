@@ -19,7 +19,7 @@
 //! Each body is read into its own reused [`AlignedVec`], because rkyv needs the archive to be
 //! aligned and to end exactly where the frame ends.
 
-use rkyv::util::AlignedVec;
+pub use rkyv::util::AlignedVec;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Bytes that open every frame.

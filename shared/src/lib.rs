@@ -6,6 +6,7 @@
 //! * [`frame`]: the 16-byte frame header, the size limit, reading a frame off a stream.
 //! * [`wire`]: the rkyv body types (column-wise batches and results) and checked views over them.
 //! * [`stats`]: per-node statistics as served by kvd, and rates between two samples.
+//! * [`units`]: human-readable numbers (1.2M op/s, 734 KB/s) for every tool's output.
 //! * [`client`]: the async cluster client (pools, pipelining, routing, merging, timeouts).
 //!
 //! Nothing in this crate starts a server; kvd owns the store and the serving loop.
@@ -14,4 +15,5 @@ pub mod client;
 pub mod frame;
 pub mod routing;
 pub mod stats;
+pub mod units;
 pub mod wire;

@@ -1,0 +1,211 @@
+//! The `kvbench` command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::workload::{Contention, Distribution, SpecOptions, Workload};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kvbench",
+    version,
+    about = "YCSB load generator, sweeps and linearizability checks for kvd clusters",
+    after_help = "A first benchmark on one machine:\n  \
+        kvd --listen 127.0.0.1:7070 &\n  \
+        kvbench load                      # 1,000,000 records of 128 bytes\n  \
+        kvbench run --duration 10s        # YCSB-B, zipfian 0.99, 128 tasks, batch 64\n\n\
+        Nodes come from --nodes or KV_NODES (default 127.0.0.1:7070), in shard order.\n\
+        Logs go to stderr; RUST_LOG=debug shows more."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Preload records 0..N-1 in large batches.
+    Load(LoadArgs),
+    /// Run a workload and print (and optionally save) the result.
+    Run(RunArgs),
+    /// Run every point of a tasks x batch grid; write sweep.csv and charts.
+    Sweep(SweepArgs),
+    /// Combine result files from several client machines into one result.
+    Merge(MergeArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// The cluster's nodes in shard order (node I is the kvd started with --shard I/N)
+    /// [default: 127.0.0.1:7070].
+    #[arg(long, env = "KV_NODES", value_name = "ADDR,ADDR,...")]
+    pub nodes: Option<String>,
+    /// TCP connections per node.
+    #[arg(long, default_value_t = 1)]
+    pub conns: usize,
+    /// Batches in flight at once per connection.
+    #[arg(long, default_value_t = 64)]
+    pub pipeline: usize,
+    /// A batch with no answer after this long fails as a timeout.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Tokio worker threads for the client [default: the number of CPUs].
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    /// Workload: YCSB a, b, c, d, f, or a preset from the seed reports (see --help).
+    #[arg(long, short = 'w', value_enum, default_value = "b")]
+    pub workload: Workload,
+    /// Contention of the read-mostly / write-mostly presets.
+    #[arg(long, value_enum)]
+    pub contention: Option<Contention>,
+    /// Records in the store (keys 0..N-1 in decimal, after --key-prefix).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 128)]
+    pub value_size: usize,
+    /// Text before each record number in a key.
+    #[arg(long, default_value = "")]
+    pub key_prefix: String,
+    /// Key distribution, overriding the workload's.
+    #[arg(long, value_enum)]
+    pub distribution: Option<Distribution>,
+    /// Zipfian skew.
+    #[arg(long)]
+    pub theta: Option<f64>,
+    /// Scramble zipfian ranks over the key space (YCSB's scrambled zipfian); by default
+    /// record 0 is the hottest, as in the course skeleton.
+    #[arg(long)]
+    pub scrambled: bool,
+    /// Hotspot distribution: fraction of keys that are hot [default: 0.2].
+    #[arg(long)]
+    pub hot_fraction: Option<f64>,
+    /// Hotspot distribution: fraction of ops that go to hot keys [default: 0.8].
+    #[arg(long)]
+    pub hot_ops: Option<f64>,
+}
+
+impl WorkloadArgs {
+    pub fn spec_options(&self) -> SpecOptions {
+        SpecOptions {
+            contention: self.contention,
+            distribution: self.distribution,
+            theta: self.theta,
+            scrambled: self.scrambled,
+            hot_fraction: self.hot_fraction,
+            hot_ops: self.hot_ops,
+            records: self.records,
+            value_size: self.value_size,
+            key_prefix: self.key_prefix.clone(),
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TimingArgs {
+    /// Measured time (after warm-up).
+    #[arg(long, short = 'd', default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Warm-up before measuring; excluded from every figure.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// Stop after this many measured ops instead of after --duration.
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Open loop: send at this many op/s in total and measure latency from each batch's
+    /// intended send time (corrects coordinated omission). Closed loop if absent.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Seed for the op generators; the same seed repeats the same op sequence per task.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub timing: TimingArgs,
+    /// Concurrent client tasks.
+    #[arg(long, short = 't', default_value_t = 128)]
+    pub tasks: usize,
+    /// Ops per batch per node.
+    #[arg(long, short = 'b', default_value_t = 64)]
+    pub batch: usize,
+    /// Write the full result as JSON to FILE (`-` for stdout; the summary then goes to stderr).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Append one row per run to this CSV file (header written when the file is new).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Generate and encode ops without sending them, to measure kvbench's own speed per core.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// No progress output.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub timing: TimingArgs,
+    /// Task counts to try.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
+    pub tasks: Vec<usize>,
+    /// Batch sizes to try.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64,512,8192")]
+    pub batch: Vec<usize>,
+    /// Directory for sweep.csv, the charts and each point's JSON.
+    #[arg(long, default_value = "sweep")]
+    pub out: PathBuf,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Records to write: keys 0..N-1.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 128)]
+    pub value_size: usize,
+    /// Text before each record number in a key.
+    #[arg(long, default_value = "")]
+    pub key_prefix: String,
+    /// Puts per batch per node.
+    #[arg(long, default_value_t = 8192)]
+    pub batch: usize,
+    /// Concurrent loading tasks.
+    #[arg(long, default_value_t = 4)]
+    pub tasks: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MergeArgs {
+    /// Result files written by `kvbench run --json`.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Write the merged result as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}

@@ -1,0 +1,423 @@
+//! The load engine: many tokio tasks generating ops, batching them per node, sending them
+//! and recording what came back.
+//!
+//! Each task owns its generator, its per-node batches and its histograms, so the hot loop
+//! shares nothing but a few atomic counters (for live progress). Results are merged once
+//! at the end. The engine knows nothing of terminals or files; callers watch [`Live`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use kvshared::client::{ClientError, Cluster, Reply};
+use kvshared::routing::{key_hash, owner_node};
+use kvshared::wire::{BatchRequest, OpKind, OpStatus};
+use rand::Rng;
+
+use crate::hist::{Hist, new_hist};
+use crate::workload::{OpGen, OpType, Shared, write_key};
+
+/// How hard and how long to drive the cluster.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub tasks: usize,
+    /// Ops per batch per node.
+    pub batch: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Stop after this many measured ops instead of after `duration`.
+    pub ops_limit: Option<u64>,
+    /// Open loop at this many op/s in total (latency from intended send times).
+    pub rate: Option<f64>,
+    pub seed: u64,
+}
+
+/// Counters the engine updates as it goes, for progress displays. Cheap to read at any time.
+pub struct Live {
+    pub started: Instant,
+    pub measure_start: Instant,
+    /// End of the measured window (far in the future when stopping on an op count).
+    pub measure_end: Instant,
+    /// Ops completed since the start, warm-up included.
+    pub completed: AtomicU64,
+    /// Ops completed inside the measured window.
+    pub measured: AtomicU64,
+    pub failed: AtomicU64,
+    pub stop: AtomicBool,
+    /// When an op-count stop was reached, microseconds after `measure_start`.
+    ops_limit_reached_us: AtomicU64,
+    /// Completed ops per whole second since start, filled by the engine's monitor.
+    pub per_second: std::sync::Mutex<Vec<u64>>,
+}
+
+impl Live {
+    pub fn new(cfg: &EngineConfig) -> Arc<Live> {
+        let started = Instant::now();
+        let measure_start = started + cfg.warmup;
+        let window = if cfg.ops_limit.is_some() {
+            Duration::from_secs(365 * 24 * 3600)
+        } else {
+            cfg.duration
+        };
+        Arc::new(Live {
+            started,
+            measure_start,
+            measure_end: measure_start + window,
+            completed: AtomicU64::new(0),
+            measured: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            ops_limit_reached_us: AtomicU64::new(u64::MAX),
+            per_second: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn in_warmup(&self) -> bool {
+        Instant::now() < self.measure_start
+    }
+}
+
+/// Everything the tasks measured, merged.
+#[derive(Debug)]
+pub struct EngineOutput {
+    /// Length of the measured window actually covered.
+    pub elapsed: Duration,
+    pub ops_by_type: [u64; 4],
+    pub hists: [Hist; 4],
+    pub batch_hist: Hist,
+    /// Measured ops per node.
+    pub per_node_ops: Vec<u64>,
+    /// Ops the servers acknowledged over the whole run, warm-up included, counted as wire
+    /// ops (a read-modify-write is a get and a put): what the servers' own counters see.
+    pub wire_ops_completed: u64,
+    pub read_misses: u64,
+    pub failed_ops: u64,
+    pub errors: BTreeMap<String, u64>,
+    /// Ops completed in each second since start (warm-up included).
+    pub per_second: Vec<u64>,
+}
+
+impl EngineOutput {
+    pub fn ops(&self) -> u64 {
+        self.ops_by_type.iter().sum()
+    }
+}
+
+/// A batch being filled for one node, with how many ops of each type it holds.
+#[derive(Default)]
+struct NodeBatch {
+    req: BatchRequest,
+    counts: [u64; 4],
+}
+
+impl NodeBatch {
+    fn clear(&mut self) {
+        self.req.clear();
+        self.counts = [0; 4];
+    }
+}
+
+/// Generates ops and sorts them into per-node batches. Shared by the send loop and the
+/// dry run, so both measure the same generation code.
+pub struct BatchFiller {
+    gen_: OpGen,
+    nodes: u32,
+    batch: usize,
+    pending: Vec<NodeBatch>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    /// Ops generated so far (for open-loop schedules).
+    pub generated: u64,
+}
+
+impl BatchFiller {
+    pub fn new(shared: Arc<Shared>, seed: u64, nodes: usize, batch: usize) -> BatchFiller {
+        let mut gen_ = OpGen::new(shared.clone(), seed);
+        let mut value = vec![0u8; shared.spec.value_size];
+        gen_.rng().fill_bytes(&mut value);
+        BatchFiller {
+            gen_,
+            nodes: nodes as u32,
+            batch: batch.max(1),
+            pending: (0..nodes).map(|_| NodeBatch::default()).collect(),
+            key: Vec::with_capacity(32),
+            value,
+            generated: 0,
+        }
+    }
+
+    /// Generates ops until some node's batch is full; returns that node.
+    #[inline]
+    pub fn fill(&mut self, prefix: &str) -> usize {
+        loop {
+            let (op, index) = self.gen_.next_op();
+            self.key.clear();
+            write_key(&mut self.key, prefix, index);
+            let node = owner_node(key_hash(&self.key), self.nodes) as usize;
+            let b = &mut self.pending[node];
+            match op {
+                OpType::Read => b.req.push(OpKind::Get, &self.key, &[]),
+                OpType::Update | OpType::Insert => {
+                    self.gen_.fresh_value(&mut self.value);
+                    b.req.push(OpKind::Put, &self.key, &self.value);
+                }
+                OpType::ReadModifyWrite => {
+                    // Read and write of one key in one batch: the server runs them in order.
+                    b.req.push(OpKind::Get, &self.key, &[]);
+                    self.gen_.fresh_value(&mut self.value);
+                    b.req.push(OpKind::Put, &self.key, &self.value);
+                }
+            }
+            b.counts[op as usize] += 1;
+            self.generated += 1;
+            if b.req.len() >= self.batch {
+                return node;
+            }
+        }
+    }
+
+    pub fn request(&self, node: usize) -> &BatchRequest {
+        &self.pending[node].req
+    }
+
+    /// Empties node `node`'s batch (after it was sent, or encoded in a dry run).
+    pub fn clear_node(&mut self, node: usize) {
+        self.pending[node].clear();
+    }
+
+    fn take_counts(&mut self, node: usize) -> [u64; 4] {
+        let c = self.pending[node].counts;
+        self.pending[node].clear();
+        c
+    }
+}
+
+/// What one task measured.
+struct TaskOutput {
+    ops_by_type: [u64; 4],
+    hists: [Hist; 4],
+    batch_hist: Hist,
+    per_node_ops: Vec<u64>,
+    wire_ops_completed: u64,
+    read_misses: u64,
+    failed_ops: u64,
+    errors: BTreeMap<String, u64>,
+}
+
+impl TaskOutput {
+    fn new(nodes: usize) -> TaskOutput {
+        TaskOutput {
+            ops_by_type: [0; 4],
+            hists: std::array::from_fn(|_| new_hist()),
+            batch_hist: new_hist(),
+            per_node_ops: vec![0; nodes],
+            wire_ops_completed: 0,
+            read_misses: 0,
+            failed_ops: 0,
+            errors: BTreeMap::new(),
+        }
+    }
+
+    fn error(&mut self, kind: &str, ops: u64) {
+        *self.errors.entry(kind.to_string()).or_insert(0) += ops;
+        self.failed_ops += ops;
+    }
+}
+
+/// Runs the load until the window ends (or the op count is reached), then merges results.
+pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, live: Arc<Live>) -> EngineOutput {
+    let monitor = tokio::spawn(monitor(live.clone()));
+    let stopper = {
+        let live = live.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(live.measure_end.into()).await;
+            live.stop.store(true, Ordering::Relaxed);
+        })
+    };
+    let mut handles = Vec::with_capacity(cfg.tasks);
+    for t in 0..cfg.tasks.max(1) {
+        let (cluster, shared, cfg, live) = (cluster.clone(), shared.clone(), cfg.clone(), live.clone());
+        handles.push(tokio::spawn(task_loop(t, cluster, shared, cfg, live)));
+    }
+    let mut out = TaskOutput::new(cluster.node_count());
+    for h in handles {
+        // A task only fails by panicking; its figures are lost but the run still reports.
+        if let Ok(t) = h.await {
+            merge_task(&mut out, t);
+        }
+    }
+    live.stop.store(true, Ordering::Relaxed);
+    stopper.abort();
+    let _ = monitor.await;
+    let now = Instant::now();
+    let limit_us = live.ops_limit_reached_us.load(Ordering::Relaxed);
+    let elapsed = if limit_us != u64::MAX {
+        Duration::from_micros(limit_us)
+    } else {
+        now.min(live.measure_end).saturating_duration_since(live.measure_start)
+    };
+    let per_second = live.per_second.lock().map(|v| v.clone()).unwrap_or_default();
+    EngineOutput {
+        elapsed,
+        ops_by_type: out.ops_by_type,
+        hists: out.hists,
+        batch_hist: out.batch_hist,
+        per_node_ops: out.per_node_ops,
+        wire_ops_completed: out.wire_ops_completed,
+        read_misses: out.read_misses,
+        failed_ops: out.failed_ops,
+        errors: out.errors,
+        per_second,
+    }
+}
+
+fn merge_task(into: &mut TaskOutput, t: TaskOutput) {
+    for i in 0..4 {
+        into.ops_by_type[i] += t.ops_by_type[i];
+        // Histograms auto-resize, so adding never fails for lack of range.
+        let _ = into.hists[i].add(&t.hists[i]);
+    }
+    let _ = into.batch_hist.add(&t.batch_hist);
+    for (a, b) in into.per_node_ops.iter_mut().zip(&t.per_node_ops) {
+        *a += b;
+    }
+    into.wire_ops_completed += t.wire_ops_completed;
+    into.read_misses += t.read_misses;
+    into.failed_ops += t.failed_ops;
+    for (k, v) in t.errors {
+        *into.errors.entry(k).or_insert(0) += v;
+    }
+}
+
+/// Samples the completed-op counter once a second into `live.per_second`.
+async fn monitor(live: Arc<Live>) {
+    let mut last = 0;
+    let mut tick = tokio::time::interval_at((live.started + Duration::from_secs(1)).into(), Duration::from_secs(1));
+    while !live.stop.load(Ordering::Relaxed) {
+        tick.tick().await;
+        let now = live.completed.load(Ordering::Relaxed);
+        if let Ok(mut v) = live.per_second.lock() {
+            v.push(now - last);
+        }
+        last = now;
+    }
+}
+
+async fn task_loop(
+    task: usize,
+    cluster: Arc<Cluster>,
+    shared: Arc<Shared>,
+    cfg: EngineConfig,
+    live: Arc<Live>,
+) -> TaskOutput {
+    let nodes = cluster.node_count();
+    let seed = cfg.seed.wrapping_add((task as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let prefix = shared.spec.key_prefix.clone();
+    let mut filler = BatchFiller::new(shared, seed, nodes, cfg.batch);
+    let mut out = TaskOutput::new(nodes);
+    let per_task_rate = cfg.rate.map(|r| (r / cfg.tasks.max(1) as f64).max(1e-3));
+    while !live.stop.load(Ordering::Relaxed) {
+        let node = filler.fill(&prefix);
+        // Open loop: the batch was due when its last op was scheduled; latency counts from then,
+        // so time spent behind schedule is measured, not hidden (coordinated omission).
+        let intended = per_task_rate.map(|r| live.started + Duration::from_secs_f64(filler.generated as f64 / r));
+        if let Some(t) = intended {
+            tokio::time::sleep_until(t.into()).await;
+            if live.stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        let sent = Instant::now();
+        let result = cluster.send_batch(node, filler.request(node)).await;
+        let done = Instant::now();
+        let wire_ops = filler.request(node).len() as u64;
+        let counts = filler.take_counts(node);
+        let ops: u64 = counts.iter().sum();
+        match result {
+            Ok(reply) => {
+                let failed = check_reply(&reply, wire_ops, &mut out);
+                let ok_counts = without_failures(counts, failed);
+                let ok: u64 = ok_counts.iter().sum();
+                out.wire_ops_completed += wire_ops.saturating_sub(failed);
+                live.completed.fetch_add(ok, Ordering::Relaxed);
+                if done >= live.measure_start && done <= live.measure_end {
+                    let latency = done.saturating_duration_since(intended.unwrap_or(sent)).as_nanos() as u64;
+                    let _ = out.batch_hist.record(latency.max(1));
+                    for (i, &c) in ok_counts.iter().enumerate() {
+                        if c > 0 {
+                            let _ = out.hists[i].record_n(latency.max(1), c);
+                            out.ops_by_type[i] += c;
+                        }
+                    }
+                    out.per_node_ops[node] += ok;
+                    let measured = live.measured.fetch_add(ok, Ordering::Relaxed) + ok;
+                    if let Some(limit) = cfg.ops_limit
+                        && measured >= limit
+                        && !live.stop.swap(true, Ordering::Relaxed)
+                    {
+                        let us = done.saturating_duration_since(live.measure_start).as_micros() as u64;
+                        live.ops_limit_reached_us.store(us, Ordering::Relaxed);
+                    }
+                }
+            }
+            Err(e) => {
+                out.error(e.kind(), ops);
+                live.failed.fetch_add(ops, Ordering::Relaxed);
+                back_off(&e).await;
+            }
+        }
+    }
+    out
+}
+
+/// Per-type op counts with `failed` ops taken off (from the first types on). Per-op failures
+/// are rare (a misconfigured cluster), and are reported in full in the error counts.
+fn without_failures(mut counts: [u64; 4], mut failed: u64) -> [u64; 4] {
+    for c in counts.iter_mut() {
+        let take = failed.min(*c);
+        *c -= take;
+        failed -= take;
+    }
+    counts
+}
+
+/// Counts per-op errors and read misses in a reply; returns the number of failed ops.
+fn check_reply(reply: &Reply, wire_ops: u64, out: &mut TaskOutput) -> u64 {
+    let view = match reply.batch() {
+        Ok(v) => v,
+        Err(e) => {
+            out.error(e.kind(), wire_ops);
+            return wire_ops;
+        }
+    };
+    if view.len() as u64 != wire_ops {
+        out.error("protocol", wire_ops);
+        return wire_ops;
+    }
+    let mut failed = 0;
+    for i in 0..view.len() {
+        match view.status(i) {
+            Some(OpStatus::NotFound) => out.read_misses += 1,
+            Some(OpStatus::WrongShard) => {
+                out.error("wrong_shard", 1);
+                failed += 1;
+            }
+            Some(OpStatus::Malformed) | None => {
+                out.error("malformed_op", 1);
+                failed += 1;
+            }
+            _ => {}
+        }
+    }
+    failed
+}
+
+/// After a failed batch, wait a little so a dead node does not turn the task into a busy loop.
+async fn back_off(e: &ClientError) {
+    let pause = match e {
+        ClientError::Timeout { .. } => Duration::from_millis(1),
+        _ => Duration::from_millis(20),
+    };
+    tokio::time::sleep(pause).await;
+}

@@ -1,0 +1,28 @@
+//! kvbench: how every figure about kvd is produced.
+//!
+//! # Layout
+//!
+//! * [`workload`]: YCSB mixes, presets and key distributions; per-task op generators.
+//! * [`engine`]: the tokio tasks that batch ops per node, send them and record latency.
+//! * [`hist`]: HDR histograms, their summaries and their portable (mergeable) encoding.
+//! * [`result`]: the self-describing result of a run, and merging results of several clients.
+//! * [`report`]: the summary table and CSV rows; [`chart`]: PNG/SVG charts.
+//! * [`run`], [`load`], [`sweep`], [`merge`]: the subcommands; [`cli`]: their flags.
+//! * [`progress`], [`cpu`], [`connect`]: progress display, own CPU time, connecting with hints.
+//!
+//! The wire protocol, routing and client come from `kvshared`; nothing here re-implements them.
+
+pub mod chart;
+pub mod cli;
+pub mod connect;
+pub mod cpu;
+pub mod engine;
+pub mod hist;
+pub mod load;
+pub mod merge;
+pub mod progress;
+pub mod report;
+pub mod result;
+pub mod run;
+pub mod sweep;
+pub mod workload;

@@ -1,0 +1,160 @@
+//! `kvbench load`: write records 0..N-1 in large batches, with progress.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use kvshared::client::Cluster;
+use kvshared::routing::{key_hash, owner_node};
+use kvshared::units::{grouped, si};
+use kvshared::wire::{BatchRequest, OpReply};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::cli::LoadArgs;
+use crate::connect;
+use crate::workload::write_key;
+
+/// What a load did.
+#[derive(Debug, Clone, Copy)]
+pub struct Loaded {
+    pub records: u64,
+    pub elapsed: Duration,
+}
+
+/// Writes records `0..records` (values of `value_size` bytes) using `tasks` concurrent tasks.
+/// Fails on the first batch that is not fully stored: a partial load would skew every run after it.
+pub async fn load(
+    cluster: Arc<Cluster>,
+    records: u64,
+    value_size: usize,
+    prefix: &str,
+    batch: usize,
+    tasks: usize,
+    seed: u64,
+    done: Arc<AtomicU64>,
+) -> anyhow::Result<Loaded> {
+    let start = Instant::now();
+    let tasks = tasks.clamp(1, records.max(1) as usize);
+    let per_task = records.div_ceil(tasks as u64);
+    let mut handles = Vec::new();
+    for t in 0..tasks as u64 {
+        let range = (t * per_task)..((t + 1) * per_task).min(records);
+        let (cluster, prefix, done) = (cluster.clone(), prefix.to_string(), done.clone());
+        handles.push(tokio::spawn(async move {
+            load_range(&cluster, range, value_size, &prefix, batch.max(1), seed ^ t, &done).await
+        }));
+    }
+    for h in handles {
+        h.await.context("a loading task stopped")??;
+    }
+    Ok(Loaded {
+        records,
+        elapsed: start.elapsed(),
+    })
+}
+
+async fn load_range(
+    cluster: &Cluster,
+    range: std::ops::Range<u64>,
+    value_size: usize,
+    prefix: &str,
+    batch: usize,
+    seed: u64,
+    done: &AtomicU64,
+) -> anyhow::Result<()> {
+    let nodes = cluster.node_count();
+    let mut batches: Vec<BatchRequest> = (0..nodes).map(|_| BatchRequest::new()).collect();
+    let mut value = vec![0u8; value_size];
+    SmallRng::seed_from_u64(seed).fill_bytes(&mut value);
+    let mut key = Vec::new();
+    for index in range {
+        key.clear();
+        write_key(&mut key, prefix, index);
+        let node = owner_node(key_hash(&key), nodes as u32) as usize;
+        let n = value.len().min(8);
+        value[..n].copy_from_slice(&index.to_le_bytes()[..n]);
+        batches[node].push_put(&key, &value);
+        if batches[node].len() >= batch {
+            send(cluster, node, &batches[node], done).await?;
+            batches[node].clear();
+        }
+    }
+    for (node, b) in batches.iter().enumerate() {
+        if !b.is_empty() {
+            send(cluster, node, b, done).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn send(cluster: &Cluster, node: usize, batch: &BatchRequest, done: &AtomicU64) -> anyhow::Result<()> {
+    let reply = cluster.send_batch(node, batch).await?;
+    let view = reply.batch()?;
+    for i in 0..view.len() {
+        match view.result(i) {
+            OpReply::Stored => {}
+            other => anyhow::bail!("{} did not store a record: {other:?}", cluster.addr(node)),
+        }
+    }
+    done.fetch_add(view.len() as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+/// `kvbench load`.
+pub async fn command(args: LoadArgs) -> anyhow::Result<()> {
+    let cluster = connect::cluster(&args.cluster).await?;
+    let done = Arc::new(AtomicU64::new(0));
+    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = ProgressBar::new(args.records);
+        bar.set_style(
+            ProgressStyle::with_template("loading {wide_bar} {pos}/{len} records ({per_sec}, eta {eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let ticker = bar.clone().map(|bar| {
+        let done = done.clone();
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(done.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    });
+    let result = load(
+        cluster.clone(),
+        args.records,
+        args.value_size,
+        &args.key_prefix,
+        args.batch,
+        args.tasks,
+        args.seed,
+        done,
+    )
+    .await;
+    if let Some(t) = ticker {
+        t.abort();
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let loaded = result?;
+    let secs = loaded.elapsed.as_secs_f64();
+    let mut keys = 0;
+    for n in 0..cluster.node_count() {
+        keys += cluster.stats(n).await.map(|s| s.keys).unwrap_or(0);
+    }
+    println!(
+        "loaded {} records of {} B in {:.2} s: {} records/s ({} keys now in the cluster)",
+        grouped(loaded.records),
+        args.value_size,
+        secs,
+        si(loaded.records as f64 / secs.max(1e-9)),
+        grouped(keys)
+    );
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! The result of a run, as written to JSON and read back by `kvbench merge`.
+//!
+//! A result file explains itself: it records every option, the workload, the kvbench
+//! version and the machine, next to the figures. Latency histograms are stored whole (see
+//! [`crate::hist`]) so that results from several client machines merge exactly.
+
+use std::collections::BTreeMap;
+
+use kvshared::stats::{NodeRates, NodeStats};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::EngineOutput;
+use crate::hist::{self, LatencySummary};
+use crate::workload::{OpType, WorkloadSpec};
+
+/// The machine a result was measured on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub hostname: String,
+    pub cores: usize,
+    pub os: String,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        Machine {
+            hostname: sysinfo::System::host_name().unwrap_or_default(),
+            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            os: format!(
+                "{} {}",
+                sysinfo::System::name().unwrap_or_default(),
+                sysinfo::System::kernel_version().unwrap_or_default()
+            ),
+        }
+    }
+}
+
+/// The load options of a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunOptions {
+    pub nodes: Vec<String>,
+    pub tasks: usize,
+    pub batch: usize,
+    pub pipeline: usize,
+    pub conns: usize,
+    pub threads: usize,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub ops_limit: Option<u64>,
+    /// Open-loop target rate (op/s); `None` for closed loop.
+    pub rate: Option<f64>,
+    pub seed: u64,
+    pub timeout_ms: u64,
+}
+
+/// What the servers themselves saw over the measured window (from their stats).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerFigures {
+    pub ops_per_sec: f64,
+    /// kvd's CPU, percent of one core.
+    pub cpu_percent: f64,
+    pub rss_bytes: u64,
+    pub bytes_in_per_sec: f64,
+    pub bytes_out_per_sec: f64,
+    pub host_cpu_percent: f64,
+    pub keys: u64,
+}
+
+impl ServerFigures {
+    pub fn between(before: &NodeStats, after: &NodeStats, seconds: f64) -> ServerFigures {
+        let r = NodeRates::between(before, after, seconds);
+        ServerFigures {
+            ops_per_sec: r.ops_per_sec,
+            cpu_percent: r.process_cpu_percent,
+            rss_bytes: after.process_rss_bytes,
+            bytes_in_per_sec: r.bytes_in_per_sec,
+            bytes_out_per_sec: r.bytes_out_per_sec,
+            host_cpu_percent: f64::from(after.host_cpu_percent),
+            keys: after.keys,
+        }
+    }
+}
+
+/// One node's share of a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeResult {
+    pub addr: String,
+    pub ops: u64,
+    pub ops_per_sec: f64,
+    pub server: Option<ServerFigures>,
+}
+
+/// A whole run (or several merged).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub kvbench_version: String,
+    pub started_unix_ms: u64,
+    pub command_line: Vec<String>,
+    pub machine: Machine,
+    pub options: RunOptions,
+    pub workload: Option<WorkloadSpec>,
+    /// True when run open loop (`--rate`): latencies count from each batch's intended send
+    /// time, which corrects for coordinated omission.
+    pub open_loop: bool,
+    /// Length of the measured window (warm-up excluded), seconds.
+    pub elapsed_s: f64,
+    pub ops: u64,
+    pub ops_per_sec: f64,
+    pub ops_by_type: BTreeMap<String, u64>,
+    /// Ops the servers acknowledged over the whole run, warm-up included, as wire ops.
+    pub wire_ops_completed: u64,
+    pub read_misses: u64,
+    pub failed_ops: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub per_node: Vec<NodeResult>,
+    /// Ops completed in each second since the start; the first `warmup_s` seconds are warm-up.
+    pub per_second: Vec<u64>,
+    /// Per op type and for whole batch round trips ("batch").
+    pub latency_us: BTreeMap<String, LatencySummary>,
+    /// The same histograms, nanoseconds, HdrHistogram V2 deflate + base64.
+    pub histograms: BTreeMap<String, String>,
+    /// kvbench's own CPU over the measured window, percent of one core.
+    pub client_cpu_percent: f64,
+    /// How many runs this result combines (1 unless made by `kvbench merge`).
+    pub merged_runs: usize,
+}
+
+impl RunResult {
+    /// Builds a result from the engine's output and the servers' stats around the window.
+    pub fn from_engine(
+        out: &EngineOutput,
+        options: RunOptions,
+        workload: WorkloadSpec,
+        servers: Vec<Option<ServerFigures>>,
+        client_cpu_percent: f64,
+        started_unix_ms: u64,
+    ) -> anyhow::Result<RunResult> {
+        let secs = out.elapsed.as_secs_f64().max(1e-9);
+        let mut latency_us = BTreeMap::new();
+        let mut histograms = BTreeMap::new();
+        let mut ops_by_type = BTreeMap::new();
+        for t in OpType::ALL {
+            let h = &out.hists[t as usize];
+            if !h.is_empty() {
+                latency_us.insert(t.name().to_string(), LatencySummary::of(h));
+                histograms.insert(t.name().to_string(), hist::encode(h)?);
+                ops_by_type.insert(t.name().to_string(), out.ops_by_type[t as usize]);
+            }
+        }
+        if !out.batch_hist.is_empty() {
+            latency_us.insert("batch".into(), LatencySummary::of(&out.batch_hist));
+            histograms.insert("batch".into(), hist::encode(&out.batch_hist)?);
+        }
+        let per_node = options
+            .nodes
+            .iter()
+            .zip(&out.per_node_ops)
+            .zip(servers)
+            .map(|((addr, &ops), server)| NodeResult {
+                addr: addr.clone(),
+                ops,
+                ops_per_sec: ops as f64 / secs,
+                server,
+            })
+            .collect();
+        Ok(RunResult {
+            kvbench_version: env!("CARGO_PKG_VERSION").to_string(),
+            started_unix_ms,
+            command_line: std::env::args().collect(),
+            machine: Machine::this(),
+            open_loop: options.rate.is_some(),
+            options,
+            workload: Some(workload),
+            elapsed_s: out.elapsed.as_secs_f64(),
+            ops: out.ops(),
+            ops_per_sec: out.ops() as f64 / secs,
+            ops_by_type,
+            wire_ops_completed: out.wire_ops_completed,
+            read_misses: out.read_misses,
+            failed_ops: out.failed_ops,
+            errors: out.errors.clone(),
+            per_node,
+            per_second: out.per_second.clone(),
+            latency_us,
+            histograms,
+            client_cpu_percent,
+            merged_runs: 1,
+        })
+    }
+
+    /// Combines runs made at the same time from several client machines against one cluster:
+    /// throughputs and counts add, histograms are merged and percentiles recomputed from them.
+    pub fn merge(results: &[RunResult]) -> anyhow::Result<RunResult> {
+        let Some(first) = results.first() else {
+            anyhow::bail!("nothing to merge");
+        };
+        let mut m = first.clone();
+        m.merged_runs = 0;
+        m.ops = 0;
+        m.ops_per_sec = 0.0;
+        m.ops_by_type.clear();
+        m.wire_ops_completed = 0;
+        m.read_misses = 0;
+        m.failed_ops = 0;
+        m.errors.clear();
+        m.per_second.clear();
+        m.client_cpu_percent = 0.0;
+        m.elapsed_s = 0.0;
+        for n in &mut m.per_node {
+            n.ops = 0;
+            n.ops_per_sec = 0.0;
+        }
+        let mut hists: BTreeMap<String, hist::Hist> = BTreeMap::new();
+        for r in results {
+            m.merged_runs += r.merged_runs.max(1);
+            m.ops += r.ops;
+            m.ops_per_sec += r.ops_per_sec;
+            m.wire_ops_completed += r.wire_ops_completed;
+            m.read_misses += r.read_misses;
+            m.failed_ops += r.failed_ops;
+            m.client_cpu_percent += r.client_cpu_percent;
+            m.elapsed_s = m.elapsed_s.max(r.elapsed_s);
+            for (k, v) in &r.ops_by_type {
+                *m.ops_by_type.entry(k.clone()).or_insert(0) += v;
+            }
+            for (k, v) in &r.errors {
+                *m.errors.entry(k.clone()).or_insert(0) += v;
+            }
+            for (i, v) in r.per_second.iter().enumerate() {
+                if m.per_second.len() <= i {
+                    m.per_second.push(0);
+                }
+                m.per_second[i] += v;
+            }
+            for n in &r.per_node {
+                match m.per_node.iter_mut().find(|x| x.addr == n.addr) {
+                    Some(x) => {
+                        x.ops += n.ops;
+                        x.ops_per_sec += n.ops_per_sec;
+                        // Every client saw the same servers; keep the first report of them.
+                        if x.server.is_none() {
+                            x.server = n.server.clone();
+                        }
+                    }
+                    None => m.per_node.push(n.clone()),
+                }
+            }
+            for (k, text) in &r.histograms {
+                let h = hist::decode(text)?;
+                match hists.get_mut(k) {
+                    Some(acc) => acc
+                        .add(&h)
+                        .map_err(|e| anyhow::anyhow!("cannot merge {k} histograms: {e:?}"))?,
+                    None => {
+                        hists.insert(k.clone(), h);
+                    }
+                }
+            }
+        }
+        m.latency_us = hists.iter().map(|(k, h)| (k.clone(), LatencySummary::of(h))).collect();
+        m.histograms = hists
+            .iter()
+            .map(|(k, h)| Ok((k.clone(), hist::encode(h)?)))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hist::new_hist;
+
+    fn result(ops: u64, latencies: &[u64], addr: &str) -> RunResult {
+        let mut h = new_hist();
+        for &l in latencies {
+            h.record(l).unwrap();
+        }
+        RunResult {
+            ops,
+            ops_per_sec: ops as f64,
+            elapsed_s: 1.0,
+            per_node: vec![NodeResult {
+                addr: addr.into(),
+                ops,
+                ops_per_sec: ops as f64,
+                server: None,
+            }],
+            per_second: vec![ops],
+            latency_us: [("read".to_string(), LatencySummary::of(&h))].into(),
+            histograms: [("read".to_string(), hist::encode(&h).unwrap())].into(),
+            merged_runs: 1,
+            ..RunResult::default()
+        }
+    }
+
+    #[test]
+    fn merge_adds_throughput_and_merges_histograms() {
+        let a = result(100, &[1_000, 2_000, 3_000], "n0");
+        let b = result(300, &[10_000, 20_000, 30_000], "n0");
+        let m = RunResult::merge(&[a, b]).unwrap();
+        assert_eq!((m.ops, m.ops_per_sec, m.merged_runs), (400, 400.0, 2));
+        assert_eq!(m.per_node.len(), 1);
+        assert_eq!(m.per_node[0].ops, 400);
+        assert_eq!(m.per_second, vec![400]);
+        let read = &m.latency_us["read"];
+        assert_eq!(read.count, 6);
+        assert!((read.max_us - 30.0).abs() < 0.1);
+        // The median of the combined samples, not an average of the two medians (2 and 20).
+        assert!((read.p50_us - 3.0).abs() < 0.1, "{}", read.p50_us);
+    }
+}

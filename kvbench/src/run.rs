@@ -1,0 +1,173 @@
+//! `kvbench run`: drive the cluster, read the servers' stats around the measured window,
+//! and report.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kvshared::client::Cluster;
+use kvshared::frame::AlignedVec;
+use kvshared::frame::FrameKind;
+use kvshared::stats::NodeStats;
+use kvshared::units::{grouped, si};
+use kvshared::wire::encode_frame;
+
+use crate::cli::RunArgs;
+use crate::connect;
+use crate::cpu::own_cpu_ms;
+use crate::engine::{self, BatchFiller, EngineConfig, Live};
+use crate::progress;
+use crate::report::{self, CsvRow};
+use crate::result::{RunOptions, RunResult, ServerFigures};
+use crate::workload::{Shared, WorkloadSpec};
+
+/// Runs one benchmark as `args` says, against an already connected cluster.
+pub async fn run_with(cluster: Arc<Cluster>, args: &RunArgs, show_progress: bool) -> anyhow::Result<RunResult> {
+    let spec = WorkloadSpec::new(args.workload.workload, &args.workload.spec_options());
+    let shared = Shared::new(spec.clone(), cluster.node_count() as u32);
+    let cfg = EngineConfig {
+        tasks: args.tasks.max(1),
+        batch: args.batch.max(1),
+        warmup: args.timing.warmup,
+        duration: args.timing.duration,
+        ops_limit: args.timing.ops,
+        rate: args.timing.rate,
+        seed: args.timing.seed,
+    };
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let live = Live::new(&cfg);
+    let progress = show_progress.then(|| tokio::spawn(progress::watch(live.clone(), cfg.warmup + cfg.duration)));
+
+    // Figures at the start of the measured window, taken beside the load.
+    let window_start = {
+        let (cluster, live) = (cluster.clone(), live.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep_until(live.measure_start.into()).await;
+            (Instant::now(), all_stats(&cluster).await, own_cpu_ms())
+        })
+    };
+    let out = engine::run(cluster.clone(), shared, cfg.clone(), live.clone()).await;
+    let end = (Instant::now(), all_stats(&cluster).await, own_cpu_ms());
+    if let Some(p) = progress {
+        let _ = p.await;
+    }
+    let (t0, stats0, cpu0) = window_start.await?;
+    let secs = end.0.duration_since(t0).as_secs_f64();
+    let servers = stats0
+        .iter()
+        .zip(&end.1)
+        .map(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) => Some(ServerFigures::between(a, b, secs)),
+            _ => None,
+        })
+        .collect();
+    let client_cpu = end.2.saturating_sub(cpu0) as f64 / 10.0 / secs.max(1e-9);
+    let options = RunOptions {
+        nodes: (0..cluster.node_count()).map(|n| cluster.addr(n).to_string()).collect(),
+        tasks: cfg.tasks,
+        batch: cfg.batch,
+        pipeline: cluster.config().pipeline,
+        conns: cluster.config().conns_per_node,
+        threads: args.cluster.threads.unwrap_or_else(default_threads),
+        duration_s: cfg.duration.as_secs_f64(),
+        warmup_s: cfg.warmup.as_secs_f64(),
+        ops_limit: cfg.ops_limit,
+        rate: cfg.rate,
+        seed: cfg.seed,
+        timeout_ms: cluster.config().request_timeout.as_millis() as u64,
+    };
+    RunResult::from_engine(&out, options, spec, servers, client_cpu, started_unix_ms)
+}
+
+/// Every node's stats, `None` for a node that does not answer.
+async fn all_stats(cluster: &Cluster) -> Vec<Option<NodeStats>> {
+    let mut v = Vec::with_capacity(cluster.node_count());
+    for n in 0..cluster.node_count() {
+        v.push(cluster.stats(n).await.ok());
+    }
+    v
+}
+
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// `kvbench run`.
+pub async fn command(args: RunArgs) -> anyhow::Result<()> {
+    if args.dry_run {
+        return dry_run(&args);
+    }
+    let cluster = connect::cluster(&args.cluster).await?;
+    let result = run_with(cluster, &args, !args.quiet).await?;
+    let json_to_stdout = args.json.as_deref() == Some(std::path::Path::new("-"));
+    let text = report::summary(&result);
+    if json_to_stdout {
+        eprint!("{text}");
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &result)?;
+        writeln!(out)?;
+    } else {
+        print!("{text}");
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_vec_pretty(&result)?)?;
+            eprintln!("kvbench: result written to {}", path.display());
+        }
+    }
+    if let Some(path) = &args.csv {
+        report::append_csv(path, &CsvRow::of(&result))?;
+    }
+    Ok(())
+}
+
+/// Generates and encodes ops on this thread without sending anything: kvbench's own cost.
+fn dry_run(args: &RunArgs) -> anyhow::Result<()> {
+    let nodes = connect::nodes(&args.cluster)?.len();
+    let spec = WorkloadSpec::new(args.workload.workload, &args.workload.spec_options());
+    let describe = spec.describe();
+    let prefix = spec.key_prefix.clone();
+    let build = Instant::now();
+    let shared = Shared::new(spec, nodes as u32);
+    let setup = build.elapsed();
+    let mut filler = BatchFiller::new(shared, args.timing.seed, nodes, args.batch.max(1));
+    let mut frame = AlignedVec::new();
+    let budget = args.timing.duration.min(Duration::from_secs(5));
+    let start = Instant::now();
+    let cpu0 = own_cpu_ms();
+    let mut bytes = 0u64;
+    let mut batches = 0u64;
+    while start.elapsed() < budget {
+        for _ in 0..64 {
+            let node = filler.fill(&prefix);
+            encode_frame(FrameKind::BatchRequest, batches, filler.request(node), &mut frame)?;
+            bytes += frame.len() as u64;
+            batches += 1;
+            filler.clear_node(node);
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = (own_cpu_ms().saturating_sub(cpu0)) as f64 / 1000.0;
+    let ops = filler.generated;
+    println!("dry run    {describe}");
+    println!(
+        "           {} nodes, batch {}: generated and encoded {} ops in {:.2} s on one thread",
+        nodes,
+        args.batch,
+        grouped(ops),
+        secs
+    );
+    println!(
+        "rate       {} op/s per core ({} op/s wall clock), {} batches, {:.1} bytes/op on the wire",
+        si(ops as f64 / cpu.max(1e-9)),
+        si(ops as f64 / secs),
+        grouped(batches),
+        bytes as f64 / ops.max(1) as f64
+    );
+    println!(
+        "setup      key generator ready in {:.1} ms",
+        setup.as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
