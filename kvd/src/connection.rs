@@ -23,8 +23,10 @@ use crate::node::Node;
 use crate::store::Scratch;
 
 /// After shutdown is signalled, a connection keeps answering requests that arrive within
-/// this long of each other (the batches already in flight), then closes.
+/// this long of each other (the batches already in flight), then closes...
 const DRAIN_IDLE: Duration = Duration::from_millis(200);
+/// ...but never for longer than this, so a client that keeps sending cannot hold shutdown open.
+const DRAIN_MAX: Duration = Duration::from_secs(1);
 
 /// Flush the local tally to the shared counters at least this often, in batches.
 const TALLY_EVERY: u64 = 64;
@@ -57,18 +59,22 @@ pub async fn serve_connection(
         scratch: Scratch::default(),
     };
     let mut tally = Tally::default();
-    let mut draining = false;
+    let mut drain_until: Option<tokio::time::Instant> = None;
     let max_frame = node.config.max_frame;
 
     let end: Result<(), String> = loop {
+        if drain_until.is_some_and(|until| tokio::time::Instant::now() >= until) {
+            break Ok(());
+        }
         if reader.buffer().is_empty() {
             // Nothing more is queued: publish counters, then push out the answers so far.
             tally.flush(&node.counters, conn_id);
             if let Err(e) = writer.flush().await {
                 break Err(e.to_string());
             }
-            if draining {
-                match tokio::time::timeout(DRAIN_IDLE, reader.fill_buf()).await {
+            if let Some(until) = drain_until {
+                let wait = DRAIN_IDLE.min(until.saturating_duration_since(tokio::time::Instant::now()));
+                match tokio::time::timeout(wait, reader.fill_buf()).await {
                     Ok(Ok([])) | Err(_) => break Ok(()),
                     Ok(Ok(_)) => {}
                     Ok(Err(e)) => break Err(e.to_string()),
@@ -81,13 +87,13 @@ pub async fn serve_connection(
                         Err(e) => break Err(e.to_string()),
                     },
                     _ = shutdown.recv() => {
-                        draining = true;
+                        drain_until = Some(tokio::time::Instant::now() + DRAIN_MAX);
                         continue;
                     }
                 }
             }
         }
-        let read = if draining {
+        let read = if drain_until.is_some() {
             tokio::time::timeout(DRAIN_IDLE * 5, read_frame(&mut reader, &mut bufs.body, max_frame))
                 .await
                 .unwrap_or(Err(FrameError::Truncated))
