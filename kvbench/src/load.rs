@@ -25,25 +25,48 @@ pub struct Loaded {
     pub elapsed: Duration,
 }
 
-/// Writes records `0..records` (values of `value_size` bytes) using `tasks` concurrent tasks.
+/// What to load.
+#[derive(Debug, Clone)]
+pub struct LoadPlan {
+    pub records: u64,
+    pub value_size: usize,
+    pub key_prefix: String,
+    /// Puts per batch per node.
+    pub batch: usize,
+    pub tasks: usize,
+    pub seed: u64,
+}
+
+impl From<&LoadArgs> for LoadPlan {
+    fn from(a: &LoadArgs) -> LoadPlan {
+        LoadPlan {
+            records: a.records,
+            value_size: a.value_size,
+            key_prefix: a.key_prefix.clone(),
+            batch: a.batch,
+            tasks: a.tasks,
+            seed: a.seed,
+        }
+    }
+}
+
+/// Writes records `0..records` using `tasks` concurrent tasks, counting stored records in `done`.
 /// Fails on the first batch that is not fully stored: a partial load would skew every run after it.
-pub async fn load(
-    cluster: Arc<Cluster>,
-    records: u64,
-    value_size: usize,
-    prefix: &str,
-    batch: usize,
-    tasks: usize,
-    seed: u64,
-    done: Arc<AtomicU64>,
-) -> anyhow::Result<Loaded> {
+pub async fn load(cluster: Arc<Cluster>, plan: &LoadPlan, done: Arc<AtomicU64>) -> anyhow::Result<Loaded> {
+    let LoadPlan {
+        records,
+        value_size,
+        batch,
+        seed,
+        ..
+    } = *plan;
     let start = Instant::now();
-    let tasks = tasks.clamp(1, records.max(1) as usize);
+    let tasks = plan.tasks.clamp(1, records.max(1) as usize);
     let per_task = records.div_ceil(tasks as u64);
     let mut handles = Vec::new();
     for t in 0..tasks as u64 {
         let range = (t * per_task)..((t + 1) * per_task).min(records);
-        let (cluster, prefix, done) = (cluster.clone(), prefix.to_string(), done.clone());
+        let (cluster, prefix, done) = (cluster.clone(), plan.key_prefix.clone(), done.clone());
         handles.push(tokio::spawn(async move {
             load_range(&cluster, range, value_size, &prefix, batch.max(1), seed ^ t, &done).await
         }));
@@ -125,17 +148,7 @@ pub async fn command(args: LoadArgs) -> anyhow::Result<()> {
             }
         })
     });
-    let result = load(
-        cluster.clone(),
-        args.records,
-        args.value_size,
-        &args.key_prefix,
-        args.batch,
-        args.tasks,
-        args.seed,
-        done,
-    )
-    .await;
+    let result = load(cluster.clone(), &LoadPlan::from(&args), done).await;
     if let Some(t) = ticker {
         t.abort();
     }

@@ -28,15 +28,38 @@ async fn a_run_reports_every_field_and_matches_the_servers_counts() {
     let nodes = LocalCluster::start(2, |_| {}).await.unwrap();
     let list = nodes.addrs().join(",");
     let cluster = Arc::new(Cluster::connect(&nodes.addrs(), ClientConfig::default()).await.unwrap());
-    kvbench::load::load(cluster.clone(), 2000, 32, "", 256, 2, 1, Arc::new(AtomicU64::new(0)))
+    let plan = kvbench::load::LoadPlan {
+        records: 2000,
+        value_size: 32,
+        key_prefix: String::new(),
+        batch: 256,
+        tasks: 2,
+        seed: 1,
+    };
+    kvbench::load::load(cluster.clone(), &plan, Arc::new(AtomicU64::new(0)))
         .await
         .unwrap();
     let before = server_ops(&cluster).await;
     assert_eq!(before, 2000, "the load wrote each record once");
 
     let Command::Run(args) = parse(&[
-        "run", "--nodes", &list, "--records", "2000", "--value-size", "32", "--tasks", "4", "--batch", "16",
-        "--warmup", "200ms", "--duration", "1s", "--workload", "f",
+        "run",
+        "--nodes",
+        &list,
+        "--records",
+        "2000",
+        "--value-size",
+        "32",
+        "--tasks",
+        "4",
+        "--batch",
+        "16",
+        "--warmup",
+        "200ms",
+        "--duration",
+        "1s",
+        "--workload",
+        "f",
     ]) else {
         unreachable!()
     };
@@ -56,8 +79,20 @@ async fn a_run_reports_every_field_and_matches_the_servers_counts() {
 
     let json: serde_json::Value = serde_json::to_value(&r).unwrap();
     for field in [
-        "kvbench_version", "machine", "options", "workload", "elapsed_s", "ops", "ops_per_sec", "per_node",
-        "per_second", "latency_us", "histograms", "errors", "client_cpu_percent", "command_line",
+        "kvbench_version",
+        "machine",
+        "options",
+        "workload",
+        "elapsed_s",
+        "ops",
+        "ops_per_sec",
+        "per_node",
+        "per_second",
+        "latency_us",
+        "histograms",
+        "errors",
+        "client_cpu_percent",
+        "command_line",
     ] {
         assert!(json.get(field).is_some(), "missing {field}");
     }
@@ -78,8 +113,21 @@ async fn open_loop_keeps_to_its_rate_and_says_so() {
     let nodes = LocalCluster::start(1, |_| {}).await.unwrap();
     let list = nodes.addrs().join(",");
     let Command::Run(args) = parse(&[
-        "run", "--nodes", &list, "--records", "100", "--tasks", "2", "--batch", "10", "--warmup", "0s", "--duration",
-        "1s", "--rate", "2000",
+        "run",
+        "--nodes",
+        &list,
+        "--records",
+        "100",
+        "--tasks",
+        "2",
+        "--batch",
+        "10",
+        "--warmup",
+        "0s",
+        "--duration",
+        "1s",
+        "--rate",
+        "2000",
     ]) else {
         unreachable!()
     };
@@ -96,8 +144,21 @@ async fn a_node_dying_mid_run_fails_only_its_ops_and_the_run_ends() {
     let mut nodes = LocalCluster::start(2, |_| {}).await.unwrap();
     let list = nodes.addrs().join(",");
     let Command::Run(args) = parse(&[
-        "run", "--nodes", &list, "--records", "1000", "--tasks", "4", "--batch", "8", "--warmup", "0s", "--duration",
-        "2s", "--timeout", "1s",
+        "run",
+        "--nodes",
+        &list,
+        "--records",
+        "1000",
+        "--tasks",
+        "4",
+        "--batch",
+        "8",
+        "--warmup",
+        "0s",
+        "--duration",
+        "2s",
+        "--timeout",
+        "1s",
     ]) else {
         unreachable!()
     };
@@ -116,7 +177,11 @@ async fn a_node_dying_mid_run_fails_only_its_ops_and_the_run_ends() {
     .unwrap();
     killer.await.unwrap();
     assert!(r.failed_ops > 0, "ops to the dead node are reported as failed");
-    assert!(r.errors.keys().any(|k| k == "node_down" || k == "connect"), "{:?}", r.errors);
+    assert!(
+        r.errors.keys().any(|k| k == "node_down" || k == "connect"),
+        "{:?}",
+        r.errors
+    );
     assert!(r.per_node[0].ops > 0, "the live node kept serving");
 }
 
@@ -126,8 +191,21 @@ async fn a_two_by_two_sweep_writes_csv_and_charts() {
     let list = nodes.addrs().join(",");
     let out = std::env::temp_dir().join(format!("kvbench-sweep-test-{}", std::process::id()));
     let Command::Sweep(args) = parse(&[
-        "sweep", "--nodes", &list, "--records", "500", "--tasks", "1,4", "--batch", "1,32", "--warmup", "100ms",
-        "--duration", "300ms", "--out", out.to_str().unwrap(),
+        "sweep",
+        "--nodes",
+        &list,
+        "--records",
+        "500",
+        "--tasks",
+        "1,4",
+        "--batch",
+        "1,32",
+        "--warmup",
+        "100ms",
+        "--duration",
+        "300ms",
+        "--out",
+        out.to_str().unwrap(),
     ]) else {
         unreachable!()
     };
@@ -153,7 +231,10 @@ fn the_binary_explains_an_unreachable_cluster() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot reach the cluster") && err.contains("127.0.0.1:1"), "{err}");
+    assert!(
+        err.contains("cannot reach the cluster") && err.contains("127.0.0.1:1"),
+        "{err}"
+    );
 
     // With no --nodes at all and nothing on the default port, the hint says how to start kvd.
     if std::net::TcpListener::bind("127.0.0.1:7070").is_ok() {
