@@ -34,6 +34,9 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Combine result files from several client machines into one result.
     Merge(MergeArgs),
+    /// Record a concurrent history against the cluster and check it is linearizable
+    /// (exit 0 linearizable, 1 not linearizable, 2 unknown or error).
+    Check(CheckArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -208,4 +211,36 @@ pub struct MergeArgs {
     /// Write the merged result as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Concurrent clients, each doing one op at a time.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Distinct keys (few keys means more contention, a harder check).
+    #[arg(long, default_value_t = 100)]
+    pub keys: usize,
+    /// How long to record.
+    #[arg(long, short = 'd', default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Percent of gets; puts are 40%, the rest deletes.
+    #[arg(long, default_value_t = 50)]
+    pub get_percent: u32,
+    /// Save the recorded history as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
+    /// Check a saved history instead of recording one.
+    #[arg(long, value_name = "FILE", conflicts_with = "history")]
+    pub from: Option<PathBuf>,
+    /// Give up (exit 2, verdict unknown) if checking takes longer than this.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub deadline: Duration,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }

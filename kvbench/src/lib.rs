@@ -7,12 +7,13 @@
 //! * [`hist`]: HDR histograms, their summaries and their portable (mergeable) encoding.
 //! * [`result`]: the self-describing result of a run, and merging results of several clients.
 //! * [`report`]: the summary table and CSV rows; [`chart`]: PNG/SVG charts.
-//! * [`run`], [`load`], [`sweep`], [`merge`]: the subcommands; [`cli`]: their flags.
+//! * [`run`], [`load`], [`sweep`], [`merge`], [`check`]: the subcommands; [`cli`]: their flags.
 //! * [`progress`], [`cpu`], [`connect`]: progress display, own CPU time, connecting with hints.
 //!
 //! The wire protocol, routing and client come from `kvshared`; nothing here re-implements them.
 
 pub mod chart;
+pub mod check;
 pub mod cli;
 pub mod connect;
 pub mod cpu;

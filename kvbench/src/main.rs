@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         Command::Run(a) => a.cluster.threads,
         Command::Sweep(a) => a.cluster.threads,
         Command::Load(a) => a.cluster.threads,
+        Command::Check(a) => a.cluster.threads,
         Command::Merge(_) => Some(1),
     }
     .unwrap_or_else(kvbench::run::default_threads)
@@ -31,15 +32,17 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async {
-        match cli.command {
+        let done = match cli.command {
             Command::Load(a) => kvbench::load::command(a).await,
             Command::Run(a) => kvbench::run::command(a).await,
             Command::Sweep(a) => kvbench::sweep::command(a).await,
             Command::Merge(a) => kvbench::merge::command(a),
-        }
+            Command::Check(a) => return kvbench::check::command(a).await,
+        };
+        done.map(|()| ExitCode::SUCCESS)
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("kvbench: {e:#}");
             ExitCode::from(2)

@@ -24,6 +24,9 @@ pub struct NodeConfig {
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
     pub sample_period: Duration,
+    /// Test-only fault injection: answer some reads from a stale copy.
+    #[cfg(feature = "fault-stale-reads")]
+    pub fault_stale_reads: bool,
 }
 
 impl Default for NodeConfig {
@@ -36,6 +39,8 @@ impl Default for NodeConfig {
             max_frame: DEFAULT_MAX_FRAME,
             worker_threads: 1,
             sample_period: Duration::from_secs(1),
+            #[cfg(feature = "fault-stale-reads")]
+            fault_stale_reads: false,
         }
     }
 }
@@ -51,8 +56,14 @@ pub struct Node {
 
 impl Node {
     pub fn new(config: NodeConfig) -> Node {
+        #[allow(unused_mut)]
+        let mut store = Store::new(config.shard, config.map_shards, config.capacity);
+        #[cfg(feature = "fault-stale-reads")]
+        if config.fault_stale_reads {
+            store.enable_stale_reads();
+        }
         Node {
-            store: Store::new(config.shard, config.map_shards, config.capacity),
+            store,
             counters: Counters::default(),
             sampler: Sampler::start(config.sample_period),
             started: Instant::now(),

@@ -81,6 +81,8 @@ pub struct Scratch {
 pub struct Store {
     shards: Box<[CachePadded<RwLock<Shard>>]>,
     me: ShardId,
+    #[cfg(feature = "fault-stale-reads")]
+    fault: Option<stale::StaleReads>,
 }
 
 impl Store {
@@ -92,7 +94,18 @@ impl Store {
         let shards = (0..n)
             .map(|_| CachePadded::new(RwLock::new(HashTable::with_capacity(per_shard))))
             .collect();
-        Store { shards, me }
+        Store {
+            shards,
+            me,
+            #[cfg(feature = "fault-stale-reads")]
+            fault: None,
+        }
+    }
+
+    /// Test-only fault: answer some reads from a stale copy (see [`stale`]).
+    #[cfg(feature = "fault-stale-reads")]
+    pub fn enable_stale_reads(&mut self) {
+        self.fault = Some(stale::StaleReads::new(self.shards.len()));
     }
 
     pub fn shard_id(&self) -> ShardId {
@@ -189,7 +202,7 @@ impl Store {
         for &e in group {
             let i = e as u32 as usize;
             if let Ok(op) = batch.op(i) {
-                get(&table, hashes[i], op.key, i, out, tally);
+                self.get(shard, &table, hashes[i], op.key, i, out, tally);
             }
         }
     }
@@ -212,11 +225,17 @@ impl Store {
             let Ok(op) = batch.op(i) else { continue };
             let hash = hashes[i];
             match op.kind {
-                OpKind::Get => get(&table, hash, op.key, i, out, tally),
+                OpKind::Get => self.get(shard, &table, hash, op.key, i, out, tally),
                 OpKind::Put => {
                     tally.puts += 1;
                     match table.find_mut(hash, |e| e.key() == op.key) {
-                        Some(entry) => entry.set_value(op.value),
+                        Some(entry) => {
+                            #[cfg(feature = "fault-stale-reads")]
+                            if let Some(f) = &self.fault {
+                                f.remember(shard, op.key, entry.value());
+                            }
+                            entry.set_value(op.value)
+                        }
                         None => {
                             table.insert_unique(hash, Entry::new(op.key, op.value), |e| key_hash(e.key()));
                         }
@@ -239,17 +258,35 @@ impl Store {
     }
 }
 
-#[inline]
-fn get(table: &Shard, hash: u64, key: &[u8], i: usize, out: &mut BatchResponse, tally: &mut BatchTally) {
-    tally.gets += 1;
-    match table.find(hash, |e| e.key() == key) {
-        Some(entry) => {
-            tally.hits += 1;
-            out.set_found(i, entry.value());
-        }
-        None => {
-            tally.misses += 1;
-            out.set(i, OpStatus::NotFound);
+impl Store {
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn get(
+        &self,
+        _shard: usize,
+        table: &Shard,
+        hash: u64,
+        key: &[u8],
+        i: usize,
+        out: &mut BatchResponse,
+        tally: &mut BatchTally,
+    ) {
+        tally.gets += 1;
+        match table.find(hash, |e| e.key() == key) {
+            Some(entry) => {
+                tally.hits += 1;
+                #[cfg(feature = "fault-stale-reads")]
+                if let Some(f) = &self.fault
+                    && f.answer_stale(_shard, key, |v| out.set_found(i, v))
+                {
+                    return;
+                }
+                out.set_found(i, entry.value());
+            }
+            None => {
+                tally.misses += 1;
+                out.set(i, OpStatus::NotFound);
+            }
         }
     }
 }
@@ -281,6 +318,53 @@ fn group_by_shard(order: &mut Vec<u64>, counts: &mut Vec<u32>, sorted: &mut Vec<
         *slot += 1;
     }
     std::mem::swap(order, sorted);
+}
+
+/// A deliberate bug for the linearizability tests to find: the store remembers each
+/// overwritten value and answers every third read of such a key with it. Compiled only with
+/// the `fault-stale-reads` feature, and even then off unless a test turns it on.
+#[cfg(feature = "fault-stale-reads")]
+pub mod stale {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    pub struct StaleReads {
+        old: Box<[Mutex<HashMap<Vec<u8>, Vec<u8>>>]>,
+        reads: AtomicU64,
+    }
+
+    impl StaleReads {
+        pub fn new(shards: usize) -> StaleReads {
+            StaleReads {
+                old: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
+                reads: AtomicU64::new(0),
+            }
+        }
+
+        pub fn remember(&self, shard: usize, key: &[u8], old: &[u8]) {
+            if let Ok(mut m) = self.old[shard].lock() {
+                m.insert(key.to_vec(), old.to_vec());
+            }
+        }
+
+        /// Calls `answer` with a stale value and returns true, for one read in three.
+        pub fn answer_stale(&self, shard: usize, key: &[u8], answer: impl FnOnce(&[u8])) -> bool {
+            if !self.reads.fetch_add(1, Ordering::Relaxed).is_multiple_of(3) {
+                return false;
+            }
+            match self.old[shard].lock() {
+                Ok(m) => match m.get(key) {
+                    Some(v) => {
+                        answer(v);
+                        true
+                    }
+                    None => false,
+                },
+                Err(_) => false,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,12 +7,14 @@
 //! * [`wire`]: the rkyv body types (column-wise batches and results) and checked views over them.
 //! * [`stats`]: per-node statistics as served by kvd, and rates between two samples.
 //! * [`units`]: human-readable numbers (1.2M op/s, 734 KB/s) for every tool's output.
+//! * [`history`]: recorded histories and the linearizability checker (no network code).
 //! * [`client`]: the async cluster client (pools, pipelining, routing, merging, timeouts).
 //!
 //! Nothing in this crate starts a server; kvd owns the store and the serving loop.
 
 pub mod client;
 pub mod frame;
+pub mod history;
 pub mod routing;
 pub mod stats;
 pub mod units;

@@ -3,12 +3,14 @@
 mod cluster;
 mod connection;
 mod error;
+mod recording;
 
 use std::time::Duration;
 
 pub use cluster::{Cluster, Op, Outcome};
 pub use connection::{Connection, InFlight, Reply};
 pub use error::ClientError;
+pub use recording::{RecordConfig, Recording, record};
 
 use crate::frame::DEFAULT_MAX_FRAME;
 

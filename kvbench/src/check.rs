@@ -1,0 +1,101 @@
+//! `kvbench check`: record a concurrent history against a live cluster (or read a saved
+//! one) and check it is linearizable.
+
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use kvshared::client::{RecordConfig, record};
+use kvshared::history::{CheckOptions, History, Verdict, check, render_timeline};
+use kvshared::units::grouped;
+
+use crate::cli::CheckArgs;
+use crate::connect;
+
+/// Exit codes: 0 linearizable, 1 not linearizable, 2 unknown.
+pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let history = match &args.from {
+        Some(path) => {
+            let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            serde_json::from_slice::<History>(&text)
+                .with_context(|| format!("{} is not a saved history", path.display()))?
+        }
+        None => record_history(&args).await?,
+    };
+    let options = CheckOptions {
+        deadline: Some(args.deadline),
+        threads: 0,
+    };
+    let history_for_check = history.clone();
+    let report = tokio::task::spawn_blocking(move || check(&history_for_check, &options)).await?;
+    let code = match &report.verdict {
+        Verdict::Linearizable => 0,
+        Verdict::NotLinearizable(_) => 1,
+        Verdict::Unknown { .. } => 2,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let clients = {
+            let mut c: Vec<u32> = history.operations.iter().map(|o| o.client).collect();
+            c.sort_unstable();
+            c.dedup();
+            c.len()
+        };
+        let verdict = match &report.verdict {
+            Verdict::Linearizable => "LINEARIZABLE".to_string(),
+            Verdict::NotLinearizable(f) => format!("NOT LINEARIZABLE (key {:?})", f.key),
+            Verdict::Unknown { reason } => format!("UNKNOWN: {reason}"),
+        };
+        println!("verdict    {verdict}");
+        println!(
+            "history    {} ops from {} clients on {} keys",
+            grouped(report.operations as u64),
+            clients,
+            report.keys
+        );
+        println!("checked in {:.1} ms", report.elapsed_ms);
+        if let Verdict::NotLinearizable(f) = &report.verdict {
+            println!();
+            print!("{}", render_timeline(f));
+        }
+    }
+    Ok(ExitCode::from(code))
+}
+
+async fn record_history(args: &CheckArgs) -> anyhow::Result<History> {
+    let cluster = connect::cluster(&args.cluster).await?;
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let config = RecordConfig {
+        clients: args.clients.max(1),
+        keys: args.keys.max(1),
+        // A fresh key space per check, so other data (or a concurrent benchmark) does not
+        // interfere with the model's starting state.
+        key_prefix: format!("lin-{stamp}-"),
+        duration: args.duration,
+        seed: args.seed,
+        get_percent: args.get_percent.min(100),
+        put_percent: 40.min(100 - args.get_percent.min(100)),
+        ..RecordConfig::default()
+    };
+    eprintln!(
+        "kvbench check: recording {} clients on {} keys for {:?} ...",
+        config.clients, config.keys, config.duration
+    );
+    let recording = record(cluster, &config).await;
+    if recording.refused > 0 {
+        eprintln!(
+            "kvbench check: {} ops were refused by the cluster (wrong shard? check --nodes order)",
+            recording.refused
+        );
+    }
+    if let Some(path) = &args.history {
+        std::fs::write(path, serde_json::to_vec(&recording.history)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("kvbench check: history saved to {}", path.display());
+    }
+    Ok(recording.history)
+}

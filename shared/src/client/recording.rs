@@ -1,0 +1,138 @@
+//! Running a checkable workload: concurrent clients doing random single-key ops on a few
+//! keys, with unique values, each op recorded with its call and return times.
+//!
+//! Used by `kvbench check` and the end-to-end linearizability tests; the checker itself
+//! (`crate::history`) has no network code.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+
+use super::{ClientError, Cluster};
+use crate::history::{Call, Clock, History, Operation, Return};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RecordConfig {
+    pub clients: usize,
+    pub keys: usize,
+    /// Keys are `{key_prefix}{i}`; a unique prefix keeps a check apart from other data.
+    pub key_prefix: String,
+    pub duration: Duration,
+    /// Each client stops after this many ops even if time remains.
+    pub max_ops_per_client: u64,
+    pub seed: u64,
+    /// Percent of gets and puts; the rest are deletes.
+    pub get_percent: u32,
+    pub put_percent: u32,
+}
+
+impl Default for RecordConfig {
+    fn default() -> Self {
+        RecordConfig {
+            clients: 16,
+            keys: 100,
+            key_prefix: "lin-".into(),
+            duration: Duration::from_secs(10),
+            max_ops_per_client: 1_000_000,
+            seed: 1,
+            get_percent: 50,
+            put_percent: 40,
+        }
+    }
+}
+
+/// The recorded history plus counts of ops that failed outright (and so never took effect).
+#[derive(Debug, Default)]
+pub struct Recording {
+    pub history: History,
+    pub refused: u64,
+}
+
+/// Runs the workload against `cluster` and returns what every client observed.
+pub async fn record(cluster: Arc<Cluster>, config: &RecordConfig) -> Recording {
+    let clock = Clock::new();
+    let deadline = tokio::time::Instant::now() + config.duration;
+    let mut tasks = Vec::new();
+    for client in 0..config.clients.max(1) {
+        let (cluster, config) = (cluster.clone(), config.clone());
+        tasks.push(tokio::spawn(async move {
+            run_client(client as u32, &cluster, &config, clock, deadline).await
+        }));
+    }
+    let mut logs = Vec::new();
+    let mut refused = 0;
+    for t in tasks {
+        if let Ok((log, r)) = t.await {
+            logs.push(log);
+            refused += r;
+        }
+    }
+    Recording {
+        history: History::from_clients(logs),
+        refused,
+    }
+}
+
+async fn run_client(
+    client: u32,
+    cluster: &Cluster,
+    config: &RecordConfig,
+    clock: Clock,
+    deadline: tokio::time::Instant,
+) -> (Vec<Operation>, u64) {
+    let mut rng = SmallRng::seed_from_u64(config.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(client)));
+    let mut log = Vec::new();
+    let mut refused = 0;
+    for n in 0..config.max_ops_per_client {
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        let key = format!("{}{}", config.key_prefix, rng.random_range(0..config.keys.max(1)));
+        let roll = rng.random_range(0..100u32);
+        let call = if roll < config.get_percent {
+            Call::Get
+        } else if roll < config.get_percent + config.put_percent {
+            Call::Put {
+                value: format!("c{client}-{n}"),
+            }
+        } else {
+            Call::Delete
+        };
+        let call_ns = clock.now_ns();
+        let ret: Result<Return, ClientError> = match &call {
+            Call::Get => cluster.get(key.as_bytes()).await.map(|v| Return::Value {
+                value: v.map(|b| String::from_utf8_lossy(&b).into_owned()),
+            }),
+            Call::Put { value } => cluster
+                .put(key.as_bytes(), value.as_bytes())
+                .await
+                .map(|_| Return::Stored),
+            Call::Delete => cluster
+                .delete(key.as_bytes())
+                .await
+                .map(|existed| Return::Deleted { existed }),
+        };
+        let return_ns = clock.now_ns();
+        let ret = match ret {
+            Ok(r) => r,
+            Err(e) if e.outcome_unknown() => Return::Unknown,
+            Err(_) => {
+                // Refused (wrong shard, malformed): it did not take effect; nothing to record.
+                refused += 1;
+                continue;
+            }
+        };
+        log.push(Operation {
+            client,
+            key,
+            call,
+            ret,
+            call_ns,
+            return_ns,
+        });
+    }
+    (log, refused)
+}

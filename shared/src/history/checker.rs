@@ -1,0 +1,486 @@
+//! The linearizability checker: Wing & Gong's search with Lowe's memoisation (the algorithm
+//! Porcupine uses), run per key.
+//!
+//! A register per key is independent of every other key, so a history is linearizable iff
+//! each key's sub-history is (locality). Partitions are checked in parallel on scoped threads,
+//! largest first, and the first failure cancels the rest.
+//!
+//! The search walks a list of call and return events in time order. At a call it tries to
+//! linearize that op next (if the model allows its answer); reaching a return whose op is not
+//! yet linearized means the current order cannot work, so it backtracks. The memo table of
+//! (set of linearized ops, model state) pairs prunes every configuration already explored,
+//! which is what makes this fast on real histories.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{ModelOp, reduce, step};
+use super::{History, Operation};
+
+/// How to run a check.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// Give up (verdict `Unknown`) after this long.
+    pub deadline: Option<Duration>,
+    /// Worker threads; 0 means one per CPU.
+    pub threads: usize,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            deadline: Some(Duration::from_secs(60)),
+            threads: 0,
+        }
+    }
+}
+
+/// Why a history is not linearizable: one key whose operations admit no valid order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub key: String,
+    /// Every operation on that key, in call order.
+    pub operations: Vec<Operation>,
+    /// The longest valid order found: indexes into `operations`.
+    pub longest_prefix: Vec<usize>,
+    /// An operation that could not come next after that prefix (index into `operations`).
+    pub stuck: Option<usize>,
+}
+
+/// The checker's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Linearizable,
+    NotLinearizable(Box<Failure>),
+    /// The deadline passed before every key was decided.
+    Unknown {
+        reason: String,
+    },
+}
+
+/// The verdict and what it took.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub verdict: Verdict,
+    pub operations: usize,
+    pub keys: usize,
+    pub elapsed_ms: f64,
+}
+
+enum PartitionResult {
+    Linearizable,
+    NotLinearizable { longest: Vec<usize>, stuck: Option<usize> },
+    Cancelled,
+}
+
+/// Checks `history` against the per-key register model.
+pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
+    let start = Instant::now();
+    let mut by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+    for op in &history.operations {
+        by_key.entry(op.key.as_str()).or_default().push(op);
+    }
+    let mut partitions: Vec<(&str, Vec<&Operation>)> = by_key.into_iter().collect();
+    for (_, ops) in &mut partitions {
+        ops.sort_by_key(|o| (o.call_ns, o.return_ns));
+    }
+    // Largest first, so the slowest partition starts early.
+    partitions.sort_by_key(|(_, ops)| std::cmp::Reverse(ops.len()));
+    let keys = partitions.len();
+
+    let until = options.deadline.map(|d| start + d);
+    let cancel = AtomicBool::new(false);
+    let timed_out = AtomicBool::new(false);
+    let next = AtomicUsize::new(0);
+    let failure: Mutex<Option<Failure>> = Mutex::new(None);
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        n => n,
+    }
+    .min(partitions.len().max(1));
+
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((key, ops)) = partitions.get(i) else { break };
+                    if cancel.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let model_ops = reduce(ops);
+                    match check_partition(&model_ops, until, &cancel) {
+                        PartitionResult::Linearizable => {}
+                        PartitionResult::NotLinearizable { longest, stuck } => {
+                            if let Ok(mut f) = failure.lock()
+                                && f.is_none()
+                            {
+                                *f = Some(Failure {
+                                    key: key.to_string(),
+                                    operations: ops.iter().map(|o| (*o).clone()).collect(),
+                                    longest_prefix: longest,
+                                    stuck,
+                                });
+                            }
+                            cancel.store(true, Ordering::Relaxed);
+                        }
+                        PartitionResult::Cancelled => {
+                            if until.is_some_and(|u| Instant::now() >= u) {
+                                timed_out.store(true, Ordering::Relaxed);
+                            }
+                            cancel.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+
+    let verdict = match failure.into_inner().ok().flatten() {
+        Some(f) => Verdict::NotLinearizable(Box::new(f)),
+        None if timed_out.load(Ordering::Relaxed) => Verdict::Unknown {
+            reason: format!(
+                "deadline of {:?} passed before every key was checked",
+                options.deadline.unwrap_or_default()
+            ),
+        },
+        None => Verdict::Linearizable,
+    };
+    CheckReport {
+        verdict,
+        operations: history.operations.len(),
+        keys,
+        elapsed_ms: start.elapsed().as_secs_f64() * 1000.0,
+    }
+}
+
+/// A fixed-size set of op indexes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct BitSet(Box<[u64]>);
+
+impl BitSet {
+    fn new(n: usize) -> BitSet {
+        BitSet(vec![0; n.div_ceil(64)].into_boxed_slice())
+    }
+    fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn clear(&mut self, i: usize) {
+        self.0[i / 64] &= !(1 << (i % 64));
+    }
+}
+
+const NIL: usize = usize::MAX;
+
+/// One call or return in the time-ordered event list.
+#[derive(Clone, Copy)]
+struct Event {
+    op: usize,
+    is_return: bool,
+    /// For a call: the index of its return event.
+    partner: usize,
+}
+
+/// Decides one key's history. `ops` are in call order.
+fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool) -> PartitionResult {
+    let n = ops.len();
+    if n == 0 {
+        return PartitionResult::Linearizable;
+    }
+    // Events in time order; at equal times calls come first (treating touching intervals as
+    // concurrent, the permissive reading).
+    let mut order: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * n);
+    for (i, op) in ops.iter().enumerate() {
+        order.push((op.call, false, i));
+        order.push((op.ret, true, i));
+    }
+    order.sort_unstable();
+    let mut events: Vec<Event> = order
+        .iter()
+        .map(|&(_, is_return, op)| Event {
+            op,
+            is_return,
+            partner: NIL,
+        })
+        .collect();
+    let mut return_at = vec![NIL; n];
+    for (pos, e) in events.iter().enumerate() {
+        if e.is_return {
+            return_at[e.op] = pos;
+        }
+    }
+    for e in events.iter_mut() {
+        if !e.is_return {
+            e.partner = return_at[e.op];
+        }
+    }
+
+    // Doubly linked list over event positions; `head` is a sentinel.
+    let m = events.len();
+    let head = m;
+    let mut next: Vec<usize> = (1..=m).collect();
+    next[m - 1] = NIL;
+    next.push(0);
+    let mut prev: Vec<usize> = std::iter::once(head).chain(0..m - 1).collect();
+    prev.push(NIL);
+
+    let unlink = |next: &mut Vec<usize>, prev: &mut Vec<usize>, e: usize| {
+        next[prev[e]] = next[e];
+        if next[e] != NIL {
+            prev[next[e]] = prev[e];
+        }
+    };
+    let relink = |next: &mut Vec<usize>, prev: &mut Vec<usize>, e: usize| {
+        next[prev[e]] = e;
+        if next[e] != NIL {
+            prev[next[e]] = e;
+        }
+    };
+
+    let mut state = 0u32;
+    let mut linearized = BitSet::new(n);
+    let mut memo: HashSet<(BitSet, u32)> = HashSet::new();
+    let mut stack: Vec<(usize, u32)> = Vec::new();
+    let mut best: Vec<usize> = Vec::new();
+    let mut best_stuck: Option<usize> = None;
+    let mut entry = next[head];
+    let mut steps: u64 = 0;
+
+    loop {
+        if next[head] == NIL {
+            return PartitionResult::Linearizable;
+        }
+        steps += 1;
+        if steps.is_multiple_of(4096) && (cancel.load(Ordering::Relaxed) || until.is_some_and(|u| Instant::now() >= u))
+        {
+            return PartitionResult::Cancelled;
+        }
+        if entry == NIL {
+            // Cannot happen while the list holds a call and its return; backtrack defensively.
+            match stack.pop() {
+                Some((call_e, prev_state)) => {
+                    let ev = events[call_e];
+                    linearized.clear(ev.op);
+                    state = prev_state;
+                    relink(&mut next, &mut prev, ev.partner);
+                    relink(&mut next, &mut prev, call_e);
+                    entry = next[call_e];
+                    continue;
+                }
+                None => break,
+            }
+        }
+        let ev = events[entry];
+        if !ev.is_return {
+            if let Some(new_state) = step(state, ops[ev.op].kind) {
+                linearized.set(ev.op);
+                if memo.insert((linearized.clone(), new_state)) {
+                    stack.push((entry, state));
+                    state = new_state;
+                    unlink(&mut next, &mut prev, entry);
+                    unlink(&mut next, &mut prev, ev.partner);
+                    if stack.len() > best.len() {
+                        best = stack.iter().map(|&(e, _)| events[e].op).collect();
+                        best_stuck = None;
+                    }
+                    entry = next[head];
+                    continue;
+                }
+                linearized.clear(ev.op);
+            }
+            entry = next[entry];
+        } else {
+            // This op's return came before it could be placed: the order so far is wrong.
+            if stack.len() == best.len() && best_stuck.is_none() {
+                best_stuck = Some(ev.op);
+            }
+            let Some((call_e, prev_state)) = stack.pop() else {
+                break;
+            };
+            let call = events[call_e];
+            linearized.clear(call.op);
+            state = prev_state;
+            relink(&mut next, &mut prev, call.partner);
+            relink(&mut next, &mut prev, call_e);
+            entry = next[call_e];
+        }
+    }
+    PartitionResult::NotLinearizable {
+        longest: best,
+        stuck: best_stuck,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Call, Return};
+    use super::*;
+
+    fn op(client: u32, call: Call, ret: Return, t0: u64, t1: u64) -> Operation {
+        Operation {
+            client,
+            key: "k".into(),
+            call,
+            ret,
+            call_ns: t0,
+            return_ns: t1,
+        }
+    }
+    fn put(c: u32, v: &str, t0: u64, t1: u64) -> Operation {
+        op(c, Call::Put { value: v.into() }, Return::Stored, t0, t1)
+    }
+    fn get(c: u32, v: Option<&str>, t0: u64, t1: u64) -> Operation {
+        op(
+            c,
+            Call::Get,
+            Return::Value {
+                value: v.map(String::from),
+            },
+            t0,
+            t1,
+        )
+    }
+    fn del(c: u32, existed: bool, t0: u64, t1: u64) -> Operation {
+        op(c, Call::Delete, Return::Deleted { existed }, t0, t1)
+    }
+    fn verdict(ops: Vec<Operation>) -> Verdict {
+        check(&History { operations: ops }, &CheckOptions::default()).verdict
+    }
+    fn is_lin(ops: Vec<Operation>) -> bool {
+        matches!(verdict(ops), Verdict::Linearizable)
+    }
+
+    #[test]
+    fn sequential_histories() {
+        assert!(is_lin(vec![]));
+        assert!(is_lin(vec![
+            get(0, None, 0, 1),
+            put(0, "a", 2, 3),
+            get(0, Some("a"), 4, 5)
+        ]));
+        assert!(is_lin(vec![
+            put(0, "a", 0, 1),
+            del(0, true, 2, 3),
+            del(0, false, 4, 5),
+            get(0, None, 6, 7)
+        ]));
+        assert!(!is_lin(vec![put(0, "a", 0, 1), get(0, None, 2, 3)]));
+    }
+
+    #[test]
+    fn overlapping_operations_may_take_effect_in_either_order() {
+        // Two overlapping puts; readers after both may see either, but all must agree.
+        assert!(is_lin(vec![
+            put(0, "a", 0, 10),
+            put(1, "b", 1, 9),
+            get(2, Some("a"), 11, 12),
+            get(3, Some("a"), 13, 14)
+        ]));
+        assert!(is_lin(vec![
+            put(0, "a", 0, 10),
+            put(1, "b", 1, 9),
+            get(2, Some("b"), 11, 12)
+        ]));
+        assert!(!is_lin(vec![
+            put(0, "a", 0, 10),
+            put(1, "b", 1, 9),
+            get(2, Some("b"), 11, 12),
+            get(3, Some("a"), 13, 14)
+        ]));
+        // A read overlapping a write may see the old or the new value.
+        assert!(is_lin(vec![
+            put(0, "a", 0, 1),
+            put(1, "b", 2, 10),
+            get(2, Some("a"), 3, 4)
+        ]));
+        assert!(is_lin(vec![
+            put(0, "a", 0, 1),
+            put(1, "b", 2, 10),
+            get(2, Some("b"), 3, 4)
+        ]));
+    }
+
+    #[test]
+    fn a_stale_read_is_caught() {
+        let v = verdict(vec![put(0, "a", 0, 1), put(0, "b", 2, 3), get(1, Some("a"), 4, 5)]);
+        let Verdict::NotLinearizable(f) = v else {
+            panic!("stale read accepted: {v:?}")
+        };
+        assert_eq!(f.key, "k");
+        assert_eq!(f.longest_prefix, vec![0, 1]);
+        assert_eq!(f.stuck, Some(2));
+    }
+
+    #[test]
+    fn a_lost_update_is_caught() {
+        // Both writes were acknowledged before the reads; the reads disagree with any order.
+        assert!(!is_lin(vec![
+            put(0, "a", 0, 1),
+            put(1, "b", 0, 1),
+            get(2, Some("a"), 2, 3),
+            get(2, Some("b"), 4, 5),
+        ]));
+    }
+
+    #[test]
+    fn a_value_never_written_is_caught() {
+        assert!(!is_lin(vec![put(0, "a", 0, 1), get(1, Some("zzz"), 2, 3)]));
+    }
+
+    #[test]
+    fn a_read_that_sees_a_write_before_it_was_called_is_caught() {
+        assert!(!is_lin(vec![get(1, Some("a"), 0, 1), put(0, "a", 2, 3)]));
+        // But a read overlapping the put's call may see it.
+        assert!(is_lin(vec![get(1, Some("a"), 0, 3), put(0, "a", 2, 4)]));
+    }
+
+    #[test]
+    fn unknown_outcomes_may_or_may_not_have_happened() {
+        let lost = op(0, Call::Put { value: "a".into() }, Return::Unknown, 0, 1);
+        assert!(is_lin(vec![lost.clone(), get(1, None, 5, 6)]));
+        assert!(is_lin(vec![lost.clone(), get(1, Some("a"), 5, 6)]));
+        // If it took effect it did so after its call, never before.
+        assert!(!is_lin(vec![get(1, Some("a"), 0, 1), lost_at(2)]));
+        fn lost_at(t: u64) -> Operation {
+            op(0, Call::Put { value: "a".into() }, Return::Unknown, t, t + 1)
+        }
+    }
+
+    #[test]
+    fn keys_are_independent() {
+        let mut other = put(0, "x", 0, 1);
+        other.key = "other".into();
+        let mut read_other = get(1, Some("x"), 2, 3);
+        read_other.key = "other".into();
+        assert!(is_lin(vec![
+            put(0, "a", 0, 1),
+            other,
+            get(1, Some("a"), 2, 3),
+            read_other
+        ]));
+    }
+
+    #[test]
+    fn the_deadline_gives_unknown() {
+        // Many fully concurrent puts and gets: a large search, cut short by a zero deadline.
+        let mut ops = Vec::new();
+        for i in 0..200u64 {
+            ops.push(put(i as u32, &format!("v{i}"), 0, 1000));
+            ops.push(get(i as u32, Some(&format!("v{}", (i * 7) % 200)), 0, 1000));
+        }
+        ops.push(get(999, Some("never"), 2000, 2001));
+        let r = check(
+            &History { operations: ops },
+            &CheckOptions {
+                deadline: Some(Duration::ZERO),
+                threads: 1,
+            },
+        );
+        assert!(matches!(r.verdict, Verdict::Unknown { .. }), "{:?}", r.verdict);
+    }
+}

@@ -1,0 +1,87 @@
+//! The sequential specification the checker holds histories to: one register per key with
+//! get, put and delete, starting absent.
+//!
+//! Values are interned to small integers per key (0 = absent) so a model state is one `u32`
+//! and the checker's memo table stays small.
+
+use std::collections::HashMap;
+
+use super::{Call, Operation, Return};
+
+/// An operation of one key's partition, reduced to what the model needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ModelOp {
+    pub kind: Kind,
+    pub call: u64,
+    /// `u64::MAX` when the outcome is unknown.
+    pub ret: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Get that returned this state (0 = not found).
+    Get(u32),
+    /// Get with no known answer.
+    GetUnknown,
+    Put(u32),
+    Delete {
+        existed: bool,
+    },
+    DeleteUnknown,
+}
+
+/// The state after `op` from `state`, or `None` if `op`'s answer is impossible there.
+#[inline]
+pub(crate) fn step(state: u32, op: Kind) -> Option<u32> {
+    match op {
+        Kind::Get(seen) => (seen == state).then_some(state),
+        Kind::GetUnknown => Some(state),
+        Kind::Put(v) => Some(v),
+        Kind::Delete { existed } => (existed == (state != 0)).then_some(0),
+        Kind::DeleteUnknown => Some(0),
+    }
+}
+
+/// Interns values of one key: the same string always gets the same id; 0 is "absent".
+#[derive(Default)]
+struct Interner<'a> {
+    ids: HashMap<&'a str, u32>,
+}
+
+impl<'a> Interner<'a> {
+    fn id(&mut self, value: Option<&'a str>) -> u32 {
+        match value {
+            None => 0,
+            Some(v) => {
+                let next = self.ids.len() as u32 + 1;
+                *self.ids.entry(v).or_insert(next)
+            }
+        }
+    }
+}
+
+/// Converts one key's operations, interning values.
+pub(crate) fn reduce<'a>(ops: &[&'a Operation]) -> Vec<ModelOp> {
+    let mut values = Interner::default();
+    ops.iter()
+        .map(|op| {
+            let kind = match (&op.call, &op.ret) {
+                (Call::Put { value }, _) => Kind::Put(values.id(Some(value.as_str()))),
+                (Call::Get, Return::Value { value }) => Kind::Get(values.id(value.as_deref())),
+                (Call::Get, _) => Kind::GetUnknown,
+                (Call::Delete, Return::Deleted { existed }) => Kind::Delete { existed: *existed },
+                (Call::Delete, _) => Kind::DeleteUnknown,
+            };
+            let ret = if op.ret == Return::Unknown {
+                u64::MAX
+            } else {
+                op.return_ns.max(op.call_ns)
+            };
+            ModelOp {
+                kind,
+                call: op.call_ns,
+                ret,
+            }
+        })
+        .collect()
+}
