@@ -329,8 +329,11 @@ pub mod stale {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU64, Ordering};
 
+    /// Per map shard: the value each key had before its last overwrite.
+    type OldValues = Mutex<HashMap<Vec<u8>, Vec<u8>>>;
+
     pub struct StaleReads {
-        old: Box<[Mutex<HashMap<Vec<u8>, Vec<u8>>>]>,
+        old: Box<[OldValues]>,
         reads: AtomicU64,
     }
 

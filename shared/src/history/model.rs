@@ -61,7 +61,7 @@ impl<'a> Interner<'a> {
 }
 
 /// Converts one key's operations, interning values.
-pub(crate) fn reduce<'a>(ops: &[&'a Operation]) -> Vec<ModelOp> {
+pub(crate) fn reduce(ops: &[&Operation]) -> Vec<ModelOp> {
     let mut values = Interner::default();
     ops.iter()
         .map(|op| {
