@@ -156,6 +156,10 @@ pub struct RunArgs {
     /// No progress output.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Show the live cluster dashboard (kvtui) with the benchmark's throughput, latency and
+    /// progress while it runs; q stops the run early. Plain progress lines when stdout is not a terminal.
+    #[arg(long)]
+    pub tui: bool,
 }
 
 #[derive(Args, Debug, Clone)]

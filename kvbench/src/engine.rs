@@ -49,6 +49,9 @@ pub struct Live {
     ops_limit_reached_us: AtomicU64,
     /// Completed ops per whole second since start, filled by the engine's monitor.
     pub per_second: std::sync::Mutex<Vec<u64>>,
+    /// Batch latencies since a live display last took them (tasks add to it about every
+    /// 100 ms, so the hot loop does not touch a shared lock per batch).
+    pub recent_latency: std::sync::Mutex<Hist>,
 }
 
 impl Live {
@@ -70,11 +73,18 @@ impl Live {
             stop: AtomicBool::new(false),
             ops_limit_reached_us: AtomicU64::new(u64::MAX),
             per_second: std::sync::Mutex::new(Vec::new()),
+            recent_latency: std::sync::Mutex::new(new_hist()),
         })
     }
 
     pub fn in_warmup(&self) -> bool {
         Instant::now() < self.measure_start
+    }
+
+    /// Takes the batch latencies recorded since the last call.
+    pub fn take_recent_latency(&self) -> Option<Hist> {
+        let mut h = self.recent_latency.lock().ok()?;
+        Some(std::mem::replace(&mut *h, new_hist()))
     }
 }
 
@@ -317,6 +327,8 @@ async fn task_loop(
     let mut filler = BatchFiller::new(shared, seed, nodes, cfg.batch);
     let mut out = TaskOutput::new(nodes);
     let per_task_rate = cfg.rate.map(|r| (r / cfg.tasks.max(1) as f64).max(1e-3));
+    let mut recent = new_hist();
+    let mut recent_since = Instant::now();
     while !live.stop.load(Ordering::Relaxed) {
         let node = filler.fill(&prefix);
         // Open loop: the batch was due when its last op was scheduled; latency counts from then,
@@ -341,12 +353,20 @@ async fn task_loop(
                 let ok: u64 = ok_counts.iter().sum();
                 out.wire_ops_completed += wire_ops.saturating_sub(failed);
                 live.completed.fetch_add(ok, Ordering::Relaxed);
+                let latency = (done.saturating_duration_since(intended.unwrap_or(sent)).as_nanos() as u64).max(1);
+                let _ = recent.record(latency);
+                if done.duration_since(recent_since) >= Duration::from_millis(100) {
+                    if let Ok(mut shared) = live.recent_latency.lock() {
+                        let _ = shared.add(&recent);
+                    }
+                    recent.reset();
+                    recent_since = done;
+                }
                 if done >= live.measure_start && done <= live.measure_end {
-                    let latency = done.saturating_duration_since(intended.unwrap_or(sent)).as_nanos() as u64;
-                    let _ = out.batch_hist.record(latency.max(1));
+                    let _ = out.batch_hist.record(latency);
                     for (i, &c) in ok_counts.iter().enumerate() {
                         if c > 0 {
-                            let _ = out.hists[i].record_n(latency.max(1), c);
+                            let _ = out.hists[i].record_n(latency, c);
                             out.ops_by_type[i] += c;
                         }
                     }

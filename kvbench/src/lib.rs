@@ -8,7 +8,8 @@
 //! * [`result`]: the self-describing result of a run, and merging results of several clients.
 //! * [`report`]: the summary table and CSV rows; [`chart`]: PNG/SVG charts.
 //! * [`run`], [`load`], [`sweep`], [`merge`], [`check`]: the subcommands; [`cli`]: their flags.
-//! * [`progress`], [`cpu`], [`connect`]: progress display, own CPU time, connecting with hints.
+//! * [`progress`], [`tui`], [`cpu`], [`connect`]: progress lines, the embedded dashboard,
+//!   own CPU time, connecting with hints.
 //!
 //! The wire protocol, routing and client come from `kvshared`; nothing here re-implements them.
 
@@ -26,4 +27,5 @@ pub mod report;
 pub mod result;
 pub mod run;
 pub mod sweep;
+pub mod tui;
 pub mod workload;

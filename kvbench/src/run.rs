@@ -1,7 +1,7 @@
 //! `kvbench run`: drive the cluster, read the servers' stats around the measured window,
 //! and report.
 
-use std::io::Write as _;
+use std::io::{IsTerminal, Write as _};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,11 +21,9 @@ use crate::report::{self, CsvRow};
 use crate::result::{RunOptions, RunResult, ServerFigures};
 use crate::workload::{Shared, WorkloadSpec};
 
-/// Runs one benchmark as `args` says, against an already connected cluster.
-pub async fn run_with(cluster: Arc<Cluster>, args: &RunArgs, show_progress: bool) -> anyhow::Result<RunResult> {
-    let spec = WorkloadSpec::new(args.workload.workload, &args.workload.spec_options());
-    let shared = Shared::new(spec.clone(), cluster.node_count() as u32);
-    let cfg = EngineConfig {
+/// The engine settings `args` ask for.
+pub fn engine_config(args: &RunArgs) -> EngineConfig {
+    EngineConfig {
         tasks: args.tasks.max(1),
         batch: args.batch.max(1),
         warmup: args.timing.warmup,
@@ -33,12 +31,30 @@ pub async fn run_with(cluster: Arc<Cluster>, args: &RunArgs, show_progress: bool
         ops_limit: args.timing.ops,
         rate: args.timing.rate,
         seed: args.timing.seed,
-    };
+    }
+}
+
+/// Runs one benchmark as `args` says, against an already connected cluster.
+pub async fn run_with(cluster: Arc<Cluster>, args: &RunArgs, show_progress: bool) -> anyhow::Result<RunResult> {
+    let cfg = engine_config(args);
+    let live = Live::new(&cfg);
+    run_live(cluster, args, cfg, live, show_progress).await
+}
+
+/// Runs one benchmark whose progress can be watched through `live` (made from `cfg`).
+pub async fn run_live(
+    cluster: Arc<Cluster>,
+    args: &RunArgs,
+    cfg: EngineConfig,
+    live: Arc<Live>,
+    show_progress: bool,
+) -> anyhow::Result<RunResult> {
+    let spec = WorkloadSpec::new(args.workload.workload, &args.workload.spec_options());
+    let shared = Shared::new(spec.clone(), cluster.node_count() as u32);
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
-    let live = Live::new(&cfg);
     let progress = show_progress.then(|| tokio::spawn(progress::watch(live.clone(), cfg.warmup + cfg.duration)));
 
     // Figures at the start of the measured window, taken beside the load.
@@ -101,7 +117,12 @@ pub async fn command(args: RunArgs) -> anyhow::Result<()> {
         return dry_run(&args);
     }
     let cluster = connect::cluster(&args.cluster).await?;
-    let result = run_with(cluster, &args, !args.quiet).await?;
+    let result = if args.tui && std::io::stdout().is_terminal() {
+        crate::tui::run_with_dashboard(cluster, &args).await?
+    } else {
+        // Without a terminal, --tui falls back to plain progress lines.
+        run_with(cluster, &args, !args.quiet).await?
+    };
     let json_to_stdout = args.json.as_deref() == Some(std::path::Path::new("-"));
     let text = report::summary(&result);
     if json_to_stdout {

@@ -41,6 +41,7 @@ pub async fn command(args: SweepArgs) -> anyhow::Result<()> {
                 csv: None,
                 dry_run: false,
                 quiet: true,
+                tui: false,
             };
             let r = run_with(cluster.clone(), &run, false).await?;
             let lat = |k: &str| r.latency_us.get(k).map(|l| l.p99_us).unwrap_or(0.0);

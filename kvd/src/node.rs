@@ -107,6 +107,7 @@ impl Node {
                 frame_too_large: c(Counter::FrameTooLarge),
                 io: c(Counter::Io),
             },
+            system_sampled_ms: sys.at.saturating_duration_since(self.started).as_millis() as u64,
             process_cpu_ms: sys.process_cpu_ms,
             process_cpu_percent: sys.process_cpu_percent,
             process_rss_bytes: sys.process_rss_bytes,

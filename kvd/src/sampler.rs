@@ -11,8 +11,10 @@ use kvshared::stats::InterfaceStats;
 use sysinfo::{Networks, Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
 /// The latest figures about this process and its host.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SystemSample {
+    /// When this sample was taken.
+    pub at: std::time::Instant,
     pub process_cpu_ms: u64,
     pub process_cpu_percent: f32,
     pub process_rss_bytes: u64,
@@ -22,6 +24,23 @@ pub struct SystemSample {
     pub host_mem_total_bytes: u64,
     pub host_name: String,
     pub interfaces: Vec<InterfaceStats>,
+}
+
+impl Default for SystemSample {
+    fn default() -> Self {
+        SystemSample {
+            at: std::time::Instant::now(),
+            process_cpu_ms: 0,
+            process_cpu_percent: 0.0,
+            process_rss_bytes: 0,
+            host_cpu_percent: 0.0,
+            host_cpus: 0,
+            host_mem_used_bytes: 0,
+            host_mem_total_bytes: 0,
+            host_name: String::new(),
+            interfaces: Vec::new(),
+        }
+    }
 }
 
 /// The sampling thread's handle; dropping it stops the thread.
@@ -86,6 +105,7 @@ impl Probe {
 
     fn sample(&mut self) -> SystemSample {
         let mut out = SystemSample {
+            at: std::time::Instant::now(),
             host_name: self.host_name.clone(),
             ..SystemSample::default()
         };

@@ -68,6 +68,9 @@ pub struct NodeStats {
     pub connections_open: u64,
     pub connections_total: u64,
     pub errors: ErrorCounts,
+    /// When the process and host figures below were sampled (kvd samples them about once a
+    /// second), in milliseconds of uptime. Rates of those figures use this, not the read time.
+    pub system_sampled_ms: u64,
     /// CPU time kvd has used, in milliseconds (user + system); rate it for a CPU %.
     pub process_cpu_ms: u64,
     /// kvd's CPU use over the last sampling period, percent of one core.
@@ -113,6 +116,10 @@ pub struct NodeRates {
     pub process_cpu_percent: f64,
     pub host_rx_per_sec: f64,
     pub host_tx_per_sec: f64,
+    /// False when kvd had not re-sampled its process and host figures between the two reads:
+    /// `process_cpu_percent` and the host rates are then 0 and the reader should keep its
+    /// previous values.
+    pub system_fresh: bool,
     /// The node restarted between the samples; rates start again from zero.
     pub restarted: bool,
 }
@@ -135,6 +142,17 @@ impl NodeRates {
         let misses = after.misses.saturating_sub(before.misses);
         let (rx0, tx0) = before.host_net_totals();
         let (rx1, tx1) = after.host_net_totals();
+        // CPU and NIC totals change only when kvd samples them: rate them over the sampling
+        // times, or two reads between samples would show 0 and then double.
+        let system_secs = after.system_sampled_ms.saturating_sub(before.system_sampled_ms) as f64 / 1000.0;
+        let system_fresh = system_secs > 0.0;
+        let system_rate = |a: u64, b: u64| {
+            if system_fresh {
+                b.saturating_sub(a) as f64 / system_secs
+            } else {
+                0.0
+            }
+        };
         NodeRates {
             seconds,
             ops_per_sec: rate(before.ops(), after.ops()),
@@ -144,9 +162,10 @@ impl NodeRates {
             hit_ratio: (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64),
             bytes_in_per_sec: rate(before.bytes_in, after.bytes_in),
             bytes_out_per_sec: rate(before.bytes_out, after.bytes_out),
-            process_cpu_percent: rate(before.process_cpu_ms, after.process_cpu_ms) / 10.0,
-            host_rx_per_sec: rate(rx0, rx1),
-            host_tx_per_sec: rate(tx0, tx1),
+            process_cpu_percent: system_rate(before.process_cpu_ms, after.process_cpu_ms) / 10.0,
+            host_rx_per_sec: system_rate(rx0, rx1),
+            host_tx_per_sec: system_rate(tx0, tx1),
+            system_fresh,
             restarted: false,
         }
     }
@@ -160,6 +179,7 @@ mod tests {
         NodeStats {
             pid: 7,
             uptime_ms,
+            system_sampled_ms: uptime_ms,
             gets,
             hits: gets,
             process_cpu_ms: cpu_ms,
@@ -174,6 +194,22 @@ mod tests {
         assert_eq!(r.process_cpu_percent, 50.0);
         assert_eq!(r.hit_ratio, Some(1.0));
         assert!(!r.restarted);
+    }
+
+    #[test]
+    fn cpu_is_rated_over_kvds_sampling_times_not_the_read_times() {
+        let mut a = sample(1000, 0, 0);
+        let mut b = sample(1500, 100, 0);
+        b.system_sampled_ms = a.system_sampled_ms;
+        let r = NodeRates::between(&a, &b, 0.5);
+        assert!(!r.system_fresh);
+        assert_eq!(r.ops_per_sec, 200.0);
+        a = b;
+        let mut c = sample(2000, 200, 900);
+        c.system_sampled_ms = 2000;
+        let r = NodeRates::between(&a, &c, 0.5);
+        assert!(r.system_fresh);
+        assert_eq!(r.process_cpu_percent, 90.0);
     }
 
     #[test]

@@ -1,0 +1,72 @@
+//! `kvbench run --tui`: the kvtui dashboard with this run's progress, throughput and latency.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use kvshared::client::Cluster;
+use kvtui::{BenchProgress, BenchSource, DashboardConfig, Exit};
+
+use crate::cli::RunArgs;
+use crate::engine::Live;
+use crate::result::RunResult;
+use crate::run::{engine_config, run_live};
+
+/// A running benchmark as the dashboard sees it.
+struct LiveBench {
+    live: Arc<Live>,
+    title: String,
+}
+
+impl BenchSource for LiveBench {
+    fn progress(&self) -> BenchProgress {
+        let live = &self.live;
+        let recent = live.take_recent_latency().filter(|h| !h.is_empty()).map(|h| {
+            (
+                h.value_at_quantile(0.5) as f64 / 1000.0,
+                h.value_at_quantile(0.99) as f64 / 1000.0,
+            )
+        });
+        BenchProgress {
+            title: self.title.clone(),
+            elapsed: Instant::now().saturating_duration_since(live.started),
+            warmup: live.measure_start.saturating_duration_since(live.started),
+            total: live.measure_end.saturating_duration_since(live.started),
+            completed_ops: live.completed.load(Ordering::Relaxed),
+            failed_ops: live.failed.load(Ordering::Relaxed),
+            recent_latency_us: recent,
+            done: live.stop.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Runs the benchmark with the dashboard in the foreground; pressing q stops the run early
+/// (the result then covers the time measured so far).
+pub async fn run_with_dashboard(cluster: Arc<Cluster>, args: &RunArgs) -> anyhow::Result<RunResult> {
+    let cfg = engine_config(args);
+    let live = Live::new(&cfg);
+    let nodes: Vec<String> = (0..cluster.node_count()).map(|n| cluster.addr(n).to_string()).collect();
+    let run = {
+        let (cluster, args, cfg, live) = (cluster.clone(), args.clone(), cfg.clone(), live.clone());
+        tokio::spawn(async move { run_live(cluster, &args, cfg, live, false).await })
+    };
+    let source: Arc<dyn BenchSource> = Arc::new(LiveBench {
+        live: live.clone(),
+        title: format!(
+            "workload {:?}, {} tasks, batch {}",
+            args.workload.workload, cfg.tasks, cfg.batch
+        )
+        .to_lowercase(),
+    });
+    let handle = tokio::runtime::Handle::current();
+    let config = DashboardConfig {
+        nodes,
+        interval: std::time::Duration::from_millis(500),
+        window: std::time::Duration::from_secs(60),
+    };
+    let exit = tokio::task::spawn_blocking(move || kvtui::run_dashboard(&handle, config, Some(source))).await??;
+    if exit == Exit::Quit {
+        live.stop.store(true, Ordering::Relaxed);
+    }
+    run.await?
+}

@@ -1,0 +1,264 @@
+//! The dashboard's interactive state and its main loop: drain samples, draw, handle keys.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use tokio::sync::watch;
+
+use crate::bench::{BenchProgress, BenchSource};
+use crate::state::{ClusterView, Sample, Series};
+use crate::{collector, terminal};
+
+/// Which screen is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Table,
+    Detail,
+    Help,
+}
+
+/// How the dashboard starts.
+#[derive(Debug, Clone)]
+pub struct DashboardConfig {
+    pub nodes: Vec<String>,
+    pub interval: Duration,
+    pub window: Duration,
+}
+
+/// A benchmark's live figures, as the embedded panel shows them.
+#[derive(Debug, Clone, Default)]
+pub struct BenchView {
+    pub progress: BenchProgress,
+    pub throughput: Series,
+    pub p50: Series,
+    pub p99: Series,
+    last: Option<(Instant, u64)>,
+}
+
+impl BenchView {
+    /// Takes in a new progress report; rates come from the change since the last one.
+    pub fn update(&mut self, p: BenchProgress, now: Instant, t: f64) {
+        if let Some((at, ops)) = self.last {
+            let secs = now.saturating_duration_since(at).as_secs_f64();
+            if secs >= 0.2 {
+                self.throughput
+                    .push_back((t, p.completed_ops.saturating_sub(ops) as f64 / secs));
+                if let Some((p50, p99)) = p.recent_latency_us {
+                    self.p50.push_back((t, p50));
+                    self.p99.push_back((t, p99));
+                }
+                self.last = Some((now, p.completed_ops));
+            }
+        } else {
+            self.last = Some((now, p.completed_ops));
+        }
+        self.progress = p;
+    }
+}
+
+/// Everything the UI draws from.
+pub struct App {
+    pub view: ClusterView,
+    pub selected: usize,
+    pub mode: Mode,
+    pub paused: bool,
+    pub interval: Duration,
+    pub window: Duration,
+    pub bench: Option<BenchView>,
+    pub quit: bool,
+    /// The instant the screen represents (frozen while paused).
+    pub now: Instant,
+}
+
+impl App {
+    pub fn new(config: &DashboardConfig, with_bench: bool) -> App {
+        App {
+            view: ClusterView::new(&config.nodes),
+            selected: 0,
+            mode: Mode::Table,
+            paused: false,
+            interval: config.interval,
+            window: config.window,
+            bench: with_bench.then(BenchView::default),
+            quit: false,
+            now: Instant::now(),
+        }
+    }
+
+    /// Handles one key press; returns a new poll interval if it changed.
+    pub fn on_key(&mut self, key: KeyEvent) -> Option<Duration> {
+        if key.kind != KeyEventKind::Press {
+            return None;
+        }
+        let ctrl_c = key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
+        match key.code {
+            _ if ctrl_c => self.quit = true,
+            KeyCode::Char('q') => self.quit = true,
+            KeyCode::Esc => match self.mode {
+                Mode::Table => self.quit = true,
+                _ => self.mode = Mode::Table,
+            },
+            KeyCode::Up | KeyCode::Char('k') => self.selected = self.selected.saturating_sub(1),
+            KeyCode::Down | KeyCode::Char('j') => {
+                self.selected = (self.selected + 1).min(self.view.nodes.len().saturating_sub(1));
+            }
+            KeyCode::Enter => {
+                self.mode = if self.mode == Mode::Detail {
+                    Mode::Table
+                } else {
+                    Mode::Detail
+                }
+            }
+            KeyCode::Char('?') | KeyCode::Char('h') => {
+                self.mode = if self.mode == Mode::Help {
+                    Mode::Table
+                } else {
+                    Mode::Help
+                }
+            }
+            KeyCode::Char('p') | KeyCode::Char(' ') => self.paused = !self.paused,
+            KeyCode::Char('w') => {
+                self.window = if self.window <= Duration::from_secs(60) {
+                    Duration::from_secs(300)
+                } else {
+                    Duration::from_secs(60)
+                }
+            }
+            KeyCode::Char('+') | KeyCode::Char('=') => {
+                self.interval = (self.interval * 2).min(Duration::from_secs(10));
+                return Some(self.interval);
+            }
+            KeyCode::Char('-') | KeyCode::Char('_') => {
+                self.interval = (self.interval / 2).max(Duration::from_millis(100));
+                return Some(self.interval);
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// Takes in every sample waiting on `rx` (dropping them while paused).
+    pub fn drain(&mut self, rx: &Receiver<Sample>) -> usize {
+        let mut n = 0;
+        while let Ok(s) = rx.try_recv() {
+            if !self.paused {
+                self.view.apply(s);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// Why the dashboard returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The user pressed q / Esc / Ctrl-C.
+    Quit,
+    /// The embedded benchmark finished.
+    BenchDone,
+}
+
+/// Runs the full-screen dashboard on this thread until the user quits (or the benchmark in
+/// `bench` finishes). The collector runs on `runtime`. The terminal is restored on return,
+/// on error and on panic.
+pub fn run_dashboard(
+    runtime: &tokio::runtime::Handle,
+    config: DashboardConfig,
+    bench: Option<Arc<dyn BenchSource>>,
+) -> anyhow::Result<Exit> {
+    let (tx, rx) = channel();
+    let (interval_tx, interval_rx) = watch::channel(config.interval);
+    collector::spawn(runtime, &config.nodes, interval_rx, tx)?;
+    let mut app = App::new(&config, bench.is_some());
+    let mut guard = terminal::TerminalGuard::enter()?;
+    let mut last_tick = Instant::now();
+    loop {
+        app.drain(&rx);
+        let now = Instant::now();
+        if !app.paused {
+            app.now = now;
+            if now.duration_since(last_tick) >= app.interval {
+                app.view.tick(now);
+                last_tick = now;
+            }
+        }
+        if let (Some(source), Some(view)) = (&bench, app.bench.as_mut()) {
+            let p = source.progress();
+            let done = p.done;
+            let t = app.view.secs(now);
+            view.update(p, now, t);
+            if done {
+                return Ok(Exit::BenchDone);
+            }
+        }
+        guard.terminal().draw(|f| crate::ui::draw(f, &app))?;
+        if event::poll(Duration::from_millis(100))?
+            && let Event::Key(key) = event::read()?
+            && let Some(interval) = app.on_key(key)
+        {
+            let _ = interval_tx.send(interval);
+        }
+        if app.quit {
+            return Ok(Exit::Quit);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::crossterm::event::KeyEvent;
+
+    fn app() -> App {
+        App::new(
+            &DashboardConfig {
+                nodes: vec!["a:1".into(), "b:2".into(), "c:3".into()],
+                interval: Duration::from_millis(500),
+                window: Duration::from_secs(60),
+            },
+            false,
+        )
+    }
+
+    fn press(app: &mut App, code: KeyCode) -> Option<Duration> {
+        app.on_key(KeyEvent::from(code))
+    }
+
+    #[test]
+    fn keys_move_the_selection_and_change_views() {
+        let mut a = app();
+        press(&mut a, KeyCode::Down);
+        press(&mut a, KeyCode::Down);
+        press(&mut a, KeyCode::Down);
+        assert_eq!(a.selected, 2);
+        press(&mut a, KeyCode::Up);
+        assert_eq!(a.selected, 1);
+        press(&mut a, KeyCode::Enter);
+        assert_eq!(a.mode, Mode::Detail);
+        press(&mut a, KeyCode::Esc);
+        assert_eq!((a.mode, a.quit), (Mode::Table, false));
+        press(&mut a, KeyCode::Char('?'));
+        assert_eq!(a.mode, Mode::Help);
+        press(&mut a, KeyCode::Char('p'));
+        assert!(a.paused);
+        assert_eq!(press(&mut a, KeyCode::Char('+')), Some(Duration::from_secs(1)));
+        assert_eq!(press(&mut a, KeyCode::Char('-')), Some(Duration::from_millis(500)));
+        press(&mut a, KeyCode::Char('w'));
+        assert_eq!(a.window, Duration::from_secs(300));
+        press(&mut a, KeyCode::Char('q'));
+        assert!(a.quit);
+    }
+
+    #[test]
+    fn ctrl_c_and_esc_on_the_table_quit() {
+        let mut a = app();
+        a.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+        assert!(a.quit);
+        let mut b = app();
+        press(&mut b, KeyCode::Esc);
+        assert!(b.quit);
+    }
+}

@@ -1,0 +1,266 @@
+//! What the dashboard knows about the cluster: the latest sample of each node, rates between
+//! samples, and a sliding window of history for the charts.
+//!
+//! Collection (the collector), this state, and drawing (`ui`) are separate: the state is
+//! plain data that tests can build by hand and render.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use kvshared::stats::{NodeRates, NodeStats};
+
+/// One poll of one node.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub node: usize,
+    pub at: Instant,
+    pub result: Result<NodeStats, String>,
+}
+
+/// Whether a node answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Health {
+    /// Not answered yet.
+    Waiting,
+    Up,
+    /// The last poll failed with `error`.
+    Down {
+        error: String,
+    },
+}
+
+/// History kept per series: enough for the longest selectable window.
+pub const MAX_WINDOW: Duration = Duration::from_secs(300);
+
+/// A time series of (seconds since the dashboard started, value).
+pub type Series = VecDeque<(f64, f64)>;
+
+fn push(series: &mut Series, t: f64, v: f64) {
+    series.push_back((t, v));
+    while series.front().is_some_and(|&(t0, _)| t - t0 > MAX_WINDOW.as_secs_f64()) {
+        series.pop_front();
+    }
+}
+
+/// Everything shown about one node.
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    pub addr: String,
+    pub health: Health,
+    /// The most recent stats that arrived (kept while the node is down).
+    pub stats: Option<NodeStats>,
+    /// Rates between the last two good samples.
+    pub rates: Option<NodeRates>,
+    pub last_seen: Option<Instant>,
+    previous: Option<(Instant, NodeStats)>,
+    pub ops: Series,
+    pub cpu: Series,
+    /// kvd's own socket bytes in + out per second.
+    pub net: Series,
+    /// Per host interface: (name, rx bytes/s, tx bytes/s) over the last interval.
+    pub interface_rates: Vec<(String, f64, f64)>,
+}
+
+impl NodeView {
+    pub fn new(addr: String) -> NodeView {
+        NodeView {
+            addr,
+            health: Health::Waiting,
+            stats: None,
+            rates: None,
+            last_seen: None,
+            previous: None,
+            ops: Series::new(),
+            cpu: Series::new(),
+            net: Series::new(),
+            interface_rates: Vec::new(),
+        }
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.health == Health::Up
+    }
+}
+
+/// Cluster-wide sums over the nodes that are up.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Totals {
+    pub up: usize,
+    pub nodes: usize,
+    pub keys: u64,
+    pub ops_per_sec: f64,
+    pub gets_per_sec: f64,
+    pub puts_per_sec: f64,
+    pub hit_ratio: Option<f64>,
+    pub cpu_percent: f64,
+    pub rss_bytes: u64,
+    pub bytes_in_per_sec: f64,
+    pub bytes_out_per_sec: f64,
+    pub nic_rx_per_sec: f64,
+    pub nic_tx_per_sec: f64,
+}
+
+/// The dashboard's model of the cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterView {
+    pub nodes: Vec<NodeView>,
+    pub started: Instant,
+    /// Total op/s over time (pushed by [`ClusterView::tick`]).
+    pub total_ops: Series,
+}
+
+impl ClusterView {
+    pub fn new(addrs: &[String]) -> ClusterView {
+        ClusterView {
+            nodes: addrs.iter().cloned().map(NodeView::new).collect(),
+            started: Instant::now(),
+            total_ops: Series::new(),
+        }
+    }
+
+    pub fn secs(&self, at: Instant) -> f64 {
+        at.saturating_duration_since(self.started).as_secs_f64()
+    }
+
+    /// Takes in one poll result.
+    pub fn apply(&mut self, sample: Sample) {
+        let t = self.secs(sample.at);
+        let Some(node) = self.nodes.get_mut(sample.node) else {
+            return;
+        };
+        match sample.result {
+            Ok(stats) => {
+                if let Some((at0, before)) = &node.previous {
+                    let secs = sample.at.saturating_duration_since(*at0).as_secs_f64();
+                    let mut r = NodeRates::between(before, &stats, secs);
+                    push(&mut node.ops, t, r.ops_per_sec);
+                    if r.system_fresh {
+                        push(&mut node.cpu, t, r.process_cpu_percent);
+                    } else if let Some(old) = &node.rates {
+                        // kvd has not re-sampled CPU and NICs since the last read: keep the last figures.
+                        r.process_cpu_percent = old.process_cpu_percent;
+                        r.host_rx_per_sec = old.host_rx_per_sec;
+                        r.host_tx_per_sec = old.host_tx_per_sec;
+                    }
+                    push(&mut node.net, t, r.bytes_in_per_sec + r.bytes_out_per_sec);
+                    node.rates = Some(r);
+                    node.interface_rates = stats
+                        .interfaces
+                        .iter()
+                        .map(|i| {
+                            let old = before.interfaces.iter().find(|o| o.name == i.name);
+                            let rate = |now: u64, then: Option<u64>| {
+                                then.map_or(0.0, |t| now.saturating_sub(t) as f64 / secs.max(1e-9))
+                            };
+                            (
+                                i.name.clone(),
+                                rate(i.rx_bytes, old.map(|o| o.rx_bytes)),
+                                rate(i.tx_bytes, old.map(|o| o.tx_bytes)),
+                            )
+                        })
+                        .collect();
+                }
+                node.previous = Some((sample.at, stats.clone()));
+                node.stats = Some(stats);
+                node.health = Health::Up;
+                node.last_seen = Some(sample.at);
+            }
+            Err(error) => {
+                node.health = Health::Down { error };
+                node.rates = None;
+                // A node that comes back starts its rates afresh (it may have restarted).
+                node.previous = None;
+            }
+        }
+    }
+
+    /// Records the current cluster total for the total-throughput series.
+    pub fn tick(&mut self, now: Instant) {
+        let t = self.secs(now);
+        let total = self.totals().ops_per_sec;
+        push(&mut self.total_ops, t, total);
+    }
+
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals {
+            nodes: self.nodes.len(),
+            ..Totals::default()
+        };
+        let (mut hits, mut lookups) = (0.0, 0.0);
+        for n in self.nodes.iter().filter(|n| n.is_up()) {
+            t.up += 1;
+            if let Some(s) = &n.stats {
+                t.keys += s.keys;
+                t.rss_bytes += s.process_rss_bytes;
+            }
+            if let Some(r) = &n.rates {
+                t.ops_per_sec += r.ops_per_sec;
+                t.gets_per_sec += r.gets_per_sec;
+                t.puts_per_sec += r.puts_per_sec;
+                t.cpu_percent += r.process_cpu_percent;
+                t.bytes_in_per_sec += r.bytes_in_per_sec;
+                t.bytes_out_per_sec += r.bytes_out_per_sec;
+                t.nic_rx_per_sec += r.host_rx_per_sec;
+                t.nic_tx_per_sec += r.host_tx_per_sec;
+                if let Some(h) = r.hit_ratio {
+                    hits += h * r.gets_per_sec;
+                    lookups += r.gets_per_sec;
+                }
+            }
+        }
+        t.hit_ratio = (lookups > 0.0).then(|| hits / lookups);
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(uptime_ms: u64, gets: u64) -> NodeStats {
+        NodeStats {
+            pid: 1,
+            uptime_ms,
+            gets,
+            hits: gets,
+            keys: 10,
+            ..NodeStats::default()
+        }
+    }
+
+    #[test]
+    fn rates_come_from_two_samples_and_a_failure_marks_the_node_down() {
+        let mut v = ClusterView::new(&["a:1".into(), "b:2".into()]);
+        let t0 = v.started;
+        v.apply(Sample {
+            node: 0,
+            at: t0,
+            result: Ok(stats(1000, 0)),
+        });
+        assert!(v.nodes[0].rates.is_none());
+        v.apply(Sample {
+            node: 0,
+            at: t0 + Duration::from_secs(2),
+            result: Ok(stats(3000, 4000)),
+        });
+        assert_eq!(v.nodes[0].rates.as_ref().unwrap().ops_per_sec, 2000.0);
+        v.apply(Sample {
+            node: 1,
+            at: t0,
+            result: Err("connection refused".into()),
+        });
+        assert!(matches!(v.nodes[1].health, Health::Down { .. }));
+        let t = v.totals();
+        assert_eq!((t.up, t.nodes, t.keys, t.ops_per_sec), (1, 2, 10, 2000.0));
+        assert_eq!(t.hit_ratio, Some(1.0));
+    }
+
+    #[test]
+    fn history_is_a_sliding_window() {
+        let mut s = Series::new();
+        for i in 0..1000 {
+            push(&mut s, i as f64, 1.0);
+        }
+        assert!(s.front().unwrap().0 >= 999.0 - MAX_WINDOW.as_secs_f64());
+    }
+}

@@ -1,0 +1,131 @@
+//! The selected node's detail view: every counter, errors by kind, per-interface network.
+
+use kvshared::units::{bytes, bytes_per_sec, grouped, si, uptime};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Borders, Paragraph, Row, Table};
+
+use crate::app::App;
+use crate::state::Health;
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let Some(n) = app.view.nodes.get(app.selected) else {
+        return;
+    };
+    let [left, right] = Layout::horizontal([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area);
+    let title = format!(" {} (Enter or Esc: back) ", n.addr);
+    let mut lines = Vec::new();
+    if let Health::Down { error } = &n.health {
+        lines.push(Line::styled(format!("DOWN: {error}"), Style::default().fg(Color::Red)));
+    }
+    match (&n.stats, &n.rates) {
+        (None, _) => lines.push(Line::from("no stats received yet")),
+        (Some(s), r) => {
+            let per = |f: fn(&kvshared::stats::NodeRates) -> f64| r.as_ref().map_or("-".to_string(), |r| si(f(r)));
+            lines.extend([
+                Line::styled(
+                    format!(
+                        "shard {}/{}   kvd {}   pid {}   host {} ({} CPUs)",
+                        s.shard_index, s.shard_count, s.version, s.pid, s.host_name, s.host_cpus
+                    ),
+                    Style::default().add_modifier(Modifier::BOLD),
+                ),
+                Line::from(format!(
+                    "uptime {}   keys {}   map shards {}   worker threads {}",
+                    uptime(s.uptime_ms / 1000),
+                    grouped(s.keys),
+                    s.map_shards,
+                    s.worker_threads
+                )),
+                Line::from(""),
+                Line::from(format!(
+                    "gets      {:>16}   {:>8}/s",
+                    grouped(s.gets),
+                    per(|r| r.gets_per_sec)
+                )),
+                Line::from(format!(
+                    "puts      {:>16}   {:>8}/s",
+                    grouped(s.puts),
+                    per(|r| r.puts_per_sec)
+                )),
+                Line::from(format!(
+                    "deletes   {:>16}   {:>8}/s",
+                    grouped(s.deletes),
+                    per(|r| r.deletes_per_sec)
+                )),
+                Line::from(format!("hits      {:>16}", grouped(s.hits))),
+                Line::from(format!("misses    {:>16}", grouped(s.misses))),
+                Line::from(format!("batches   {:>16}", grouped(s.batches))),
+                Line::from(format!(
+                    "bytes in  {:>16}   {:>10}",
+                    bytes(s.bytes_in as f64),
+                    r.as_ref().map_or("-".into(), |r| bytes_per_sec(r.bytes_in_per_sec))
+                )),
+                Line::from(format!(
+                    "bytes out {:>16}   {:>10}",
+                    bytes(s.bytes_out as f64),
+                    r.as_ref().map_or("-".into(), |r| bytes_per_sec(r.bytes_out_per_sec))
+                )),
+                Line::from(format!(
+                    "connections open {}   total {}",
+                    s.connections_open, s.connections_total
+                )),
+                Line::from(""),
+                Line::from(format!(
+                    "kvd CPU {:.0}% of one core   RSS {}   host CPU {:.0}%   host memory {} / {}",
+                    r.as_ref()
+                        .map_or(f64::from(s.process_cpu_percent), |r| r.process_cpu_percent),
+                    bytes(s.process_rss_bytes as f64),
+                    s.host_cpu_percent,
+                    bytes(s.host_mem_used_bytes as f64),
+                    bytes(s.host_mem_total_bytes as f64)
+                )),
+                Line::from(""),
+                Line::styled("errors by kind", Style::default().add_modifier(Modifier::BOLD)),
+                Line::from(format!(
+                    "  wrong shard {}   malformed op {}   malformed body {}",
+                    s.errors.wrong_shard, s.errors.malformed_op, s.errors.malformed_body
+                )),
+                Line::from(format!(
+                    "  bad frame {}   frame too large {}   i/o {}",
+                    s.errors.bad_frame, s.errors.frame_too_large, s.errors.io
+                )),
+            ]);
+        }
+    }
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
+        left,
+    );
+
+    let rows: Vec<Row> = n
+        .stats
+        .iter()
+        .flat_map(|s| s.interfaces.iter())
+        .map(|i| {
+            let rate = n.interface_rates.iter().find(|(name, _, _)| *name == i.name);
+            Row::new(vec![
+                i.name.clone(),
+                bytes(i.rx_bytes as f64),
+                bytes(i.tx_bytes as f64),
+                rate.map_or("-".into(), |r| bytes_per_sec(r.1)),
+                rate.map_or("-".into(), |r| bytes_per_sec(r.2)),
+            ])
+        })
+        .collect();
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(10),
+            Constraint::Length(9),
+            Constraint::Length(9),
+            Constraint::Length(11),
+            Constraint::Length(11),
+        ],
+    )
+    .header(Row::new(vec!["IFACE", "RX", "TX", "RX/s", "TX/s"]).style(Style::default().add_modifier(Modifier::BOLD)))
+    .block(Block::default().borders(Borders::ALL).title(" host interfaces "));
+    frame.render_widget(table, right);
+}

@@ -1,0 +1,96 @@
+//! Drawing. One file per widget; each takes plain state and returns or renders a widget.
+
+mod bench;
+mod charts;
+mod detail;
+mod help;
+pub mod table;
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use crate::app::{App, Mode};
+
+/// Colours of the nodes' lines in charts and their names in the table.
+pub const NODE_COLORS: [Color; 8] = [
+    Color::Cyan,
+    Color::Yellow,
+    Color::Green,
+    Color::Magenta,
+    Color::LightBlue,
+    Color::LightRed,
+    Color::LightGreen,
+    Color::LightYellow,
+];
+
+pub fn node_color(i: usize) -> Color {
+    NODE_COLORS[i % NODE_COLORS.len()]
+}
+
+/// Draws the whole screen.
+pub fn draw(frame: &mut Frame, app: &App) {
+    let area = frame.area();
+    let bench_height = if app.bench.is_some() { 10 } else { 0 };
+    let table_height = (app.view.nodes.len() as u16 + 5).min(area.height / 2).max(6);
+    let [header, bench_area, table_area, rest] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(bench_height),
+        Constraint::Length(table_height),
+        Constraint::Min(0),
+    ])
+    .areas(area);
+    frame.render_widget(header_line(app), header);
+    if let Some(b) = &app.bench {
+        bench::render(frame, bench_area, b);
+    }
+    table::render(frame, table_area, app);
+    match app.mode {
+        Mode::Detail => detail::render(frame, rest, app),
+        _ => charts::render(frame, rest, app),
+    }
+    if app.mode == Mode::Help {
+        help::render(frame, centered(area, 62, 18));
+    }
+}
+
+fn header_line(app: &App) -> Paragraph<'static> {
+    let t = app.view.totals();
+    let mut spans = vec![
+        Span::styled(
+            " kvtui ",
+            Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED),
+        ),
+        Span::raw(format!(
+            "  {}/{} nodes up   every {}   window {}s",
+            t.up,
+            t.nodes,
+            humantime::format_duration(app.interval),
+            app.window.as_secs()
+        )),
+    ];
+    if app.paused {
+        spans.push(Span::styled(
+            "   PAUSED",
+            Style::default().fg(Color::Black).bg(Color::Yellow),
+        ));
+    }
+    spans.push(Span::styled(
+        "   ↑↓ select  ⏎ detail  p pause  +/- interval  w window  ? help  q quit",
+        Style::default().fg(Color::DarkGray),
+    ));
+    Paragraph::new(Line::from(spans))
+}
+
+fn centered(area: Rect, width: u16, height: u16) -> Rect {
+    let w = width.min(area.width);
+    let h = height.min(area.height);
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}

@@ -1,0 +1,76 @@
+//! `kvtui --once --json` against two live nodes and one dead address.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kvd::local::LocalCluster;
+use kvshared::client::{ClientConfig, Cluster, Op};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_json_reports_live_nodes_with_moving_counters_and_the_dead_one_as_down() {
+    let cluster = LocalCluster::start(2, |_| {}).await.unwrap();
+    // An address nothing listens on: bind a port, then free it.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut nodes = cluster.addrs();
+    nodes.push(dead.to_string());
+
+    // Load in the background while kvtui samples, bounded in time and count.
+    let client = Arc::new(
+        Cluster::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    let load = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
+            let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::Put(k.as_bytes(), b"v")).collect();
+            let until = tokio::time::Instant::now() + Duration::from_secs(3);
+            for _ in 0..100_000 {
+                if tokio::time::Instant::now() >= until {
+                    break;
+                }
+                let _ = client.batch(&ops).await;
+            }
+        }
+    });
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kvtui"))
+        .args(["--once", "--json", "--interval", "500ms", "--nodes", &nodes.join(",")])
+        .env_remove("KV_NODES")
+        .output()
+        .await
+        .unwrap();
+    load.abort();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = report["nodes"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for (i, row) in rows.iter().take(2).enumerate() {
+        assert_eq!(row["up"], true, "{row}");
+        assert_eq!(row["shard"], format!("{i}/2"));
+        assert!(row["ops_per_sec"].as_f64().unwrap() > 0.0, "counters moved: {row}");
+        assert!(row["puts"].as_u64().unwrap() > 0);
+        assert!(row["rss_bytes"].as_u64().unwrap() > 0);
+    }
+    assert_eq!(rows[2]["up"], false);
+    assert!(rows[2]["error"].as_str().unwrap().contains(&dead.to_string()));
+    assert_eq!(report["total"]["up"], 2);
+    assert_eq!(report["total"]["nodes"], 3);
+
+    // Without --json: the table as text.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kvtui"))
+        .args(["--once", "--interval", "200ms", "--nodes", &nodes.join(",")])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains("NODE") && text.contains("TOTAL") && text.contains("is down"),
+        "{text}"
+    );
+}

@@ -1,0 +1,156 @@
+//! The dashboard drawn into ratatui's TestBackend from state built by hand.
+
+use std::time::{Duration, Instant};
+
+use kvshared::stats::NodeStats;
+use kvtui::app::{App, DashboardConfig, Mode};
+use kvtui::state::Sample;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+fn stats(shard: u32, uptime_ms: u64, gets: u64, puts: u64, cpu_ms: u64) -> NodeStats {
+    NodeStats {
+        shard_index: shard,
+        shard_count: 3,
+        pid: 10 + shard,
+        uptime_ms,
+        system_sampled_ms: uptime_ms,
+        keys: 500_000,
+        gets,
+        puts,
+        hits: gets,
+        bytes_in: gets * 20,
+        bytes_out: gets * 150,
+        process_cpu_ms: cpu_ms,
+        process_rss_bytes: 210_000_000,
+        host_mem_used_bytes: 3_000_000_000,
+        host_mem_total_bytes: 24_000_000_000,
+        host_cpus: 2,
+        ..NodeStats::default()
+    }
+}
+
+/// Three nodes: two answering with known rates over 2 s, the third refusing connections.
+fn app() -> App {
+    let nodes = vec![
+        "10.0.0.1:7070".to_string(),
+        "10.0.0.2:7070".to_string(),
+        "10.0.0.3:7070".to_string(),
+    ];
+    let mut app = App::new(
+        &DashboardConfig {
+            nodes,
+            interval: Duration::from_millis(500),
+            window: Duration::from_secs(60),
+        },
+        false,
+    );
+    let t0 = app.view.started;
+    let t1 = t0 + Duration::from_secs(2);
+    for (node, gets) in [(0usize, 2_400_000u64), (1, 1_000)] {
+        app.view.apply(Sample {
+            node,
+            at: t0,
+            result: Ok(stats(node as u32, 10_000, 0, 0, 0)),
+        });
+        app.view.apply(Sample {
+            node,
+            at: t1,
+            result: Ok(stats(node as u32, 12_000, gets, gets / 20, 1_800)),
+        });
+    }
+    app.view.apply(Sample {
+        node: 2,
+        at: t1,
+        result: Err("cannot connect to 10.0.0.3:7070: Connection refused".into()),
+    });
+    app.view.tick(t1);
+    app.now = t1;
+    app
+}
+
+fn screen(app: &App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| kvtui::ui::draw(f, app)).unwrap();
+    let buf = terminal.backend().buffer().clone();
+    let mut out = String::new();
+    for y in 0..height {
+        for x in 0..width {
+            out.push_str(buf[(x, y)].symbol());
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn the_table_shows_each_node_the_totals_and_the_down_node() {
+    let text = screen(&app(), 200, 40);
+    for name in ["10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070", "TOTAL"] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    // 2.4M gets + 120k puts in 2 s = 1.26M op/s on node 0; 1.05k gets+puts in 2 s on node 1.
+    assert!(text.contains("1.3M"), "node 0 op/s:\n{text}");
+    assert!(text.contains("525"), "node 1 op/s:\n{text}");
+    assert!(text.contains("90"), "node 0 CPU 90%:\n{text}");
+    assert!(text.contains("210 MB"), "RSS:\n{text}");
+    assert!(text.contains("2/3 up"), "totals:\n{text}");
+    assert!(text.contains("down"), "down marking:\n{text}");
+    assert!(
+        text.contains("10.0.0.3:7070 is down") && text.contains("Connection refused"),
+        "{text}"
+    );
+    assert!(text.contains("op/s") && text.contains("kvd CPU"), "charts:\n{text}");
+}
+
+#[test]
+fn the_down_row_is_red() {
+    let app = app();
+    let mut terminal = Terminal::new(TestBackend::new(200, 40)).unwrap();
+    terminal.draw(|f| kvtui::ui::draw(f, &app)).unwrap();
+    let buf = terminal.backend().buffer();
+    let row = (0..40)
+        .find(|&y| {
+            let line: String = (0..30).map(|x| buf[(x, y)].symbol().to_string()).collect();
+            line.contains("10.0.0.3:7070") && !line.contains("is down")
+        })
+        .expect("the down node has a table row");
+    let x = (0..200).find(|&x| buf[(x, row)].symbol() == "1").unwrap();
+    assert_eq!(buf[(x, row)].fg, ratatui::style::Color::Red);
+}
+
+#[test]
+fn the_detail_view_lists_every_counter() {
+    let mut app = app();
+    app.mode = Mode::Detail;
+    let text = screen(&app, 200, 45);
+    for needle in [
+        "shard 0/3",
+        "2,400,000",
+        "errors by kind",
+        "wrong shard",
+        "host interfaces",
+        "connections open",
+    ] {
+        assert!(text.contains(needle), "{needle} missing:\n{text}");
+    }
+}
+
+#[test]
+fn help_and_pause_are_shown() {
+    let mut app = app();
+    app.mode = Mode::Help;
+    app.paused = true;
+    let text = screen(&app, 200, 40);
+    assert!(text.contains("PAUSED"));
+    assert!(text.contains("select a node") && text.contains("chart window"));
+}
+
+#[test]
+fn the_headless_text_is_the_same_table() {
+    let app = app();
+    let text = kvtui::headless::text(&app.view);
+    assert!(text.contains("NODE") && text.contains("TOTAL") && text.contains("1.3M"));
+    assert!(text.contains("10.0.0.3:7070 is down"));
+    let _ = Instant::now();
+}
