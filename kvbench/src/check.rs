@@ -34,7 +34,7 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
         Verdict::Unknown { .. } => 2,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        kvshared::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let clients = {
             let mut c: Vec<u32> = history.operations.iter().map(|o| o.client).collect();
@@ -47,17 +47,17 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
             Verdict::NotLinearizable(f) => format!("NOT LINEARIZABLE (key {:?})", f.key),
             Verdict::Unknown { reason } => format!("UNKNOWN: {reason}"),
         };
-        println!("verdict    {verdict}");
-        println!(
+        kvshared::outln!("verdict    {verdict}");
+        kvshared::outln!(
             "history    {} ops from {} clients on {} keys",
             grouped(report.operations as u64),
             clients,
             report.keys
         );
-        println!("checked in {:.1} ms", report.elapsed_ms);
+        kvshared::outln!("checked in {:.1} ms", report.elapsed_ms);
         if let Verdict::NotLinearizable(f) = &report.verdict {
-            println!();
-            print!("{}", render_timeline(f));
+            kvshared::outln!();
+            kvshared::out!("{}", render_timeline(f));
         }
     }
     Ok(ExitCode::from(code))

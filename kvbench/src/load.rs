@@ -161,7 +161,7 @@ pub async fn command(args: LoadArgs) -> anyhow::Result<()> {
     for n in 0..cluster.node_count() {
         keys += cluster.stats(n).await.map(|s| s.keys).unwrap_or(0);
     }
-    println!(
+    kvshared::outln!(
         "loaded {} records of {} B in {:.2} s: {} records/s ({} keys now in the cluster)",
         grouped(loaded.records),
         args.value_size,

@@ -131,7 +131,7 @@ pub async fn command(args: RunArgs) -> anyhow::Result<()> {
         serde_json::to_writer_pretty(&mut out, &result)?;
         writeln!(out)?;
     } else {
-        print!("{text}");
+        kvshared::out!("{text}");
         if let Some(path) = &args.json {
             std::fs::write(path, serde_json::to_vec_pretty(&result)?)?;
             eprintln!("kvbench: result written to {}", path.display());
@@ -171,22 +171,22 @@ fn dry_run(args: &RunArgs) -> anyhow::Result<()> {
     let secs = start.elapsed().as_secs_f64();
     let cpu = (own_cpu_ms().saturating_sub(cpu0)) as f64 / 1000.0;
     let ops = filler.generated;
-    println!("dry run    {describe}");
-    println!(
+    kvshared::outln!("dry run    {describe}");
+    kvshared::outln!(
         "           {} nodes, batch {}: generated and encoded {} ops in {:.2} s on one thread",
         nodes,
         args.batch,
         grouped(ops),
         secs
     );
-    println!(
+    kvshared::outln!(
         "rate       {} op/s per core ({} op/s wall clock), {} batches, {:.1} bytes/op on the wire",
         si(ops as f64 / cpu.max(1e-9)),
         si(ops as f64 / secs),
         grouped(batches),
         bytes as f64 / ops.max(1) as f64
     );
-    println!(
+    kvshared::outln!(
         "setup      key generator ready in {:.1} ms",
         setup.as_secs_f64() * 1000.0
     );

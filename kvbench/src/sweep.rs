@@ -45,7 +45,7 @@ pub async fn command(args: SweepArgs) -> anyhow::Result<()> {
             };
             let r = run_with(cluster.clone(), &run, false).await?;
             let lat = |k: &str| r.latency_us.get(k).map(|l| l.p99_us).unwrap_or(0.0);
-            println!(
+            kvshared::outln!(
                 "tasks {tasks:>5}  batch {batch:>6}  {:>12}   batch p50 {:>9.1} us  p99 {:>9.1} us   failed {}",
                 format!("{} op/s", si(r.ops_per_sec)),
                 r.latency_us.get("batch").map(|l| l.p50_us).unwrap_or(0.0),

@@ -39,7 +39,7 @@ async fn run_inner(command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Get { nodes, key } => match cluster(&nodes)?.get(key.as_bytes()).await? {
             Some(v) => {
-                println!("{}", String::from_utf8_lossy(&v));
+                kvshared::outln!("{}", String::from_utf8_lossy(&v));
                 Ok(0)
             }
             None => {
@@ -49,12 +49,12 @@ async fn run_inner(command: Command) -> anyhow::Result<u8> {
         },
         Command::Put { nodes, key, value } => {
             cluster(&nodes)?.put(key.as_bytes(), value.as_bytes()).await?;
-            println!("OK");
+            kvshared::outln!("OK");
             Ok(0)
         }
         Command::Del { nodes, key } => {
             let existed = cluster(&nodes)?.delete(key.as_bytes()).await?;
-            println!("{}", if existed { "deleted" } else { "absent" });
+            kvshared::outln!("{}", if existed { "deleted" } else { "absent" });
             Ok(0)
         }
         Command::Stats { nodes, json } => stats(&nodes, json).await,
@@ -76,7 +76,7 @@ async fn stats(arg: &NodesArg, json: bool) -> anyhow::Result<u8> {
                 Err(e) => serde_json::json!({ "addr": addr, "up": false, "error": e.to_string() }),
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        kvshared::outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_table(&rows);
     }
@@ -84,9 +84,18 @@ async fn stats(arg: &NodesArg, json: bool) -> anyhow::Result<u8> {
 }
 
 fn print_table(rows: &[(String, Result<NodeStats, kvshared::client::ClientError>)]) {
-    println!(
+    kvshared::outln!(
         "{:<22} {:>5} {:>9} {:>12} {:>10} {:>10} {:>7} {:>6} {:>9} {:>7}",
-        "NODE", "SHARD", "UPTIME", "KEYS", "GETS", "PUTS", "HIT%", "CONNS", "RSS", "ERRORS"
+        "NODE",
+        "SHARD",
+        "UPTIME",
+        "KEYS",
+        "GETS",
+        "PUTS",
+        "HIT%",
+        "CONNS",
+        "RSS",
+        "ERRORS"
     );
     for (addr, r) in rows {
         match r {
@@ -97,7 +106,7 @@ fn print_table(rows: &[(String, Result<NodeStats, kvshared::client::ClientError>
                 } else {
                     format!("{:.1}", 100.0 * s.hits as f64 / lookups as f64)
                 };
-                println!(
+                kvshared::outln!(
                     "{:<22} {:>5} {:>8}s {:>12} {:>10} {:>10} {:>7} {:>6} {:>7}MB {:>7}",
                     addr,
                     format!("{}/{}", s.shard_index, s.shard_count),
@@ -111,7 +120,7 @@ fn print_table(rows: &[(String, Result<NodeStats, kvshared::client::ClientError>
                     s.errors.total()
                 );
             }
-            Err(e) => println!("{addr:<22} DOWN: {e}"),
+            Err(e) => kvshared::outln!("{addr:<22} DOWN: {e}"),
         }
     }
 }

@@ -36,12 +36,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.once {
         let view = rt.block_on(headless::sample_once(&nodes, cli.interval))?;
         if cli.json {
-            println!(
+            kvshared::outln!(
                 "{}",
                 serde_json::to_string_pretty(&headless::report(&view, cli.interval))?
             );
         } else {
-            print!("{}", headless::text(&view));
+            kvshared::out!("{}", headless::text(&view));
         }
         return Ok(());
     }

@@ -6,6 +6,7 @@
 //! * [`frame`]: the 16-byte frame header, the size limit, reading a frame off a stream.
 //! * [`wire`]: the rkyv body types (column-wise batches and results) and checked views over them.
 //! * [`stats`]: per-node statistics as served by kvd, and rates between two samples.
+//! * [`stdout`]: `out!`/`outln!`, printing that ends quietly when the reader closes the pipe.
 //! * [`units`]: human-readable numbers (1.2M op/s, 734 KB/s) for every tool's output.
 //! * [`history`]: recorded histories and the linearizability checker (no network code).
 //! * [`client`]: the async cluster client (pools, pipelining, routing, merging, timeouts).
@@ -17,5 +18,6 @@ pub mod frame;
 pub mod history;
 pub mod routing;
 pub mod stats;
+pub mod stdout;
 pub mod units;
 pub mod wire;

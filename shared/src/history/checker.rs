@@ -159,19 +159,75 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
     }
 }
 
-/// A fixed-size set of op indexes.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct BitSet(Box<[u64]>);
+/// The set of linearized ops, kept so that its memo key stays small.
+///
+/// Ops are indexed in call order, and the search linearizes them roughly in that order, so
+/// the set is nearly always "every op below some frontier, plus a few beyond it". The memo
+/// key is exactly that: the frontier and the few extra indexes. It identifies the set exactly
+/// (no hashing shortcuts) while costing a few words instead of n bits per memo entry.
+struct Linearized {
+    words: Vec<u64>,
+    /// Every op below `frontier` is linearized; op `frontier` is not.
+    frontier: usize,
+    count: usize,
+    n: usize,
+}
 
-impl BitSet {
-    fn new(n: usize) -> BitSet {
-        BitSet(vec![0; n.div_ceil(64)].into_boxed_slice())
+impl Linearized {
+    fn new(n: usize) -> Linearized {
+        Linearized {
+            words: vec![0; n.div_ceil(64)],
+            frontier: 0,
+            count: 0,
+            n,
+        }
     }
+
     fn set(&mut self, i: usize) {
-        self.0[i / 64] |= 1 << (i % 64);
+        self.words[i / 64] |= 1 << (i % 64);
+        self.count += 1;
+        if i == self.frontier {
+            self.advance();
+        }
     }
+
     fn clear(&mut self, i: usize) {
-        self.0[i / 64] &= !(1 << (i % 64));
+        self.words[i / 64] &= !(1 << (i % 64));
+        self.count -= 1;
+        self.frontier = self.frontier.min(i);
+    }
+
+    /// Moves the frontier past set bits, a word at a time.
+    fn advance(&mut self) {
+        while self.frontier < self.n {
+            let (w, b) = (self.frontier / 64, self.frontier % 64);
+            let ones = (self.words[w] >> b).trailing_ones() as usize;
+            if ones == 0 {
+                break;
+            }
+            self.frontier += ones.min(64 - b);
+        }
+        self.frontier = self.frontier.min(self.n);
+    }
+
+    /// The frontier followed by the linearized indexes above it.
+    fn key(&self) -> Box<[u32]> {
+        let mut extra = self.count - self.frontier;
+        let mut key = Vec::with_capacity(extra + 1);
+        key.push(self.frontier as u32);
+        let mut w = self.frontier / 64;
+        let mut word = self.words.get(w).copied().unwrap_or(0) & (!0u64 << (self.frontier % 64));
+        while extra > 0 {
+            while word == 0 {
+                w += 1;
+                word = self.words[w];
+            }
+            let bit = word.trailing_zeros() as usize;
+            key.push((w * 64 + bit) as u32);
+            word &= word - 1;
+            extra -= 1;
+        }
+        key.into_boxed_slice()
     }
 }
 
@@ -243,8 +299,8 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool)
     };
 
     let mut state = 0u32;
-    let mut linearized = BitSet::new(n);
-    let mut memo: HashSet<(BitSet, u32)> = HashSet::new();
+    let mut linearized = Linearized::new(n);
+    let mut memo: HashSet<(Box<[u32]>, u32)> = HashSet::new();
     let mut stack: Vec<(usize, u32)> = Vec::new();
     let mut best: Vec<usize> = Vec::new();
     let mut best_stuck: Option<usize> = None;
@@ -279,15 +335,11 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool)
         if !ev.is_return {
             if let Some(new_state) = step(state, ops[ev.op].kind) {
                 linearized.set(ev.op);
-                if memo.insert((linearized.clone(), new_state)) {
+                if memo.insert((linearized.key(), new_state)) {
                     stack.push((entry, state));
                     state = new_state;
                     unlink(&mut next, &mut prev, entry);
                     unlink(&mut next, &mut prev, ev.partner);
-                    if stack.len() > best.len() {
-                        best = stack.iter().map(|&(e, _)| events[e].op).collect();
-                        best_stuck = None;
-                    }
                     entry = next[head];
                     continue;
                 }
@@ -296,7 +348,10 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool)
             entry = next[entry];
         } else {
             // This op's return came before it could be placed: the order so far is wrong.
-            if stack.len() == best.len() && best_stuck.is_none() {
+            // Remember the deepest such point for the report (copied only here, at a
+            // backtrack, so a search that never backtracks stays linear).
+            if stack.len() > best.len() || best.is_empty() && best_stuck.is_none() {
+                best = stack.iter().map(|&(e, _)| events[e].op).collect();
                 best_stuck = Some(ev.op);
             }
             let Some((call_e, prev_state)) = stack.pop() else {
@@ -463,6 +518,27 @@ mod tests {
             get(1, Some("a"), 2, 3),
             read_other
         ]));
+    }
+
+    #[test]
+    fn the_memo_key_is_the_frontier_and_the_extras() {
+        let mut l = Linearized::new(200);
+        for i in [0, 1, 2, 5, 130] {
+            l.set(i);
+        }
+        assert_eq!(&*l.key(), &[3, 5, 130]);
+        l.set(3);
+        l.set(4);
+        assert_eq!(&*l.key(), &[6, 130]);
+        l.clear(1);
+        assert_eq!(&*l.key(), &[1, 2, 3, 4, 5, 130]);
+        for i in (0..200).filter(|&i| i != 1) {
+            if ![0, 2, 3, 4, 5, 130].contains(&i) {
+                l.set(i);
+            }
+        }
+        l.set(1);
+        assert_eq!(&*l.key(), &[200]);
     }
 
     #[test]
