@@ -1,0 +1,124 @@
+//! The real multi-host flow, `scripts/run-cluster.sh`, on hosts made on this machine: four
+//! network-namespace hosts (three kvd, one client) linked by a bridge, a short benchmark and
+//! a short linearizability check across them, then everything torn down. Without root (no
+//! namespaces) the same flow runs on loopback ports instead, and the test says so.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Removes the namespaces even if the test fails half way (the script's own trap does too).
+struct Teardown {
+    prefix: String,
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("scripts/local-cluster.sh"))
+            .args(["--prefix", &self.prefix, "down"])
+            .output();
+    }
+}
+
+fn namespaces_available() -> Result<(), String> {
+    let uid = Command::new("id").arg("-u").output().map_err(|e| e.to_string())?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Err("not running as root".into());
+    }
+    let probe = format!("kvprobe{}", std::process::id() % 100_000);
+    let add = Command::new("ip")
+        .args(["netns", "add", &probe])
+        .output()
+        .map_err(|e| format!("no ip command ({e}); install iproute2"))?;
+    if !add.status.success() {
+        return Err(format!(
+            "cannot make a namespace: {}",
+            String::from_utf8_lossy(&add.stderr).trim()
+        ));
+    }
+    let _ = Command::new("ip").args(["netns", "del", &probe]).output();
+    Ok(())
+}
+
+#[test]
+fn run_cluster_across_hosts_merges_results_and_checks_linearizability() {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_kvbench")).parent().unwrap().to_path_buf();
+    if !bin_dir.join("kvd").exists() {
+        eprintln!(
+            "SKIPPED: no kvd binary beside kvbench in {}; `cargo test --workspace` builds both",
+            bin_dir.display()
+        );
+        return;
+    }
+    let prefix = format!("kvt{}", std::process::id() % 10_000);
+    let mode = match namespaces_available() {
+        Ok(()) => "--local",
+        Err(why) => {
+            eprintln!("network namespaces unavailable ({why}): running the loopback variant of the flow instead");
+            "--loopback"
+        }
+    };
+    let _teardown = Teardown { prefix: prefix.clone() };
+    let logs = std::env::temp_dir().join(format!("kvd-run-cluster-{}", std::process::id()));
+    let out = Command::new(repo_root().join("scripts/run-cluster.sh"))
+        .args([
+            mode,
+            "--records",
+            "20000",
+            "--port",
+            "17170",
+            "--check",
+            "1s",
+            "--bin-dir",
+            bin_dir.to_str().unwrap(),
+            "--logs",
+            logs.to_str().unwrap(),
+            "3",
+            "1",
+            "--threads 1",
+            "--duration 2s --warmup 500ms --tasks 16 --batch 32",
+        ])
+        .env("KV_NS_PREFIX", &prefix)
+        .env("KV_NO_BUILD", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "run-cluster failed:\n{stdout}\n{stderr}");
+
+    let run = logs.join("latest");
+    let merged: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("merged.json")).unwrap()).unwrap();
+    assert!(merged["ops"].as_u64().unwrap() > 0, "{merged}");
+    assert_eq!(merged["failed_ops"], 0, "{}", merged["errors"]);
+    assert_eq!(merged["errors"], serde_json::json!({}));
+    let nodes = merged["per_node"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    for n in nodes {
+        assert!(n["ops"].as_u64().unwrap() > 0, "every node served ops: {n}");
+        if mode == "--local" {
+            assert!(n["addr"].as_str().unwrap().starts_with("198.18.77."), "{n}");
+        }
+    }
+    let check = std::fs::read_to_string(run.join("check.txt")).unwrap();
+    assert!(check.contains("verdict    LINEARIZABLE"), "{check}");
+    for f in [
+        "summary.txt",
+        "stats-end.txt",
+        "client-0.json",
+        "kvd-0.log",
+        "kvd-2.log",
+        "history.json",
+    ] {
+        assert!(run.join(f).exists(), "{f} missing in {}", run.display());
+    }
+    // Nothing is left behind.
+    let links = Command::new("ip").args(["-o", "link", "show"]).output();
+    if let Ok(links) = links {
+        let text = String::from_utf8_lossy(&links.stdout);
+        assert!(!text.contains(&format!("{prefix}v")), "veth links left: {text}");
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+}

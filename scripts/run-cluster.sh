@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# Run a kvd cluster and kvbench clients on several hosts, collect and merge the results.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: scripts/run-cluster.sh [options] SERVERS CLIENTS ["kvd args"] ["kvbench run args"]
+
+Starts `kvd --shard i/SERVERS` on the first SERVERS hosts and `kvbench run` on the next
+CLIENTS hosts (each client with its own --seed) against all servers, then merges the clients'
+results with `kvbench merge` and prints the total and a per-node table (op/s, CPU, network).
+
+Where the hosts come from (pick one):
+  --hosts FILE     one host per line ([user@]host; # comments allowed), reached over ssh;
+                   KV_HOSTS="h1 h2 ..." does the same. Binaries are built here once and
+                   copied to --bin-dir on each host (skip the copy with --shared-bin if that
+                   path is on a shared filesystem).
+  --local          SERVERS+CLIENTS hosts made on this machine as network namespaces
+                   (scripts/local-cluster.sh), created for the run and removed after it. Root.
+  --loopback       everything on this machine on 127.0.0.1, one port per server. No root.
+
+Options:
+  --port P           first kvd port (default 7070; server i listens on P, or P+i on loopback)
+  --records N        records to preload with `kvbench load` before the clients start (1000000)
+  --no-load          do not preload
+  --check DURATION   after the benchmark, run `kvbench check` for DURATION from the first client
+  --bin-dir DIR      where kvd and kvbench live on the hosts (ssh default /tmp/kvd-bin)
+  --shared-bin       (ssh) the binaries are already at --bin-dir on every host: do not copy
+  --logs DIR         where runs are stored (default logs/); each run gets DIR/<timestamp>/ and
+                     DIR/latest points to it
+  --dry-run          print the commands it would run, run nothing
+  -h, --help         this help
+
+Every run stores under logs/<timestamp>/: each kvd's and each client's log, client-J.json
+per client, merged.json, summary.txt, stats-end.txt (and history.json with --check).
+
+Every process this script starts is stopped by PID (on each host) when it exits, on Ctrl-C
+and on failure; with --local the namespaces are removed too.
+
+Examples:
+  scripts/run-cluster.sh --hosts hosts.txt 4 4 "" "--duration 30s --batch 1024"
+  scripts/run-cluster.sh --local 2 2 "--threads 1" "--duration 10s"
+  scripts/run-cluster.sh --loopback 1 1 "" "--duration 5s --batch 8192"
+EOF
+}
+
+MODE=""
+HOSTS_FILE=""
+PORT=7070
+RECORDS=1000000
+LOAD=1
+CHECK=""
+BIN_DIR=""
+SHARED_BIN=0
+LOGS=logs
+DRY=0
+POS=()
+while (($#)); do
+  case "$1" in
+    --hosts) MODE=ssh; HOSTS_FILE=$2; shift 2 ;;
+    --local) MODE=local; shift ;;
+    --loopback) MODE=loopback; shift ;;
+    --port) PORT=$2; shift 2 ;;
+    --records) RECORDS=$2; shift 2 ;;
+    --no-load) LOAD=0; shift ;;
+    --check) CHECK=$2; shift 2 ;;
+    --bin-dir) BIN_DIR=$2; shift 2 ;;
+    --shared-bin) SHARED_BIN=1; shift ;;
+    --logs) LOGS=$2; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; POS+=("$@"); break ;;
+    -*) [[ ${#POS[@]} -ge 2 ]] && { POS+=("$1"); shift; } || { echo "run-cluster: unknown option $1 (see --help)" >&2; exit 2; } ;;
+    *) POS+=("$1"); shift ;;
+  esac
+done
+[[ ${#POS[@]} -ge 2 ]] || { usage >&2; exit 2; }
+SERVERS=${POS[0]}
+CLIENTS=${POS[1]}
+KVD_ARGS=${POS[2]:-}
+BENCH_ARGS=${POS[3]:-}
+[[ $SERVERS =~ ^[0-9]+$ && $SERVERS -ge 1 ]] || { echo "run-cluster: SERVERS must be a number >= 1" >&2; exit 2; }
+[[ $CLIENTS =~ ^[0-9]+$ && $CLIENTS -ge 1 ]] || { echo "run-cluster: CLIENTS must be a number >= 1" >&2; exit 2; }
+TOTAL=$((SERVERS + CLIENTS))
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LOCAL_CLUSTER="$ROOT/scripts/local-cluster.sh"
+
+if [[ -z $MODE ]]; then
+  if [[ -n ${KV_HOSTS:-} ]]; then MODE=ssh; else
+    echo "run-cluster: say where the hosts are: --hosts FILE (or KV_HOSTS), --local, or --loopback" >&2
+    exit 2
+  fi
+fi
+
+say() { echo "== $*" >&2; }
+die() { echo "run-cluster: $*" >&2; exit 2; }
+
+# ---- hosts --------------------------------------------------------------------------------
+HOSTS=()
+case "$MODE" in
+  ssh)
+    if [[ -n $HOSTS_FILE ]]; then
+      [[ -f $HOSTS_FILE ]] || die "no such hosts file: $HOSTS_FILE"
+      mapfile -t HOSTS < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$HOSTS_FILE" | grep -v '^$')
+    else
+      read -r -a HOSTS <<<"$KV_HOSTS"
+    fi
+    [[ ${#HOSTS[@]} -ge $TOTAL ]] || die "need $TOTAL hosts ($SERVERS servers + $CLIENTS clients), have ${#HOSTS[@]}"
+    BIN_DIR=${BIN_DIR:-/tmp/kvd-bin}
+    ;;
+  local)
+    PREFIX=${KV_NS_PREFIX:-kvr}
+    export KV_NS_PREFIX=$PREFIX
+    for ((i = 0; i < TOTAL; i++)); do HOSTS+=("$PREFIX$i"); done
+    BIN_DIR=${BIN_DIR:-$ROOT/target/release}
+    ;;
+  loopback)
+    for ((i = 0; i < TOTAL; i++)); do HOSTS+=("localhost"); done
+    BIN_DIR=${BIN_DIR:-$ROOT/target/release}
+    ;;
+esac
+
+# Address clients use for server i.
+server_addr() {
+  local i=$1
+  case "$MODE" in
+    ssh) local h=${HOSTS[$i]}; echo "${h#*@}:$PORT" ;;
+    local) echo "$("$LOCAL_CLUSTER" addr "$i"):$PORT" ;;
+    loopback) echo "127.0.0.1:$((PORT + i))" ;;
+  esac
+}
+listen_addr() {
+  case "$MODE" in
+    ssh) echo "0.0.0.0:$PORT" ;;
+    *) server_addr "$1" ;;
+  esac
+}
+
+NODES=$(for ((i = 0; i < SERVERS; i++)); do server_addr "$i"; done | paste -sd, -)
+
+# ---- running things on hosts --------------------------------------------------------------
+# on HOST_INDEX CMD...   run in the foreground on that host
+on() {
+  local i=$1; shift
+  if ((DRY)); then echo "[host $i] $*"; return 0; fi
+  case "$MODE" in
+    ssh) ssh -o BatchMode=yes "${HOSTS[$i]}" "$(printf '%q ' "$@")" ;;
+    local) ip netns exec "${HOSTS[$i]}" "$@" ;;
+    loopback) "$@" ;;
+  esac
+}
+
+# spawn HOST_INDEX LOGFILE CMD...   start in the background; records "index pid" in PIDS
+PIDS=()
+spawn() {
+  local i=$1 log=$2; shift 2
+  if ((DRY)); then echo "[host $i] $* > $log &"; return 0; fi
+  local pid
+  case "$MODE" in
+    ssh)
+      pid=$(ssh -o BatchMode=yes "${HOSTS[$i]}" "nohup $(printf '%q ' "$@") > $(printf '%q' "$BIN_DIR/$(basename "$log")") 2>&1 & echo \$!")
+      ;;
+    local) ip netns exec "${HOSTS[$i]}" "$@" >"$log" 2>&1 & pid=$! ;;
+    loopback) "$@" >"$log" 2>&1 & pid=$! ;;
+  esac
+  PIDS+=("$i $pid")
+}
+
+# fetch HOST_INDEX REMOTE_PATH LOCAL_PATH   bring a file back (no-op when the path is shared)
+fetch() {
+  if ((DRY)); then echo "[host $1] copy $2 -> $3"; return 0; fi
+  case "$MODE" in
+    ssh) scp -q -o BatchMode=yes "${HOSTS[$1]}:$2" "$3" ;;
+    *) [[ $2 == "$3" ]] || cp "$2" "$3" ;;
+  esac
+}
+
+# save FILE: copy stdin to FILE (not in a dry run) and to stderr
+save() {
+  if ((DRY)); then cat >&2; else tee "$1" >&2; fi
+}
+
+CLEANED=0
+cleanup() {
+  ((CLEANED)) && return 0
+  CLEANED=1
+  ((DRY)) && return 0
+  for entry in "${PIDS[@]+"${PIDS[@]}"}"; do
+    read -r i pid <<<"$entry"
+    case "$MODE" in
+      ssh) ssh -o BatchMode=yes "${HOSTS[$i]}" "kill $pid 2>/dev/null || true" || true ;;
+      *) kill "$pid" 2>/dev/null || true ;;
+    esac
+  done
+  if [[ $MODE != ssh ]]; then
+    for entry in "${PIDS[@]+"${PIDS[@]}"}"; do
+      read -r _ pid <<<"$entry"
+      wait "$pid" 2>/dev/null || true
+    done
+  fi
+  if [[ $MODE == local ]]; then "$LOCAL_CLUSTER" down >/dev/null || true; fi
+}
+trap cleanup EXIT
+trap 'echo "run-cluster: interrupted" >&2; cleanup; exit 130' INT TERM
+
+# ---- the run -------------------------------------------------------------------------------
+STAMP=$(date +%Y%m%d-%H%M%S)
+OUT="$LOGS/$STAMP"
+if ((!DRY)); then
+  mkdir -p "$OUT"
+  ln -sfn "$STAMP" "$LOGS/latest"
+  OUT=$(cd "$OUT" && pwd)
+fi
+# Where clients write their results: on the host (ssh) or straight into OUT.
+RESULT_DIR=$OUT
+[[ $MODE == ssh ]] && RESULT_DIR=$BIN_DIR
+
+say "mode $MODE: $SERVERS server(s), $CLIENTS client(s); nodes $NODES; results in $OUT"
+
+if [[ -z ${KV_NO_BUILD:-} && $MODE != ssh || $MODE == ssh && $SHARED_BIN -eq 0 ]]; then
+  say "building release binaries"
+  if ((DRY)); then echo "cargo build --release -p kvd -p kvbench"; else
+    (cd "$ROOT" && cargo build --release --quiet -p kvd -p kvbench)
+  fi
+fi
+if [[ $MODE == ssh && $SHARED_BIN -eq 0 ]]; then
+  say "copying binaries to $BIN_DIR on each host"
+  for ((i = 0; i < TOTAL; i++)); do
+    if ((DRY)); then echo "[host $i] mkdir -p $BIN_DIR; scp kvd kvbench"; continue; fi
+    ssh -o BatchMode=yes "${HOSTS[$i]}" "mkdir -p $(printf '%q' "$BIN_DIR")"
+    scp -q -o BatchMode=yes "$ROOT/target/release/kvd" "$ROOT/target/release/kvbench" "${HOSTS[$i]}:$BIN_DIR/"
+  done
+fi
+KVD="$BIN_DIR/kvd"
+KVBENCH="$BIN_DIR/kvbench"
+# Merging runs here, with the local build (which is the same binary outside ssh mode).
+MERGE_KVBENCH="$ROOT/target/release/kvbench"
+[[ $MODE == ssh ]] || MERGE_KVBENCH=$KVBENCH
+
+if [[ $MODE == local ]]; then
+  if ((DRY)); then echo "$LOCAL_CLUSTER up $TOTAL"; else "$LOCAL_CLUSTER" up "$TOTAL" >&2; fi
+fi
+
+say "starting $SERVERS kvd"
+for ((i = 0; i < SERVERS; i++)); do
+  # shellcheck disable=SC2086 # the kvd args are a list of words by design
+  spawn "$i" "$OUT/kvd-$i.log" "$KVD" --shard "$i/$SERVERS" --listen "$(listen_addr "$i")" $KVD_ARGS
+done
+
+FIRST_CLIENT=$SERVERS
+say "waiting until every kvd answers"
+if ((!DRY)); then
+  ready=0
+  for _ in $(seq 1 150); do
+    if on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" --timeout-ms 500 >/dev/null 2>&1; then ready=1; break; fi
+    sleep 0.2
+  done
+  ((ready)) || { tail -n 5 "$OUT"/kvd-*.log >&2 || true; die "the kvd nodes did not all answer within 30 s"; }
+else
+  echo "[host $FIRST_CLIENT] $KVD stats --nodes $NODES"
+fi
+
+if ((LOAD)); then
+  say "loading $RECORDS records"
+  on "$FIRST_CLIENT" "$KVBENCH" load --quiet --nodes "$NODES" --records "$RECORDS" | save "$OUT/load.txt"
+fi
+
+say "running $CLIENTS client(s): kvbench run $BENCH_ARGS"
+CLIENT_PIDS=()
+for ((j = 0; j < CLIENTS; j++)); do
+  h=$((SERVERS + j))
+  # shellcheck disable=SC2086 # the kvbench args are a list of words by design
+  cmd=("$KVBENCH" run --quiet --nodes "$NODES" --seed "$((j + 1))" --records "$RECORDS" --json "$RESULT_DIR/client-$j.json" $BENCH_ARGS)
+  if ((DRY)); then echo "[host $h] ${cmd[*]} > $OUT/client-$j.log"; continue; fi
+  on "$h" "${cmd[@]}" >"$OUT/client-$j.log" 2>&1 &
+  CLIENT_PIDS+=("$!")
+done
+failed=0
+for pid in "${CLIENT_PIDS[@]+"${CLIENT_PIDS[@]}"}"; do wait "$pid" || failed=$((failed + 1)); done
+((failed == 0)) || die "$failed client(s) failed; see $OUT/client-*.log"
+for ((j = 0; j < CLIENTS; j++)); do
+  fetch "$((SERVERS + j))" "$RESULT_DIR/client-$j.json" "$OUT/client-$j.json"
+done
+
+CHECK_STATUS=0
+if [[ -n $CHECK ]]; then
+  say "checking linearizability for $CHECK"
+  on "$FIRST_CLIENT" "$KVBENCH" check --nodes "$NODES" --duration "$CHECK" --history "$RESULT_DIR/history.json" \
+    | save "$OUT/check.txt" || CHECK_STATUS=$?
+  fetch "$FIRST_CLIENT" "$RESULT_DIR/history.json" "$OUT/history.json" || true
+fi
+
+say "merged result"
+if ((DRY)); then
+  echo "$MERGE_KVBENCH merge $OUT/client-*.json --json $OUT/merged.json"
+  echo "[host $FIRST_CLIENT] $KVD stats --nodes $NODES"
+  exit 0
+fi
+"$MERGE_KVBENCH" merge "$OUT"/client-*.json --json "$OUT/merged.json" | tee "$OUT/summary.txt"
+on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" | tee "$OUT/stats-end.txt"
+echo "results: $OUT"
+if ((CHECK_STATUS != 0)); then die "kvbench check exited $CHECK_STATUS (1: not linearizable, 2: unknown or error)"; fi
