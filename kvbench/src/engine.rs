@@ -52,6 +52,9 @@ pub struct Live {
     /// Batch latencies since a live display last took them (tasks add to it about every
     /// 100 ms, so the hot loop does not touch a shared lock per batch).
     pub recent_latency: std::sync::Mutex<Hist>,
+    /// Whether anything shows `recent_latency`; merging histograms costs CPU, so tasks only do
+    /// it when a display asked.
+    pub track_recent_latency: AtomicBool,
 }
 
 impl Live {
@@ -74,6 +77,7 @@ impl Live {
             ops_limit_reached_us: AtomicU64::new(u64::MAX),
             per_second: std::sync::Mutex::new(Vec::new()),
             recent_latency: std::sync::Mutex::new(new_hist()),
+            track_recent_latency: AtomicBool::new(false),
         })
     }
 
@@ -354,8 +358,11 @@ async fn task_loop(
                 out.wire_ops_completed += wire_ops.saturating_sub(failed);
                 live.completed.fetch_add(ok, Ordering::Relaxed);
                 let latency = (done.saturating_duration_since(intended.unwrap_or(sent)).as_nanos() as u64).max(1);
-                let _ = recent.record(latency);
-                if done.duration_since(recent_since) >= Duration::from_millis(100) {
+                let tracking = live.track_recent_latency.load(Ordering::Relaxed);
+                if tracking {
+                    let _ = recent.record(latency);
+                }
+                if tracking && done.duration_since(recent_since) >= Duration::from_millis(100) {
                     if let Ok(mut shared) = live.recent_latency.lock() {
                         let _ = shared.add(&recent);
                     }

@@ -45,6 +45,7 @@ impl BenchSource for LiveBench {
 pub async fn run_with_dashboard(cluster: Arc<Cluster>, args: &RunArgs) -> anyhow::Result<RunResult> {
     let cfg = engine_config(args);
     let live = Live::new(&cfg);
+    live.track_recent_latency.store(true, Ordering::Relaxed);
     let nodes: Vec<String> = (0..cluster.node_count()).map(|n| cluster.addr(n).to_string()).collect();
     let run = {
         let (cluster, args, cfg, live) = (cluster.clone(), args.clone(), cfg.clone(), live.clone());

@@ -1,21 +1,24 @@
 //! One TCP connection to one node, shared by many tasks, with pipelining.
 //!
-//! Callers encode a frame and hand it over; a writer task coalesces queued frames into as few
-//! `write` calls as it can, and a reader task matches each response to its caller by request
-//! id. Up to `pipeline` requests may be in flight at once. When the connection fails, every
-//! caller waiting on it gets the same `NodeDown` error, and the connection is marked dead so
-//! the pool can replace it.
+//! Callers encode a frame and write it themselves, combining: a caller queues its frame and,
+//! if no one else is writing, writes everything queued with one vectored `write`; if someone
+//! is, that writer picks the frame up. So a lone caller reaches the socket with no hand-off
+//! to another task (the batch-1 round trip), and many callers still share syscalls. A reader
+//! task matches each response to its caller by request id. Up to `pipeline` requests may be in
+//! flight at once. When the connection fails, every caller waiting on it gets the same
+//! `NodeDown` error, and the connection is marked dead so the pool can replace it.
 
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rkyv::util::AlignedVec;
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{Mutex as AsyncMutex, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::ClientError;
 use crate::frame::{FrameError, FrameKind, HEADER_LEN, read_frame};
@@ -73,10 +76,16 @@ struct Pending {
     failed: Option<ClientError>,
 }
 
+/// Frames waiting to be written, and the socket's write half.
+struct Outbox {
+    queue: Mutex<Vec<AlignedVec>>,
+    writer: AsyncMutex<OwnedWriteHalf>,
+}
+
 /// A pipelined connection to one node.
 pub struct Connection {
     addr: Arc<str>,
-    frames: mpsc::UnboundedSender<AlignedVec>,
+    outbox: Outbox,
     pending: Arc<Mutex<Pending>>,
     next_id: AtomicU64,
     in_flight: Arc<Semaphore>,
@@ -139,12 +148,13 @@ impl Connection {
             failed: None,
         }));
         let alive = Arc::new(AtomicBool::new(true));
-        let (frames, queue) = mpsc::unbounded_channel();
-        tokio::spawn(write_loop(write, queue, pending.clone(), alive.clone(), addr.clone()));
         tokio::spawn(read_loop(read, pending.clone(), alive.clone(), addr.clone(), max_frame));
         Ok(Connection {
             addr,
-            frames,
+            outbox: Outbox {
+                queue: Mutex::new(Vec::new()),
+                writer: AsyncMutex::new(write),
+            },
             pending,
             next_id: AtomicU64::new(1),
             in_flight: Arc::new(Semaphore::new(pipeline.max(1))),
@@ -196,8 +206,10 @@ impl Connection {
             }
             p.waiters.insert(id, tx);
         }
-        if self.frames.send(frame).is_err() {
-            return Err(self.down("writer stopped"));
+        if let Err(e) = self.send(frame).await {
+            let err = self.down(&e.to_string());
+            fail_all(&self.pending, &self.alive, err.clone());
+            return Err(err);
         }
         Ok(InFlight {
             id,
@@ -206,6 +218,48 @@ impl Connection {
             addr: self.addr.clone(),
             _permit: permit,
         })
+    }
+
+    /// Queues `frame` and writes everything queued unless another caller is already writing
+    /// (that caller then writes this frame too).
+    async fn send(&self, frame: AlignedVec) -> std::io::Result<()> {
+        self.queue_frame(frame)?;
+        loop {
+            let Ok(mut writer) = self.outbox.writer.try_lock() else {
+                return Ok(());
+            };
+            // If this future is dropped mid-write the stream is out of step: mark it dead.
+            let mut guard = DeadUnlessDone {
+                conn: self,
+                done: false,
+            };
+            loop {
+                let frames = match self.outbox.queue.lock() {
+                    Ok(mut q) => std::mem::take(&mut *q),
+                    Err(_) => return Err(std::io::Error::other("poisoned")),
+                };
+                if frames.is_empty() {
+                    break;
+                }
+                write_frames(&mut writer, &frames).await?;
+            }
+            guard.done = true;
+            drop(writer);
+            // A frame queued after our last look but before we let go of the writer would be
+            // stranded: look again now that the writer is free.
+            let empty = self.outbox.queue.lock().map(|q| q.is_empty()).unwrap_or(true);
+            if empty {
+                return Ok(());
+            }
+        }
+    }
+
+    fn queue_frame(&self, frame: AlignedVec) -> std::io::Result<()> {
+        self.outbox
+            .queue
+            .lock()
+            .map(|mut q| q.push(frame))
+            .map_err(|_| std::io::Error::other("poisoned"))
     }
 
     fn down(&self, reason: &str) -> ClientError {
@@ -218,10 +272,42 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        // Dropping the frame sender ends the writer, which shuts the socket; the reader
-        // then sees EOF and fails whatever is still waiting.
+        // Dropping the write half shuts the socket for writing; the server then closes, the
+        // reader sees EOF and fails whatever is still waiting.
         self.in_flight.close();
     }
+}
+
+/// Marks the connection dead when dropped before `done` is set.
+struct DeadUnlessDone<'a> {
+    conn: &'a Connection,
+    done: bool,
+}
+
+impl Drop for DeadUnlessDone<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            fail_all(
+                &self.conn.pending,
+                &self.conn.alive,
+                self.conn.down("a write was interrupted"),
+            );
+        }
+    }
+}
+
+/// Writes all of `frames` with as few vectored writes as the socket allows.
+async fn write_frames(writer: &mut OwnedWriteHalf, frames: &[AlignedVec]) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f.as_slice())).collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = writer.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
 }
 
 /// Marks the connection failed and answers every waiter with `err`.
@@ -239,42 +325,6 @@ fn fail_all(pending: &Mutex<Pending>, alive: &AtomicBool, err: ClientError) {
     for (_, w) in waiters {
         let _ = w.send(Err(err.clone()));
     }
-}
-
-async fn write_loop(
-    write: OwnedWriteHalf,
-    mut queue: mpsc::UnboundedReceiver<AlignedVec>,
-    pending: Arc<Mutex<Pending>>,
-    alive: Arc<AtomicBool>,
-    addr: Arc<str>,
-) {
-    let mut out = BufWriter::with_capacity(64 * 1024, write);
-    while let Some(frame) = queue.recv().await {
-        let mut result = out.write_all(&frame).await;
-        // Coalesce whatever else is queued into the same flush.
-        while result.is_ok() {
-            match queue.try_recv() {
-                Ok(frame) => result = out.write_all(&frame).await,
-                Err(_) => break,
-            }
-        }
-        if result.is_ok() {
-            result = out.flush().await;
-        }
-        if let Err(e) = result {
-            tracing::debug!(%addr, error = %e, "write failed");
-            fail_all(
-                &pending,
-                &alive,
-                ClientError::NodeDown {
-                    addr: addr.to_string(),
-                    reason: e.to_string(),
-                },
-            );
-            return;
-        }
-    }
-    let _ = out.shutdown().await;
 }
 
 async fn read_loop(
