@@ -45,9 +45,10 @@ pub struct ClusterArgs {
     /// [default: 127.0.0.1:7070].
     #[arg(long, env = "KV_NODES", value_name = "ADDR,ADDR,...")]
     pub nodes: Option<String>,
-    /// TCP connections per node.
-    #[arg(long, default_value_t = 1)]
-    pub conns: usize,
+    /// TCP connections per node [default: as many as the node has worker threads, so the
+    /// node can serve on all its cores; kvd serves one connection on one core at a time].
+    #[arg(long)]
+    pub conns: Option<usize>,
     /// Batches in flight at once per connection.
     #[arg(long, default_value_t = 64)]
     pub pipeline: usize,

@@ -14,18 +14,43 @@ pub fn nodes(args: &ClusterArgs) -> anyhow::Result<Vec<String>> {
 
 pub fn client_config(args: &ClusterArgs) -> ClientConfig {
     ClientConfig {
-        conns_per_node: args.conns.max(1),
+        conns_per_node: args.conns.unwrap_or(1).max(1),
         pipeline: args.pipeline.max(1),
         request_timeout: args.timeout,
         ..ClientConfig::default()
     }
 }
 
-/// Connects to every node, or explains how to get a node running.
+/// Most connections per node chosen automatically.
+const MAX_AUTO_CONNS: usize = 16;
+
+/// Connects to every node, or explains how to get a node running. Without `--conns`, opens
+/// as many connections per node as the busiest node has worker threads (from its stats).
 pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
     let nodes = nodes(args)?;
-    match Cluster::connect(&nodes, client_config(args)).await {
-        Ok(c) => Ok(Arc::new(c)),
+    let cluster = Arc::new(connect_with(args, &nodes, client_config(args)).await?);
+    if args.conns.is_some() {
+        return Ok(cluster);
+    }
+    let mut threads = 1;
+    for n in 0..cluster.node_count() {
+        if let Ok(s) = cluster.stats(n).await {
+            threads = threads.max(s.worker_threads as usize);
+        }
+    }
+    if threads <= 1 {
+        return Ok(cluster);
+    }
+    let config = ClientConfig {
+        conns_per_node: threads.min(MAX_AUTO_CONNS),
+        ..client_config(args)
+    };
+    Ok(Arc::new(connect_with(args, &nodes, config).await?))
+}
+
+async fn connect_with(args: &ClusterArgs, nodes: &[String], config: ClientConfig) -> anyhow::Result<Cluster> {
+    match Cluster::connect(nodes, config).await {
+        Ok(c) => Ok(c),
         Err(e @ ClientError::Connect { .. }) if args.nodes.is_none() => Err(anyhow::anyhow!(
             "{e}\nNothing listens on the default node {DEFAULT_NODE}. Start one with\n  \
              kvd --listen {DEFAULT_NODE} &\nor name your cluster with --nodes A,B,... (or KV_NODES)."
