@@ -60,11 +60,15 @@ pub fn summary(r: &RunResult) -> String {
         }
         let _ = writeln!(s);
     }
-    let _ = writeln!(
-        s,
-        "client CPU {:.0}% of one core (kvbench itself)",
-        r.client_cpu_percent
-    );
+    if r.merged_runs > 1 {
+        let _ = writeln!(
+            s,
+            "client CPU {:.0}% of one core, summed over {} kvbench runs",
+            r.client_cpu_percent, r.merged_runs
+        );
+    } else {
+        let _ = writeln!(s, "client CPU {:.0}% of one core (kvbench itself)", r.client_cpu_percent);
+    }
     let _ = writeln!(s);
     let _ = writeln!(
         s,
