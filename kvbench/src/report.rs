@@ -67,7 +67,11 @@ pub fn summary(r: &RunResult) -> String {
             r.client_cpu_percent, r.merged_runs
         );
     } else {
-        let _ = writeln!(s, "client CPU {:.0}% of one core (kvbench itself)", r.client_cpu_percent);
+        let _ = writeln!(
+            s,
+            "client CPU {:.0}% of one core (kvbench itself)",
+            r.client_cpu_percent
+        );
     }
     let _ = writeln!(s);
     let _ = writeln!(

@@ -34,7 +34,12 @@ pub fn render_timeline(f: &Failure) -> String {
             ops[i].return_ns
         }
     };
-    let t1 = idx.iter().map(|&i| end(i)).max().unwrap_or(t0).max(t0.saturating_add(1));
+    let t1 = idx
+        .iter()
+        .map(|&i| end(i))
+        .max()
+        .unwrap_or(t0)
+        .max(t0.saturating_add(1));
     let col = |t: u64| (((t.saturating_sub(t0)) as f64 / (t1 - t0) as f64) * (WIDTH - 1) as f64) as usize;
 
     let mut rows: BTreeMap<u32, Vec<char>> = BTreeMap::new();
