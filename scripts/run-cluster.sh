@@ -193,6 +193,12 @@ cleanup() {
       *) kill "$pid" 2>/dev/null || true ;;
     esac
   done
+  if [[ $MODE == ssh && -n ${OUT:-} && -d ${OUT:-} ]]; then
+    # Bring the servers' logs home (best effort; they end with the shutdown lines).
+    for ((i = 0; i < SERVERS; i++)); do
+      scp -q -o BatchMode=yes "${HOSTS[$i]}:$BIN_DIR/kvd-$i.log" "$OUT/" 2>/dev/null || true
+    done
+  fi
   if [[ $MODE != ssh ]]; then
     for entry in "${PIDS[@]+"${PIDS[@]}"}"; do
       read -r _ pid <<<"$entry"
