@@ -60,14 +60,9 @@ pub struct ClusterArgs {
     pub threads: Option<usize>,
 }
 
+/// The shape of the data set: shared by `load` and the workloads, so both agree on keys.
 #[derive(Args, Debug, Clone)]
-pub struct WorkloadArgs {
-    /// Workload: YCSB a, b, c, d, f, or a preset from the seed reports (see --help).
-    #[arg(long, short = 'w', value_enum, default_value = "b")]
-    pub workload: Workload,
-    /// Contention of the read-mostly / write-mostly presets.
-    #[arg(long, value_enum)]
-    pub contention: Option<Contention>,
+pub struct DataArgs {
     /// Records in the store (keys 0..N-1 in decimal, after --key-prefix).
     #[arg(long, default_value_t = 1_000_000)]
     pub records: u64,
@@ -77,6 +72,18 @@ pub struct WorkloadArgs {
     /// Text before each record number in a key.
     #[arg(long, default_value = "")]
     pub key_prefix: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    /// Workload: YCSB a, b, c, d, f, or a preset from the seed reports (see --help).
+    #[arg(long, short = 'w', value_enum, default_value = "b")]
+    pub workload: Workload,
+    /// Contention of the read-mostly / write-mostly presets.
+    #[arg(long, value_enum)]
+    pub contention: Option<Contention>,
+    #[command(flatten)]
+    pub data: DataArgs,
     /// Key distribution, overriding the workload's.
     #[arg(long, value_enum)]
     pub distribution: Option<Distribution>,
@@ -104,9 +111,9 @@ impl WorkloadArgs {
             scrambled: self.scrambled,
             hot_fraction: self.hot_fraction,
             hot_ops: self.hot_ops,
-            records: self.records,
-            value_size: self.value_size,
-            key_prefix: self.key_prefix.clone(),
+            records: self.data.records,
+            value_size: self.data.value_size,
+            key_prefix: self.data.key_prefix.clone(),
         }
     }
 }
@@ -186,15 +193,8 @@ pub struct SweepArgs {
 pub struct LoadArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Records to write: keys 0..N-1.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub records: u64,
-    /// Bytes per value.
-    #[arg(long, default_value_t = 128)]
-    pub value_size: usize,
-    /// Text before each record number in a key.
-    #[arg(long, default_value = "")]
-    pub key_prefix: String,
+    #[command(flatten)]
+    pub data: DataArgs,
     /// Puts per batch per node.
     #[arg(long, default_value_t = 8192)]
     pub batch: usize,

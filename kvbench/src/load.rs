@@ -40,9 +40,9 @@ pub struct LoadPlan {
 impl From<&LoadArgs> for LoadPlan {
     fn from(a: &LoadArgs) -> LoadPlan {
         LoadPlan {
-            records: a.records,
-            value_size: a.value_size,
-            key_prefix: a.key_prefix.clone(),
+            records: a.data.records,
+            value_size: a.data.value_size,
+            key_prefix: a.data.key_prefix.clone(),
             batch: a.batch,
             tasks: a.tasks,
             seed: a.seed,
@@ -132,7 +132,7 @@ pub async fn command(args: LoadArgs) -> anyhow::Result<()> {
     let cluster = connect::cluster(&args.cluster).await?;
     let done = Arc::new(AtomicU64::new(0));
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
-        let bar = ProgressBar::new(args.records);
+        let bar = ProgressBar::new(args.data.records);
         bar.set_style(
             ProgressStyle::with_template("loading {wide_bar} {pos}/{len} records ({per_sec}, eta {eta})")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -164,7 +164,7 @@ pub async fn command(args: LoadArgs) -> anyhow::Result<()> {
     kvshared::outln!(
         "loaded {} records of {} B in {:.2} s: {} records/s ({} keys now in the cluster)",
         grouped(loaded.records),
-        args.value_size,
+        args.data.value_size,
         secs,
         si(loaded.records as f64 / secs.max(1e-9)),
         grouped(keys)

@@ -15,6 +15,15 @@ fn parse(args: &[&str]) -> Command {
         .command
 }
 
+/// Parses a `kvbench run` command line and runs it against its `--nodes`.
+async fn run(args: &[&str]) -> kvbench::result::RunResult {
+    let Command::Run(args) = parse(&[&["run"], args].concat()) else {
+        unreachable!("not a run command")
+    };
+    let cluster = kvbench::connect::cluster(&args.cluster).await.unwrap();
+    kvbench::run::run_with(cluster, &args, false).await.unwrap()
+}
+
 async fn server_ops(cluster: &Cluster) -> u64 {
     let mut total = 0;
     for n in 0..cluster.node_count() {
@@ -42,8 +51,7 @@ async fn a_run_reports_every_field_and_matches_the_servers_counts() {
     let before = server_ops(&cluster).await;
     assert_eq!(before, 2000, "the load wrote each record once");
 
-    let Command::Run(args) = parse(&[
-        "run",
+    let r = run(&[
         "--nodes",
         &list,
         "--records",
@@ -60,11 +68,8 @@ async fn a_run_reports_every_field_and_matches_the_servers_counts() {
         "1s",
         "--workload",
         "f",
-    ]) else {
-        unreachable!()
-    };
-    let run_cluster = kvbench::connect::cluster(&args.cluster).await.unwrap();
-    let r = kvbench::run::run_with(run_cluster, &args, false).await.unwrap();
+    ])
+    .await;
     let after = server_ops(&cluster).await;
 
     // Every op the client saw acknowledged (warm-up included) is one the servers counted.
@@ -112,8 +117,7 @@ async fn a_run_reports_every_field_and_matches_the_servers_counts() {
 async fn open_loop_keeps_to_its_rate_and_says_so() {
     let nodes = LocalCluster::start(1, |_| {}).await.unwrap();
     let list = nodes.addrs().join(",");
-    let Command::Run(args) = parse(&[
-        "run",
+    let r = run(&[
         "--nodes",
         &list,
         "--records",
@@ -128,11 +132,8 @@ async fn open_loop_keeps_to_its_rate_and_says_so() {
         "1s",
         "--rate",
         "2000",
-    ]) else {
-        unreachable!()
-    };
-    let cluster = kvbench::connect::cluster(&args.cluster).await.unwrap();
-    let r = kvbench::run::run_with(cluster, &args, false).await.unwrap();
+    ])
+    .await;
     assert!(r.open_loop);
     // Never more than the schedule allows (plus one batch per task of slack).
     assert!(r.ops <= 2000 + 20, "sent {} ops at 2000 op/s for 1 s", r.ops);
