@@ -220,3 +220,31 @@ async fn oversized_requests_are_refused_before_sending() {
     client.put(b"small", b"ok").await.unwrap();
     node.stop().await;
 }
+
+#[tokio::test]
+async fn max_conns_makes_extra_clients_wait_not_fail() {
+    let node = LocalNode::start(NodeConfig {
+        max_conns: 1,
+        ..NodeConfig::default()
+    })
+    .await
+    .unwrap();
+    let addr = node.addr.to_string();
+    let first = Cluster::connect(std::slice::from_ref(&addr), config()).await.unwrap();
+    first.put(b"a", b"1").await.unwrap();
+    // The second connection is accepted by the kernel but not served while the first is open.
+    let second = Cluster::new(std::slice::from_ref(&addr), config()).unwrap();
+    let waiting = tokio::spawn(async move { second.get(b"a").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a second connection was served beyond --max-conns 1"
+    );
+    drop(first);
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiting client was never served")
+        .unwrap();
+    assert_eq!(got, Ok(Some(b"1".to_vec())));
+    node.stop().await;
+}

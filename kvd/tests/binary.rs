@@ -1,0 +1,90 @@
+//! The built `kvd` binary: the ready line, client verbs and exit codes, SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Starts `kvd` on a free port and returns it with the address from its ready line.
+fn start(args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", "kvd=info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let ready = lines.next().expect("kvd printed nothing").unwrap();
+    let addr = ready
+        .rsplit("listening on ")
+        .next()
+        .expect("no ready line")
+        .trim()
+        .to_string();
+    assert!(ready.contains("kvd shard"), "{ready}");
+    // Keep draining stderr so kvd never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+fn kvd(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args(args)
+        .env_remove("KV_NODES")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn client_verbs_and_exit_codes() {
+    let (mut server, addr) = start(&["--shard", "0/1"]);
+    let put = kvd(&["put", "--nodes", &addr, "user:1", "alice"]);
+    assert_eq!(put.status.code(), Some(0));
+    let get = kvd(&["get", "--nodes", &addr, "user:1"]);
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "alice");
+    let missing = kvd(&["get", "--nodes", &addr, "user:2"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
+    let del = kvd(&["del", "--nodes", &addr, "user:1"]);
+    assert_eq!(String::from_utf8_lossy(&del.stdout).trim(), "deleted");
+    let stats = kvd(&["stats", "--nodes", &addr, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(json[0]["stats"]["puts"], 1);
+    let down = kvd(&["get", "--nodes", "127.0.0.1:1", "x", "--timeout-ms", "500"]);
+    assert_eq!(down.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&down.stderr).lines().count(),
+        1,
+        "one-line reason"
+    );
+    server.kill().unwrap();
+    let _ = server.wait();
+}
+
+#[test]
+fn sigterm_stops_kvd_cleanly() {
+    let (mut server, addr) = start(&[]);
+    assert_eq!(kvd(&["put", "--nodes", &addr, "k", "v"]).status.code(), Some(0));
+    let term = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = server.try_wait().unwrap() {
+            assert!(status.success(), "kvd exited with {status}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "kvd did not stop after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_bad_flag_is_explained() {
+    let out = kvd(&["--shard", "3/2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("below the count"));
+}
