@@ -154,3 +154,15 @@ fn the_headless_text_is_the_same_table() {
     assert!(text.contains("10.0.0.3:7070 is down"));
     let _ = Instant::now();
 }
+
+#[test]
+fn small_and_tiny_terminals_do_not_break_drawing() {
+    let mut app = app();
+    for (w, h) in [(80, 24), (40, 10), (10, 3), (1, 1)] {
+        for mode in [Mode::Table, Mode::Detail, Mode::Help] {
+            app.mode = mode;
+            let text = screen(&app, w, h);
+            assert_eq!(text.lines().count(), h as usize);
+        }
+    }
+}
