@@ -56,6 +56,9 @@ pub struct RunOptions {
 /// What the servers themselves saw over the measured window (from their stats).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServerFigures {
+    /// The node's kvd version and shard, as it reported them.
+    pub version: String,
+    pub shard: String,
     pub ops_per_sec: f64,
     /// kvd's CPU, percent of one core.
     pub cpu_percent: f64,
@@ -70,6 +73,8 @@ impl ServerFigures {
     pub fn between(before: &NodeStats, after: &NodeStats, seconds: f64) -> ServerFigures {
         let r = NodeRates::between(before, after, seconds);
         ServerFigures {
+            version: after.version.clone(),
+            shard: format!("{}/{}", after.shard_index, after.shard_count),
             ops_per_sec: r.ops_per_sec,
             cpu_percent: r.process_cpu_percent,
             rss_bytes: after.process_rss_bytes,

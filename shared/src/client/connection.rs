@@ -395,20 +395,27 @@ async fn read_loop(
     pool: Arc<BufferPool>,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, read);
-    let reason = loop {
+    // Why the connection ended: a peer that is not speaking our protocol (or another
+    // version of it) is a protocol error; anything else means the node went away.
+    let (protocol, reason) = loop {
         let mut body = pool.take();
         match read_frame(&mut reader, &mut body, max_frame).await {
             Ok(Some(header)) => {
                 let waiter = match pending.lock() {
                     Ok(mut p) => p.waiters.remove(&header.id),
-                    Err(_) => break "poisoned".to_string(),
+                    Err(_) => break (false, "poisoned".to_string()),
                 };
                 if header.id == 0 && header.kind == FrameKind::ErrorResponse {
                     // Id 0: the server is refusing the connection as a whole.
-                    let why = parse_error_reply(&body)
-                        .map(|e| e.message)
-                        .unwrap_or_else(|e| e.to_string());
-                    break format!("server closed the connection: {why}");
+                    let refusal = parse_error_reply(&body);
+                    let mismatch = refusal.as_ref().is_ok_and(|e| {
+                        matches!(
+                            e.code,
+                            crate::wire::ErrorCode::VersionMismatch | crate::wire::ErrorCode::BadFrame
+                        )
+                    });
+                    let why = refusal.map(|e| e.message).unwrap_or_else(|e| e.to_string());
+                    break (mismatch, format!("server closed the connection: {why}"));
                 }
                 if let Some(w) = waiter {
                     let _ = w.send(Ok(Reply {
@@ -422,20 +429,18 @@ async fn read_loop(
                     pool.give(body);
                 }
             }
-            Ok(None) => break "connection closed by the server".to_string(),
-            Err(FrameError::Io(e)) => break e.to_string(),
-            Err(e) => {
-                break format!("bad frame from server: {e}");
-            }
+            Ok(None) => break (false, "connection closed by the server".to_string()),
+            Err(FrameError::Io(e)) => break (false, e.to_string()),
+            Err(FrameError::Truncated) => break (false, FrameError::Truncated.to_string()),
+            Err(e) => break (true, format!("not a kvd reply: {e}")),
         }
     };
     tracing::debug!(%addr, %reason, "connection ended");
-    fail_all(
-        &pending,
-        &alive,
-        ClientError::NodeDown {
-            addr: addr.to_string(),
-            reason,
-        },
-    );
+    let addr = addr.to_string();
+    let err = if protocol {
+        ClientError::Protocol { addr, reason }
+    } else {
+        ClientError::NodeDown { addr, reason }
+    };
+    fail_all(&pending, &alive, err);
 }

@@ -1,0 +1,59 @@
+//! The collector keeps polling a node that is down and picks it up again when it comes back.
+
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+use kvd::node::NodeConfig;
+use kvd::server::Server;
+use tokio::sync::watch;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_comes_back_is_picked_up_again() {
+    // An address with nothing behind it yet.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let (tx, rx) = channel();
+    let (_interval_tx, interval) = watch::channel(Duration::from_millis(100));
+    kvtui::collector::spawn(
+        &tokio::runtime::Handle::current(),
+        std::slice::from_ref(&addr),
+        interval,
+        tx,
+    )
+    .unwrap();
+
+    let first = tokio::task::spawn_blocking(move || {
+        let s = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        (s, rx)
+    })
+    .await
+    .unwrap();
+    let (sample, rx) = first;
+    assert!(sample.result.is_err(), "nothing listens yet");
+
+    // Now the node starts on that address.
+    let server = Server::bind(&addr, NodeConfig::default()).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run(async {
+        let _ = stop_rx.await;
+    }));
+    let came_back = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(s) = rx.recv_timeout(Duration::from_millis(500))
+                && s.result.is_ok()
+            {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap();
+    assert!(came_back, "the collector never picked the node up");
+    let _ = stop_tx.send(());
+    let _ = running.await;
+}
