@@ -316,23 +316,10 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool)
         {
             return PartitionResult::Cancelled;
         }
-        if entry == NIL {
-            // Cannot happen while the list holds a call and its return; backtrack defensively.
-            match stack.pop() {
-                Some((call_e, prev_state)) => {
-                    let ev = events[call_e];
-                    linearized.clear(ev.op);
-                    state = prev_state;
-                    relink(&mut next, &mut prev, ev.partner);
-                    relink(&mut next, &mut prev, call_e);
-                    entry = next[call_e];
-                    continue;
-                }
-                None => break,
-            }
-        }
-        let ev = events[entry];
-        if !ev.is_return {
+        // Reaching the end of the list cannot happen while it still holds a call and its
+        // return (the return comes later); if it did, backtrack as at a return.
+        if entry != NIL && !events[entry].is_return {
+            let ev = events[entry];
             if let Some(new_state) = step(state, ops[ev.op].kind) {
                 linearized.set(ev.op);
                 if memo.insert((linearized.key(), new_state)) {
@@ -346,24 +333,24 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool)
                 linearized.clear(ev.op);
             }
             entry = next[entry];
-        } else {
-            // This op's return came before it could be placed: the order so far is wrong.
-            // Remember the deepest such point for the report (copied only here, at a
-            // backtrack, so a search that never backtracks stays linear).
-            if stack.len() > best.len() || best.is_empty() && best_stuck.is_none() {
-                best = stack.iter().map(|&(e, _)| events[e].op).collect();
-                best_stuck = Some(ev.op);
-            }
-            let Some((call_e, prev_state)) = stack.pop() else {
-                break;
-            };
-            let call = events[call_e];
-            linearized.clear(call.op);
-            state = prev_state;
-            relink(&mut next, &mut prev, call.partner);
-            relink(&mut next, &mut prev, call_e);
-            entry = next[call_e];
+            continue;
         }
+        // An op's return came before it could be placed: the order so far is wrong.
+        // Remember the deepest such point for the report (copied only here, at a
+        // backtrack, so a search that never backtracks stays linear).
+        if entry != NIL && (stack.len() > best.len() || best.is_empty() && best_stuck.is_none()) {
+            best = stack.iter().map(|&(e, _)| events[e].op).collect();
+            best_stuck = Some(events[entry].op);
+        }
+        let Some((call_e, prev_state)) = stack.pop() else {
+            break;
+        };
+        let call = events[call_e];
+        linearized.clear(call.op);
+        state = prev_state;
+        relink(&mut next, &mut prev, call.partner);
+        relink(&mut next, &mut prev, call_e);
+        entry = next[call_e];
     }
     PartitionResult::NotLinearizable {
         longest: best,
