@@ -71,3 +71,43 @@ pub async fn run_with_dashboard(cluster: Arc<Cluster>, args: &RunArgs) -> anyhow
     }
     run.await?
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::EngineConfig;
+    use std::time::Duration;
+
+    #[test]
+    fn progress_reports_the_window_counters_and_recent_latency() {
+        let live = Live::new(&EngineConfig {
+            tasks: 1,
+            batch: 1,
+            warmup: Duration::from_secs(2),
+            duration: Duration::from_secs(10),
+            ops_limit: None,
+            rate: None,
+            seed: 1,
+        });
+        live.completed.store(1234, Ordering::Relaxed);
+        live.failed.store(5, Ordering::Relaxed);
+        if let Ok(mut h) = live.recent_latency.lock() {
+            for ns in [100_000u64, 200_000, 300_000] {
+                h.record(ns).unwrap();
+            }
+        }
+        let source = LiveBench {
+            live: live.clone(),
+            title: "t".into(),
+        };
+        let p = source.progress();
+        assert_eq!((p.completed_ops, p.failed_ops, p.done), (1234, 5, false));
+        assert_eq!((p.warmup, p.total), (Duration::from_secs(2), Duration::from_secs(12)));
+        let (p50, p99) = p.recent_latency_us.unwrap();
+        assert!((p50 - 200.0).abs() < 1.0 && (p99 - 300.0).abs() < 1.0, "{p50} {p99}");
+        // Taken: the next report covers only what came after.
+        assert!(source.progress().recent_latency_us.is_none());
+        live.stop.store(true, Ordering::Relaxed);
+        assert!(source.progress().done);
+    }
+}

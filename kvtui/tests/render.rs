@@ -166,3 +166,42 @@ fn small_and_tiny_terminals_do_not_break_drawing() {
         }
     }
 }
+
+#[test]
+fn the_benchmark_panel_shows_progress_throughput_and_latency() {
+    use kvtui::BenchProgress;
+    let mut app = App::new(
+        &DashboardConfig {
+            nodes: vec!["10.0.0.1:7070".into()],
+            interval: Duration::from_millis(500),
+            window: Duration::from_secs(60),
+        },
+        true,
+    );
+    let t0 = app.view.started;
+    let bench = app.bench.as_mut().unwrap();
+    for (i, ops) in [0u64, 1_000_000, 2_200_000].into_iter().enumerate() {
+        let at = t0 + Duration::from_secs(i as u64);
+        bench.update(
+            BenchProgress {
+                title: "workload b, 128 tasks, batch 64".into(),
+                elapsed: Duration::from_secs(1 + i as u64),
+                warmup: Duration::from_secs(2),
+                total: Duration::from_secs(12),
+                completed_ops: ops,
+                failed_ops: 0,
+                recent_latency_us: Some((850.0, 2400.0)),
+                done: false,
+            },
+            at,
+            i as f64,
+        );
+    }
+    app.now = t0 + Duration::from_secs(2);
+    let text = screen(&app, 200, 45);
+    assert!(text.contains("workload b, 128 tasks, batch 64"), "{text}");
+    assert!(text.contains("measuring") && text.contains("3s / 12s"), "{text}");
+    assert!(text.contains("throughput  1.2M op/s"), "{text}");
+    assert!(text.contains("p50   850 us   p99 2400 us"), "{text}");
+    assert!(text.contains("warm-up 2s excluded"), "{text}");
+}
