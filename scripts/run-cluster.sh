@@ -259,7 +259,7 @@ say "waiting until every kvd answers"
 if ((!DRY)); then
   ready=0
   for _ in $(seq 1 150); do
-    if on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" --timeout-ms 500 >/dev/null 2>&1; then ready=1; break; fi
+    if on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" --timeout 500ms >/dev/null 2>&1; then ready=1; break; fi
     sleep 0.2
   done
   ((ready)) || { tail -n 5 "$OUT"/kvd-*.log >&2 || true; die "the kvd nodes did not all answer within 30 s"; }

@@ -17,8 +17,12 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let history = match &args.from {
         Some(path) => {
             let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            serde_json::from_slice::<History>(&text)
-                .with_context(|| format!("{} is not a saved history", path.display()))?
+            let history = serde_json::from_slice::<History>(&text)
+                .with_context(|| format!("{} is not a saved history", path.display()))?;
+            history
+                .validate()
+                .with_context(|| format!("{} cannot be checked", path.display()))?;
+            history
         }
         None => record_history(&args).await?,
     };
@@ -34,7 +38,7 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
         Verdict::Unknown { .. } => 2,
     };
     if args.json {
-        kvshared::outln!("{}", serde_json::to_string_pretty(&report)?);
+        kvshared::outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
         let clients = {
             let mut c: Vec<u32> = history.operations.iter().map(|o| o.client).collect();
@@ -47,17 +51,17 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
             Verdict::NotLinearizable(f) => format!("NOT LINEARIZABLE (key {:?})", f.key),
             Verdict::Unknown { reason } => format!("UNKNOWN: {reason}"),
         };
-        kvshared::outln!("verdict    {verdict}");
+        kvshared::outln!("verdict    {verdict}")?;
         kvshared::outln!(
             "history    {} ops from {} clients on {} keys",
             grouped(report.operations as u64),
             clients,
             report.keys
-        );
-        kvshared::outln!("checked in {:.1} ms", report.elapsed_ms);
+        )?;
+        kvshared::outln!("checked in {:.1} ms", report.elapsed_ms)?;
         if let Verdict::NotLinearizable(f) = &report.verdict {
-            kvshared::outln!();
-            kvshared::out!("{}", render_timeline(f));
+            kvshared::outln!()?;
+            kvshared::out!("{}", render_timeline(f))?;
         }
     }
     Ok(ExitCode::from(code))

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use kvshared::cli::NodesArgs;
 
 use crate::workload::{Contention, Distribution, SpecOptions, Workload};
 
@@ -17,7 +18,11 @@ use crate::workload::{Contention, Distribution, SpecOptions, Workload};
         kvbench load                      # 1,000,000 records of 128 bytes\n  \
         kvbench run --duration 10s        # YCSB-B, zipfian 0.99, 128 tasks, batch 64\n\n\
         Nodes come from --nodes or KV_NODES (default 127.0.0.1:7070), in shard order.\n\
-        Logs go to stderr; RUST_LOG=debug shows more."
+        Logs go to stderr; RUST_LOG=debug shows more.\n\n\
+        Exit status: 0 done and every op succeeded; 1 some ops failed (run, sweep; see\n\
+        --allow-failures) or, for check, not linearizable; 2 an error (bad flags, cluster\n\
+        unreachable, check verdict unknown); 130 interrupted by Ctrl-C (run and sweep still\n\
+        print and save what was measured; a second Ctrl-C quits at once)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -39,12 +44,11 @@ pub enum Command {
     Check(CheckArgs),
 }
 
+/// Which cluster, and how to load it.
 #[derive(Args, Debug, Clone)]
 pub struct ClusterArgs {
-    /// The cluster's nodes in shard order (node I is the kvd started with --shard I/N)
-    /// [default: 127.0.0.1:7070].
-    #[arg(long, env = "KV_NODES", value_name = "ADDR,ADDR,...")]
-    pub nodes: Option<String>,
+    #[command(flatten)]
+    pub nodes: NodesArgs,
     /// TCP connections per node [default: as many as the node has worker threads, so the
     /// node can serve on all its cores; kvd serves one connection on one core at a time].
     #[arg(long)]
@@ -52,9 +56,6 @@ pub struct ClusterArgs {
     /// Batches in flight at once per connection.
     #[arg(long, default_value_t = 64)]
     pub pipeline: usize,
-    /// A batch with no answer after this long fails as a timeout.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
     /// Tokio worker threads for the client [default: the number of CPUs].
     #[arg(long)]
     pub threads: Option<usize>,
@@ -164,6 +165,10 @@ pub struct RunArgs {
     /// No progress output.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Exit 0 even when ops failed (for runs under fault injection, where failures are
+    /// expected); they are still counted and reported.
+    #[arg(long)]
+    pub allow_failures: bool,
     /// Show the live cluster dashboard (kvtui) with the benchmark's throughput, latency and
     /// progress while it runs; q stops the run early. Plain progress lines when stdout is not a terminal.
     #[arg(long)]
@@ -187,6 +192,9 @@ pub struct SweepArgs {
     /// Directory for sweep.csv, the charts and each point's JSON.
     #[arg(long, default_value = "sweep")]
     pub out: PathBuf,
+    /// Exit 0 even when ops failed at some point of the sweep.
+    #[arg(long)]
+    pub allow_failures: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -3,21 +3,16 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use kvshared::client::{ClientConfig, ClientError, Cluster, DEFAULT_NODE, parse_nodes};
+use kvshared::client::{ClientConfig, ClientError, Cluster, DEFAULT_NODE};
 
 use crate::cli::ClusterArgs;
 
-/// The node list from `--nodes` / `KV_NODES`, or the default single node.
-pub fn nodes(args: &ClusterArgs) -> anyhow::Result<Vec<String>> {
-    Ok(parse_nodes(args.nodes.as_deref().unwrap_or(DEFAULT_NODE))?)
-}
-
+/// The client configuration `args` ask for (connections per node as given, or 1).
 pub fn client_config(args: &ClusterArgs) -> ClientConfig {
     ClientConfig {
         conns_per_node: args.conns.unwrap_or(1).max(1),
         pipeline: args.pipeline.max(1),
-        request_timeout: args.timeout,
-        ..ClientConfig::default()
+        ..args.nodes.client_config()
     }
 }
 
@@ -25,9 +20,10 @@ pub fn client_config(args: &ClusterArgs) -> ClientConfig {
 const MAX_AUTO_CONNS: usize = 16;
 
 /// Connects to every node, or explains how to get a node running. Without `--conns`, opens
-/// as many connections per node as the busiest node has worker threads (from its stats).
+/// as many connections per node as the busiest node has worker threads (from its stats),
+/// at most 16.
 pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
-    let nodes = nodes(args)?;
+    let nodes = args.nodes.node_list()?;
     let cluster = Arc::new(connect_with(args, &nodes, client_config(args)).await?);
     if args.conns.is_some() {
         return Ok(cluster);
@@ -51,7 +47,7 @@ pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
 async fn connect_with(args: &ClusterArgs, nodes: &[String], config: ClientConfig) -> anyhow::Result<Cluster> {
     match Cluster::connect(nodes, config).await {
         Ok(c) => Ok(c),
-        Err(e @ ClientError::Connect { .. }) if args.nodes.is_none() => Err(anyhow::anyhow!(
+        Err(e @ ClientError::Connect { .. }) if args.nodes.is_default() => Err(anyhow::anyhow!(
             "{e}\nNothing listens on the default node {DEFAULT_NODE}. Start one with\n  \
              kvd --listen {DEFAULT_NODE} &\nor name your cluster with --nodes A,B,... (or KV_NODES)."
         )),

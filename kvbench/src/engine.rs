@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kvshared::client::{ClientError, Cluster, Reply};
-use kvshared::routing::{key_hash, owner_node};
+use kvshared::client::{ClientError, Cluster, NodeBatches, Reply};
 use kvshared::wire::{BatchRequest, OpKind, OpStatus};
+use parking_lot::Mutex;
 use rand::Rng;
 
 use crate::hist::{Hist, new_hist};
@@ -21,15 +21,19 @@ use crate::workload::{OpGen, OpType, Shared, write_key};
 /// How hard and how long to drive the cluster.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
+    /// Concurrent client tasks.
     pub tasks: usize,
     /// Ops per batch per node.
     pub batch: usize,
+    /// Time before measuring starts.
     pub warmup: Duration,
+    /// Measured time.
     pub duration: Duration,
     /// Stop after this many measured ops instead of after `duration`.
     pub ops_limit: Option<u64>,
     /// Open loop at this many op/s in total (latency from intended send times).
     pub rate: Option<f64>,
+    /// Seed of the op generators.
     pub seed: u64,
 }
 
@@ -44,14 +48,15 @@ pub struct Live {
     /// Ops completed inside the measured window.
     pub measured: AtomicU64,
     pub failed: AtomicU64,
+    /// Set to stop every task (end of the window, op count reached, interrupted, quit).
     pub stop: AtomicBool,
-    /// When an op-count stop was reached, microseconds after `measure_start`.
-    ops_limit_reached_us: AtomicU64,
+    /// When the run was stopped early, microseconds after `started` (u64::MAX if not).
+    stopped_early_us: AtomicU64,
     /// Completed ops per whole second since start, filled by the engine's monitor.
-    pub per_second: std::sync::Mutex<Vec<u64>>,
+    pub per_second: Mutex<Vec<u64>>,
     /// Batch latencies since a live display last took them (tasks add to it about every
     /// 100 ms, so the hot loop does not touch a shared lock per batch).
-    pub recent_latency: std::sync::Mutex<Hist>,
+    pub recent_latency: Mutex<Hist>,
     /// Whether anything shows `recent_latency`; merging histograms costs CPU, so tasks only do
     /// it when a display asked.
     pub track_recent_latency: AtomicBool,
@@ -74,9 +79,9 @@ impl Live {
             measured: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             stop: AtomicBool::new(false),
-            ops_limit_reached_us: AtomicU64::new(u64::MAX),
-            per_second: std::sync::Mutex::new(Vec::new()),
-            recent_latency: std::sync::Mutex::new(new_hist()),
+            stopped_early_us: AtomicU64::new(u64::MAX),
+            per_second: Mutex::new(Vec::new()),
+            recent_latency: Mutex::new(new_hist()),
             track_recent_latency: AtomicBool::new(false),
         })
     }
@@ -86,9 +91,25 @@ impl Live {
     }
 
     /// Takes the batch latencies recorded since the last call.
-    pub fn take_recent_latency(&self) -> Option<Hist> {
-        let mut h = self.recent_latency.lock().ok()?;
-        Some(std::mem::replace(&mut *h, new_hist()))
+    pub fn take_recent_latency(&self) -> Hist {
+        std::mem::replace(&mut *self.recent_latency.lock(), new_hist())
+    }
+
+    /// Stops the run now, before its window ends (op count reached, Ctrl-C, q in the
+    /// dashboard). The measured window ends here; the first call decides.
+    pub fn stop_early(&self) {
+        if !self.stop.swap(true, Ordering::SeqCst) {
+            let us = self.started.elapsed().as_micros() as u64;
+            self.stopped_early_us.store(us, Ordering::SeqCst);
+        }
+    }
+
+    /// The end of the measured window: the planned end, or an earlier stop.
+    fn window_end(&self) -> Instant {
+        match self.stopped_early_us.load(Ordering::SeqCst) {
+            u64::MAX => self.measure_end,
+            us => (self.started + Duration::from_micros(us)).min(self.measure_end),
+        }
     }
 }
 
@@ -110,6 +131,8 @@ pub struct EngineOutput {
     pub errors: BTreeMap<String, u64>,
     /// Ops completed in each second since start (warm-up included).
     pub per_second: Vec<u64>,
+    /// Times a task paused after a failure because every node was down.
+    pub pauses: u64,
 }
 
 impl EngineOutput {
@@ -118,27 +141,14 @@ impl EngineOutput {
     }
 }
 
-/// A batch being filled for one node, with how many ops of each type it holds.
-#[derive(Default)]
-struct NodeBatch {
-    req: BatchRequest,
-    counts: [u64; 4],
-}
-
-impl NodeBatch {
-    fn clear(&mut self) {
-        self.req.clear();
-        self.counts = [0; 4];
-    }
-}
-
 /// Generates ops and sorts them into per-node batches. Shared by the send loop and the
 /// dry run, so both measure the same generation code.
 pub struct BatchFiller {
     gen_: OpGen,
-    nodes: u32,
     batch: usize,
-    pending: Vec<NodeBatch>,
+    pending: NodeBatches,
+    /// Per node: how many ops of each type its pending batch holds.
+    counts: Vec<[u64; 4]>,
     key: Vec<u8>,
     value: Vec<u8>,
     /// Ops generated so far (for open-loop schedules).
@@ -152,9 +162,9 @@ impl BatchFiller {
         gen_.rng().fill_bytes(&mut value);
         BatchFiller {
             gen_,
-            nodes: nodes as u32,
             batch: batch.max(1),
-            pending: (0..nodes).map(|_| NodeBatch::default()).collect(),
+            pending: NodeBatches::new(nodes),
+            counts: vec![[0; 4]; nodes.max(1)],
             key: Vec::with_capacity(32),
             value,
             generated: 0,
@@ -168,42 +178,37 @@ impl BatchFiller {
             let (op, index) = self.gen_.next_op();
             self.key.clear();
             write_key(&mut self.key, prefix, index);
-            let node = owner_node(key_hash(&self.key), self.nodes) as usize;
-            let b = &mut self.pending[node];
-            match op {
-                OpType::Read => b.req.push(OpKind::Get, &self.key, &[]),
+            let node = match op {
+                OpType::Read => self.pending.push(OpKind::Get, &self.key, &[]),
                 OpType::Update | OpType::Insert => {
                     self.gen_.fresh_value(&mut self.value);
-                    b.req.push(OpKind::Put, &self.key, &self.value);
+                    self.pending.push(OpKind::Put, &self.key, &self.value)
                 }
                 OpType::ReadModifyWrite => {
                     // Read and write of one key in one batch: the server runs them in order.
-                    b.req.push(OpKind::Get, &self.key, &[]);
+                    let node = self.pending.push(OpKind::Get, &self.key, &[]);
                     self.gen_.fresh_value(&mut self.value);
-                    b.req.push(OpKind::Put, &self.key, &self.value);
+                    self.pending.push_to(node, OpKind::Put, &self.key, &self.value);
+                    node
                 }
-            }
-            b.counts[op as usize] += 1;
+            };
+            self.counts[node][op as usize] += 1;
             self.generated += 1;
-            if b.req.len() >= self.batch {
+            if self.pending.batch(node).len() >= self.batch {
                 return node;
             }
         }
     }
 
+    /// Node `node`'s pending batch.
     pub fn request(&self, node: usize) -> &BatchRequest {
-        &self.pending[node].req
+        self.pending.batch(node)
     }
 
-    /// Empties node `node`'s batch (after it was sent, or encoded in a dry run).
-    pub fn clear_node(&mut self, node: usize) {
-        self.pending[node].clear();
-    }
-
-    fn take_counts(&mut self, node: usize) -> [u64; 4] {
-        let c = self.pending[node].counts;
-        self.pending[node].clear();
-        c
+    /// Empties node `node`'s batch and returns how many ops of each type it held.
+    pub fn take_counts(&mut self, node: usize) -> [u64; 4] {
+        self.pending.clear(node);
+        std::mem::take(&mut self.counts[node])
     }
 }
 
@@ -217,6 +222,7 @@ struct TaskOutput {
     read_misses: u64,
     failed_ops: u64,
     errors: BTreeMap<String, u64>,
+    pauses: u64,
 }
 
 impl TaskOutput {
@@ -230,6 +236,7 @@ impl TaskOutput {
             read_misses: 0,
             failed_ops: 0,
             errors: BTreeMap::new(),
+            pauses: 0,
         }
     }
 
@@ -265,14 +272,11 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
     stopper.abort();
     // The monitor ticks once a second; waiting for its next tick would stretch the run.
     monitor.abort();
-    let now = Instant::now();
-    let limit_us = live.ops_limit_reached_us.load(Ordering::Relaxed);
-    let elapsed = if limit_us != u64::MAX {
-        Duration::from_micros(limit_us)
-    } else {
-        now.min(live.measure_end).saturating_duration_since(live.measure_start)
-    };
-    let per_second = live.per_second.lock().map(|v| v.clone()).unwrap_or_default();
+    let elapsed = live
+        .window_end()
+        .min(Instant::now())
+        .saturating_duration_since(live.measure_start);
+    let per_second = live.per_second.lock().clone();
     EngineOutput {
         elapsed,
         ops_by_type: out.ops_by_type,
@@ -284,6 +288,7 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
         failed_ops: out.failed_ops,
         errors: out.errors,
         per_second,
+        pauses: out.pauses,
     }
 }
 
@@ -300,6 +305,7 @@ fn merge_task(into: &mut TaskOutput, t: TaskOutput) {
     into.wire_ops_completed += t.wire_ops_completed;
     into.read_misses += t.read_misses;
     into.failed_ops += t.failed_ops;
+    into.pauses += t.pauses;
     for (k, v) in t.errors {
         *into.errors.entry(k).or_insert(0) += v;
     }
@@ -312,9 +318,7 @@ async fn monitor(live: Arc<Live>) {
     while !live.stop.load(Ordering::Relaxed) {
         tick.tick().await;
         let now = live.completed.load(Ordering::Relaxed);
-        if let Ok(mut v) = live.per_second.lock() {
-            v.push(now - last);
-        }
+        live.per_second.lock().push(now - last);
         last = now;
     }
 }
@@ -364,9 +368,7 @@ async fn task_loop(
                     let _ = recent.record(latency);
                 }
                 if tracking && done.duration_since(recent_since) >= Duration::from_millis(100) {
-                    if let Ok(mut shared) = live.recent_latency.lock() {
-                        let _ = shared.add(&recent);
-                    }
+                    let _ = live.recent_latency.lock().add(&recent);
                     recent.reset();
                     recent_since = done;
                 }
@@ -380,19 +382,18 @@ async fn task_loop(
                     }
                     out.per_node_ops[node] += ok;
                     let measured = live.measured.fetch_add(ok, Ordering::Relaxed) + ok;
-                    if let Some(limit) = cfg.ops_limit
-                        && measured >= limit
-                        && !live.stop.swap(true, Ordering::Relaxed)
-                    {
-                        let us = done.saturating_duration_since(live.measure_start).as_micros() as u64;
-                        live.ops_limit_reached_us.store(us, Ordering::Relaxed);
+                    if cfg.ops_limit.is_some_and(|limit| measured >= limit) {
+                        live.stop_early();
                     }
                 }
             }
             Err(e) => {
                 out.error(e.kind(), ops);
                 live.failed.fetch_add(ops, Ordering::Relaxed);
-                back_off(&e).await;
+                if let Some(pause) = pause_after(&e, &cluster) {
+                    out.pauses += 1;
+                    tokio::time::sleep(pause).await;
+                }
             }
         }
     }
@@ -441,11 +442,13 @@ fn check_reply(reply: &Reply, wire_ops: u64, out: &mut TaskOutput) -> u64 {
     failed
 }
 
-/// After a failed batch, wait a little so a dead node does not turn the task into a busy loop.
-async fn back_off(e: &ClientError) {
-    let pause = match e {
-        ClientError::Timeout { .. } => Duration::from_millis(1),
-        _ => Duration::from_millis(20),
-    };
-    tokio::time::sleep(pause).await;
+/// How long a task pauses after a failed batch. Not at all while some node is up: the
+/// client fails a down node's batches at once, and the task's ops for healthy nodes must
+/// keep flowing. Only when every node is down does it pause, so it does not spin.
+fn pause_after(e: &ClientError, cluster: &Cluster) -> Option<Duration> {
+    match e {
+        ClientError::Timeout { .. } => None,
+        _ if cluster.any_up() => None,
+        _ => Some(Duration::from_millis(20)),
+    }
 }

@@ -8,8 +8,8 @@
 //! * [`result`]: the self-describing result of a run, and merging results of several clients.
 //! * [`report`]: the summary table and CSV rows; [`chart`]: PNG/SVG charts.
 //! * [`run`], [`load`], [`sweep`], [`merge`], [`check`]: the subcommands; [`cli`]: their flags.
-//! * [`progress`], [`tui`], [`cpu`], [`connect`]: progress lines, the embedded dashboard,
-//!   own CPU time, connecting with hints.
+//! * [`progress`], [`tui`], [`cpu`], [`connect`], [`interrupt`]: progress lines, the embedded
+//!   dashboard, own CPU time, connecting with hints, Ctrl-C that keeps the partial result.
 //!
 //! The wire protocol, routing and client come from `kvshared`; nothing here re-implements them.
 
@@ -20,6 +20,7 @@ pub mod connect;
 pub mod cpu;
 pub mod engine;
 pub mod hist;
+pub mod interrupt;
 pub mod load;
 pub mod merge;
 pub mod progress;

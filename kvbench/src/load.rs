@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use kvshared::client::Cluster;
-use kvshared::routing::{key_hash, owner_node};
+use kvshared::client::{Cluster, NodeBatches};
 use kvshared::units::{grouped, si};
-use kvshared::wire::{BatchRequest, OpReply};
+use kvshared::wire::{BatchRequest, OpKind, OpReply};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -89,27 +88,23 @@ async fn load_range(
     seed: u64,
     done: &AtomicU64,
 ) -> anyhow::Result<()> {
-    let nodes = cluster.node_count();
-    let mut batches: Vec<BatchRequest> = (0..nodes).map(|_| BatchRequest::new()).collect();
+    let mut batches = NodeBatches::new(cluster.node_count());
     let mut value = vec![0u8; value_size];
     SmallRng::seed_from_u64(seed).fill_bytes(&mut value);
     let mut key = Vec::new();
     for index in range {
         key.clear();
         write_key(&mut key, prefix, index);
-        let node = owner_node(key_hash(&key), nodes as u32) as usize;
         let n = value.len().min(8);
         value[..n].copy_from_slice(&index.to_le_bytes()[..n]);
-        batches[node].push_put(&key, &value);
-        if batches[node].len() >= batch {
-            send(cluster, node, &batches[node], done).await?;
-            batches[node].clear();
+        let node = batches.push(OpKind::Put, &key, &value);
+        if batches.batch(node).len() >= batch {
+            send(cluster, node, batches.batch(node), done).await?;
+            batches.clear(node);
         }
     }
-    for (node, b) in batches.iter().enumerate() {
-        if !b.is_empty() {
-            send(cluster, node, b, done).await?;
-        }
+    for (node, b) in batches.non_empty() {
+        send(cluster, node, b, done).await?;
     }
     Ok(())
 }
@@ -168,6 +163,6 @@ pub async fn command(args: LoadArgs) -> anyhow::Result<()> {
         secs,
         si(loaded.records as f64 / secs.max(1e-9)),
         grouped(keys)
-    );
+    )?;
     Ok(())
 }

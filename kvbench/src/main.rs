@@ -2,15 +2,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kvbench::cli::{Cli, Command};
-use tracing_subscriber::EnvFilter;
+use kvbench::interrupt::Interrupt;
+use kvbench::run::EXIT_INTERRUPTED;
+use kvshared::cli::{EXIT_ERROR, exit_code, init_logging};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging(Some("warn"));
     let threads = match &cli.command {
         Command::Run(a) => a.cluster.threads,
         Command::Sweep(a) => a.cluster.threads,
@@ -28,24 +26,31 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("kvbench: cannot start the runtime: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_ERROR);
         }
     };
     let result = rt.block_on(async {
-        let done = match cli.command {
-            Command::Load(a) => kvbench::load::command(a).await,
-            Command::Run(a) => kvbench::run::command(a).await,
-            Command::Sweep(a) => kvbench::sweep::command(a).await,
-            Command::Merge(a) => kvbench::merge::command(a),
-            Command::Check(a) => return kvbench::check::command(a).await,
-        };
-        done.map(|()| ExitCode::SUCCESS)
-    });
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("kvbench: {e:#}");
-            ExitCode::from(2)
+        let interrupt = Interrupt::default();
+        tokio::spawn(watch_ctrl_c(interrupt.clone()));
+        match cli.command {
+            Command::Load(a) => kvbench::load::command(a).await.map(|()| ExitCode::SUCCESS),
+            Command::Run(a) => kvbench::run::command(a, interrupt).await,
+            Command::Sweep(a) => kvbench::sweep::command(a, interrupt).await,
+            Command::Merge(a) => kvbench::merge::command(a).map(|()| ExitCode::SUCCESS),
+            Command::Check(a) => kvbench::check::command(a).await,
         }
+    });
+    result.unwrap_or_else(|e| exit_code("kvbench", e.as_ref()))
+}
+
+/// First Ctrl-C: stop the load and report what was measured. Second: quit at once.
+async fn watch_ctrl_c(interrupt: Interrupt) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    interrupt.trigger();
+    eprintln!("\nkvbench: interrupted; stopping the load and reporting what was measured (Ctrl-C again quits now)");
+    if tokio::signal::ctrl_c().await.is_ok() {
+        std::process::exit(i32::from(EXIT_INTERRUPTED));
     }
 }

@@ -26,10 +26,10 @@ pub fn command(args: MergeArgs) -> anyhow::Result<()> {
             writeln!(out)?;
         }
         Some(p) => {
-            kvshared::out!("{text}");
+            kvshared::out!("{text}")?;
             std::fs::write(p, serde_json::to_vec_pretty(&merged)?)?;
         }
-        None => kvshared::out!("{text}"),
+        None => kvshared::out!("{text}")?,
     }
     Ok(())
 }

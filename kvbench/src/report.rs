@@ -27,6 +27,18 @@ pub fn summary(r: &RunResult) -> String {
         "load       {} tasks, batch {}, {} conn(s)/node, pipeline {}, {}",
         o.tasks, o.batch, o.conns, o.pipeline, mode
     );
+    if r.interrupted {
+        let _ = writeln!(
+            s,
+            "INTERRUPTED by Ctrl-C: the figures cover the {:.1} s measured before it{}",
+            r.elapsed_s,
+            if r.elapsed_s == 0.0 {
+                " (stopped during warm-up)"
+            } else {
+                ""
+            }
+        );
+    }
     let _ = writeln!(
         s,
         "window     {:.1} s measured after {:.1} s warm-up{}",
@@ -47,7 +59,15 @@ pub fn summary(r: &RunResult) -> String {
     );
     for n in &r.per_node {
         let _ = write!(s, "  {:<21} {:>12} op/s", n.addr, grouped(n.ops_per_sec.round() as u64));
-        if let Some(sv) = &n.server {
+        if let Some(sv) = n.server.as_ref().filter(|sv| sv.restarted) {
+            let _ = write!(
+                s,
+                "   server: RESTARTED during the run; since then ({:.1} s): {} op/s, RSS {}",
+                sv.seconds,
+                si(sv.ops_per_sec),
+                bytes(sv.rss_bytes as f64)
+            );
+        } else if let Some(sv) = &n.server {
             let _ = write!(
                 s,
                 "   server: {} op/s, CPU {:.0}%, RSS {}, net in {} out {}",

@@ -67,21 +67,31 @@ pub struct ServerFigures {
     pub bytes_out_per_sec: f64,
     pub host_cpu_percent: f64,
     pub keys: u64,
+    /// The node restarted during the window: the figures cover only the `seconds` since the
+    /// restart (and CPU is unknown, 0).
+    #[serde(default)]
+    pub restarted: bool,
+    /// The span the figures cover, seconds (the window, or the time since a restart).
+    #[serde(default)]
+    pub seconds: f64,
 }
 
 impl ServerFigures {
+    /// The node's figures over the window from `before` to `after`, `seconds` apart.
     pub fn between(before: &NodeStats, after: &NodeStats, seconds: f64) -> ServerFigures {
         let r = NodeRates::between(before, after, seconds);
         ServerFigures {
             version: after.version.clone(),
-            shard: format!("{}/{}", after.shard_index, after.shard_count),
+            shard: after.shard.to_string(),
             ops_per_sec: r.ops_per_sec,
             cpu_percent: r.process_cpu_percent,
-            rss_bytes: after.process_rss_bytes,
+            rss_bytes: after.system.process_rss_bytes,
             bytes_in_per_sec: r.bytes_in_per_sec,
             bytes_out_per_sec: r.bytes_out_per_sec,
-            host_cpu_percent: f64::from(after.host_cpu_percent),
+            host_cpu_percent: f64::from(after.system.host_cpu_percent),
             keys: after.keys,
+            restarted: r.restarted,
+            seconds: r.seconds,
         }
     }
 }
@@ -128,6 +138,9 @@ pub struct RunResult {
     pub client_cpu_percent: f64,
     /// How many runs this result combines (1 unless made by `kvbench merge`).
     pub merged_runs: usize,
+    /// Stopped early by Ctrl-C: the figures cover the window measured until then.
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 impl RunResult {
@@ -190,6 +203,7 @@ impl RunResult {
             histograms,
             client_cpu_percent,
             merged_runs: 1,
+            interrupted: false,
         })
     }
 
@@ -297,6 +311,32 @@ mod tests {
             merged_runs: 1,
             ..RunResult::default()
         }
+    }
+
+    /// A node restarted during the window: its counters started again, so the figures are
+    /// those since the restart and the summary says so (not "0 op/s, CPU 0%").
+    #[test]
+    fn a_node_restarted_in_the_window_is_reported_with_figures_since_the_restart() {
+        let stats = |pid: u32, uptime_ms: u64, gets: u64| NodeStats {
+            pid,
+            uptime_ms,
+            counts: kvshared::stats::Counts {
+                gets,
+                ..Default::default()
+            },
+            ..NodeStats::default()
+        };
+        let figures = ServerFigures::between(&stats(10, 60_000, 9_000_000), &stats(11, 2_000, 400_000), 10.0);
+        assert!(figures.restarted);
+        assert_eq!(figures.seconds, 2.0);
+        assert_eq!(figures.ops_per_sec, 200_000.0);
+        let mut r = result(100, &[1_000], "n0");
+        r.per_node[0].server = Some(figures);
+        let text = crate::report::summary(&r);
+        assert!(
+            text.contains("RESTARTED during the run; since then (2.0 s): 200k op/s"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! `kvbench run`: drive the cluster, read the servers' stats around the measured window,
 //! and report.
+//!
+//! The command layer ([`command`]) turns flags into a [`RunPlan`]; everything below it takes
+//! the plan, so `sweep` and the dashboard run the same code with plans of their own.
 
 use std::io::{IsTerminal, Write as _};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,46 +20,87 @@ use crate::cli::RunArgs;
 use crate::connect;
 use crate::cpu::own_cpu_ms;
 use crate::engine::{self, BatchFiller, EngineConfig, Live};
+use crate::interrupt::Interrupt;
 use crate::progress;
 use crate::report::{self, CsvRow};
 use crate::result::{RunOptions, RunResult, ServerFigures};
 use crate::workload::{Shared, WorkloadSpec};
 
-/// The engine settings `args` ask for.
-pub fn engine_config(args: &RunArgs) -> EngineConfig {
-    EngineConfig {
-        tasks: args.tasks.max(1),
-        batch: args.batch.max(1),
-        warmup: args.timing.warmup,
-        duration: args.timing.duration,
-        ops_limit: args.timing.ops,
-        rate: args.timing.rate,
-        seed: args.timing.seed,
+/// Exit status when ops failed (and failures were not allowed).
+pub const EXIT_FAILURES: u8 = 1;
+/// Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Everything one run needs to know, independent of how it was asked for.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    /// Load shape and timing.
+    pub engine: EngineConfig,
+    /// What the ops are.
+    pub workload: WorkloadSpec,
+    /// Client worker threads (recorded in the result).
+    pub client_threads: usize,
+    /// Show progress on stderr.
+    pub show_progress: bool,
+}
+
+impl RunPlan {
+    /// The plan `kvbench run` flags describe.
+    pub fn from_args(args: &RunArgs) -> RunPlan {
+        RunPlan {
+            engine: EngineConfig {
+                tasks: args.tasks.max(1),
+                batch: args.batch.max(1),
+                warmup: args.timing.warmup,
+                duration: args.timing.duration,
+                ops_limit: args.timing.ops,
+                rate: args.timing.rate,
+                seed: args.timing.seed,
+            },
+            workload: WorkloadSpec::new(args.workload.workload, &args.workload.spec_options()),
+            client_threads: args.cluster.threads.unwrap_or_else(default_threads),
+            show_progress: !args.quiet,
+        }
+    }
+
+    /// The same plan with another task count and batch size (a sweep point).
+    pub fn point(&self, tasks: usize, batch: usize) -> RunPlan {
+        let mut p = self.clone();
+        p.engine.tasks = tasks.max(1);
+        p.engine.batch = batch.max(1);
+        p
     }
 }
 
-/// Runs one benchmark as `args` says, against an already connected cluster.
-pub async fn run_with(cluster: Arc<Cluster>, args: &RunArgs, show_progress: bool) -> anyhow::Result<RunResult> {
-    let cfg = engine_config(args);
-    let live = Live::new(&cfg);
-    run_live(cluster, args, cfg, live, show_progress).await
+/// Runs one benchmark; Ctrl-C (through `interrupt`) ends it early with a partial result.
+pub async fn run_plan(cluster: Arc<Cluster>, plan: &RunPlan, interrupt: &Interrupt) -> anyhow::Result<RunResult> {
+    let live = Live::new(&plan.engine);
+    run_live(cluster, plan, live, interrupt).await
 }
 
-/// Runs one benchmark whose progress can be watched through `live` (made from `cfg`).
+/// Runs one benchmark whose progress can be watched through `live` (made from the plan).
 pub async fn run_live(
     cluster: Arc<Cluster>,
-    args: &RunArgs,
-    cfg: EngineConfig,
+    plan: &RunPlan,
     live: Arc<Live>,
-    show_progress: bool,
+    interrupt: &Interrupt,
 ) -> anyhow::Result<RunResult> {
-    let spec = WorkloadSpec::new(args.workload.workload, &args.workload.spec_options());
-    let shared = Shared::new(spec.clone(), cluster.node_count() as u32);
+    let cfg = plan.engine.clone();
+    let shared = Shared::new(plan.workload.clone(), cluster.node_count() as u32);
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
-    let progress = show_progress.then(|| tokio::spawn(progress::watch(live.clone(), cfg.warmup + cfg.duration)));
+    let progress = plan
+        .show_progress
+        .then(|| tokio::spawn(progress::watch(live.clone(), cfg.warmup + cfg.duration)));
+    let stopper = {
+        let (live, interrupt) = (live.clone(), interrupt.clone());
+        tokio::spawn(async move {
+            interrupt.wait().await;
+            live.stop_early();
+        })
+    };
 
     // Figures at the start of the measured window, taken beside the load.
     let window_start = {
@@ -66,11 +111,19 @@ pub async fn run_live(
         })
     };
     let out = engine::run(cluster.clone(), shared, cfg.clone(), live.clone()).await;
-    let end = (Instant::now(), all_stats(&cluster).await, own_cpu_ms());
+    stopper.abort();
+    let interrupted = interrupt.is_set();
     if let Some(p) = progress {
         let _ = p.await;
     }
-    let (t0, stats0, cpu0) = window_start.await?;
+    // Interrupted during warm-up: there is no window and no server figures.
+    let (t0, stats0, cpu0) = if !interrupted || Instant::now() >= live.measure_start {
+        window_start.await?
+    } else {
+        window_start.abort();
+        (Instant::now(), vec![None; cluster.node_count()], own_cpu_ms())
+    };
+    let end = (Instant::now(), all_stats(&cluster).await, own_cpu_ms());
     let secs = end.0.duration_since(t0).as_secs_f64();
     let servers = stats0
         .iter()
@@ -87,7 +140,7 @@ pub async fn run_live(
         batch: cfg.batch,
         pipeline: cluster.config().pipeline,
         conns: cluster.config().conns_per_node,
-        threads: args.cluster.threads.unwrap_or_else(default_threads),
+        threads: plan.client_threads,
         duration_s: cfg.duration.as_secs_f64(),
         warmup_s: cfg.warmup.as_secs_f64(),
         ops_limit: cfg.ops_limit,
@@ -95,7 +148,16 @@ pub async fn run_live(
         seed: cfg.seed,
         timeout_ms: cluster.config().request_timeout.as_millis() as u64,
     };
-    RunResult::from_engine(&out, options, spec, servers, client_cpu, started_unix_ms)
+    let mut result = RunResult::from_engine(
+        &out,
+        options,
+        plan.workload.clone(),
+        servers,
+        client_cpu,
+        started_unix_ms,
+    )?;
+    result.interrupted = interrupted;
+    Ok(result)
 }
 
 /// Every node's stats, `None` for a node that does not answer.
@@ -107,21 +169,35 @@ async fn all_stats(cluster: &Cluster) -> Vec<Option<NodeStats>> {
     v
 }
 
+/// Worker threads when `--threads` is not given: one per CPU.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
-/// `kvbench run`.
-pub async fn command(args: RunArgs) -> anyhow::Result<()> {
-    if args.dry_run {
-        return dry_run(&args);
+/// The exit status a finished run earns (see `kvbench --help`).
+pub fn exit_status(result: &RunResult, allow_failures: bool) -> ExitCode {
+    if result.interrupted {
+        ExitCode::from(EXIT_INTERRUPTED)
+    } else if result.failed_ops > 0 && !allow_failures {
+        ExitCode::from(EXIT_FAILURES)
+    } else {
+        ExitCode::SUCCESS
     }
+}
+
+/// `kvbench run`.
+pub async fn command(args: RunArgs, interrupt: Interrupt) -> anyhow::Result<ExitCode> {
+    if args.dry_run {
+        dry_run(&args)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let plan = RunPlan::from_args(&args);
     let cluster = connect::cluster(&args.cluster).await?;
     let result = if args.tui && std::io::stdout().is_terminal() {
-        crate::tui::run_with_dashboard(cluster, &args).await?
+        crate::tui::run_with_dashboard(cluster, &plan, &interrupt).await?
     } else {
         // Without a terminal, --tui falls back to plain progress lines.
-        run_with(cluster, &args, !args.quiet).await?
+        run_plan(cluster, &plan, &interrupt).await?
     };
     let json_to_stdout = args.json.as_deref() == Some(std::path::Path::new("-"));
     let text = report::summary(&result);
@@ -131,7 +207,7 @@ pub async fn command(args: RunArgs) -> anyhow::Result<()> {
         serde_json::to_writer_pretty(&mut out, &result)?;
         writeln!(out)?;
     } else {
-        kvshared::out!("{text}");
+        kvshared::out!("{text}")?;
         if let Some(path) = &args.json {
             std::fs::write(path, serde_json::to_vec_pretty(&result)?)?;
             eprintln!("kvbench: result written to {}", path.display());
@@ -140,12 +216,18 @@ pub async fn command(args: RunArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.csv {
         report::append_csv(path, &CsvRow::of(&result))?;
     }
-    Ok(())
+    if result.failed_ops > 0 && !args.allow_failures && !result.interrupted {
+        eprintln!(
+            "kvbench: {} ops failed; exit status {EXIT_FAILURES} (--allow-failures to accept failures)",
+            grouped(result.failed_ops)
+        );
+    }
+    Ok(exit_status(&result, args.allow_failures))
 }
 
 /// Generates and encodes ops on this thread without sending anything: kvbench's own cost.
 fn dry_run(args: &RunArgs) -> anyhow::Result<()> {
-    let nodes = connect::nodes(&args.cluster)?.len();
+    let nodes = args.cluster.nodes.node_list()?.len();
     let spec = WorkloadSpec::new(args.workload.workload, &args.workload.spec_options());
     let describe = spec.describe();
     let prefix = spec.key_prefix.clone();
@@ -165,30 +247,30 @@ fn dry_run(args: &RunArgs) -> anyhow::Result<()> {
             encode_frame(FrameKind::BatchRequest, batches, filler.request(node), &mut frame)?;
             bytes += frame.len() as u64;
             batches += 1;
-            filler.clear_node(node);
+            filler.take_counts(node);
         }
     }
     let secs = start.elapsed().as_secs_f64();
     let cpu = (own_cpu_ms().saturating_sub(cpu0)) as f64 / 1000.0;
     let ops = filler.generated;
-    kvshared::outln!("dry run    {describe}");
+    kvshared::outln!("dry run    {describe}")?;
     kvshared::outln!(
         "           {} nodes, batch {}: generated and encoded {} ops in {:.2} s on one thread",
         nodes,
         args.batch,
         grouped(ops),
         secs
-    );
+    )?;
     kvshared::outln!(
         "rate       {} op/s per core ({} op/s wall clock), {} batches, {:.1} bytes/op on the wire",
         si(ops as f64 / cpu.max(1e-9)),
         si(ops as f64 / secs),
         grouped(batches),
         bytes as f64 / ops.max(1) as f64
-    );
+    )?;
     kvshared::outln!(
         "setup      key generator ready in {:.1} ms",
         setup.as_secs_f64() * 1000.0
-    );
+    )?;
     Ok(())
 }

@@ -2,19 +2,24 @@
 //! row and a terminal line per point, then charts.
 
 use std::path::Path;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use kvshared::units::si;
 
 use crate::chart::LineChart;
-use crate::cli::{RunArgs, SweepArgs};
+use crate::cli::SweepArgs;
 use crate::connect;
+use crate::engine::EngineConfig;
+use crate::interrupt::Interrupt;
 use crate::report::{CsvRow, append_csv};
 use crate::result::RunResult;
-use crate::run::run_with;
+use crate::run::{EXIT_FAILURES, EXIT_INTERRUPTED, RunPlan, default_threads, run_plan};
+use crate::workload::WorkloadSpec;
 
-/// `kvbench sweep`.
-pub async fn command(args: SweepArgs) -> anyhow::Result<()> {
+/// `kvbench sweep`. Ctrl-C ends the sweep after the point in progress (which is reported
+/// as interrupted); the charts then show the points measured so far.
+pub async fn command(args: SweepArgs, interrupt: Interrupt) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let csv = args.out.join("sweep.csv");
     if csv.exists() {
@@ -28,22 +33,27 @@ pub async fn command(args: SweepArgs) -> anyhow::Result<()> {
         args.timing.duration,
         args.out.display()
     );
+    let base = RunPlan {
+        engine: EngineConfig {
+            tasks: 1,
+            batch: 1,
+            warmup: args.timing.warmup,
+            duration: args.timing.duration,
+            ops_limit: args.timing.ops,
+            rate: args.timing.rate,
+            seed: args.timing.seed,
+        },
+        workload: WorkloadSpec::new(args.workload.workload, &args.workload.spec_options()),
+        client_threads: args.cluster.threads.unwrap_or_else(default_threads),
+        show_progress: false,
+    };
     let mut results = Vec::new();
-    for &tasks in &args.tasks {
+    'grid: for &tasks in &args.tasks {
         for &batch in &args.batch {
-            let run = RunArgs {
-                cluster: args.cluster.clone(),
-                workload: args.workload.clone(),
-                timing: args.timing.clone(),
-                tasks,
-                batch,
-                json: None,
-                csv: None,
-                dry_run: false,
-                quiet: true,
-                tui: false,
-            };
-            let r = run_with(cluster.clone(), &run, false).await?;
+            if interrupt.is_set() {
+                break 'grid;
+            }
+            let r = run_plan(cluster.clone(), &base.point(tasks, batch), &interrupt).await?;
             let lat = |k: &str| r.latency_us.get(k).map(|l| l.p99_us).unwrap_or(0.0);
             kvshared::outln!(
                 "tasks {tasks:>5}  batch {batch:>6}  {:>12}   batch p50 {:>9.1} us  p99 {:>9.1} us   failed {}",
@@ -51,7 +61,7 @@ pub async fn command(args: SweepArgs) -> anyhow::Result<()> {
                 r.latency_us.get("batch").map(|l| l.p50_us).unwrap_or(0.0),
                 lat("batch"),
                 r.failed_ops
-            );
+            )?;
             append_csv(&csv, &CsvRow::of(&r))?;
             std::fs::write(
                 args.out.join(format!("point-t{tasks}-b{batch}.json")),
@@ -65,7 +75,16 @@ pub async fn command(args: SweepArgs) -> anyhow::Result<()> {
         "kvbench sweep: wrote {} and throughput-vs-batch, throughput-vs-tasks, latency-vs-batch (.png, .svg)",
         csv.display()
     );
-    Ok(())
+    if interrupt.is_set() {
+        eprintln!("kvbench sweep: interrupted after {} of {points} points", results.len());
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    let failed: u64 = results.iter().map(|r| r.failed_ops).sum();
+    if failed > 0 && !args.allow_failures {
+        eprintln!("kvbench sweep: {failed} ops failed; exit status {EXIT_FAILURES} (--allow-failures to accept)");
+        return Ok(ExitCode::from(EXIT_FAILURES));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Draws the three sweep charts from the results of a grid (in tasks-major order).

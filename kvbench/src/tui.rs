@@ -7,10 +7,10 @@ use std::time::Instant;
 use kvshared::client::Cluster;
 use kvtui::{BenchProgress, BenchSource, DashboardConfig, Exit};
 
-use crate::cli::RunArgs;
 use crate::engine::Live;
+use crate::interrupt::Interrupt;
 use crate::result::RunResult;
-use crate::run::{engine_config, run_live};
+use crate::run::{RunPlan, run_live};
 
 /// A running benchmark as the dashboard sees it.
 struct LiveBench {
@@ -21,7 +21,7 @@ struct LiveBench {
 impl BenchSource for LiveBench {
     fn progress(&self) -> BenchProgress {
         let live = &self.live;
-        let recent = live.take_recent_latency().filter(|h| !h.is_empty()).map(|h| {
+        let recent = Some(live.take_recent_latency()).filter(|h| !h.is_empty()).map(|h| {
             (
                 h.value_at_quantile(0.5) as f64 / 1000.0,
                 h.value_at_quantile(0.99) as f64 / 1000.0,
@@ -42,32 +42,40 @@ impl BenchSource for LiveBench {
 
 /// Runs the benchmark with the dashboard in the foreground; pressing q stops the run early
 /// (the result then covers the time measured so far).
-pub async fn run_with_dashboard(cluster: Arc<Cluster>, args: &RunArgs) -> anyhow::Result<RunResult> {
-    let cfg = engine_config(args);
-    let live = Live::new(&cfg);
+pub async fn run_with_dashboard(
+    cluster: Arc<Cluster>,
+    plan: &RunPlan,
+    interrupt: &Interrupt,
+) -> anyhow::Result<RunResult> {
+    let plan = RunPlan {
+        show_progress: false,
+        ..plan.clone()
+    };
+    let live = Live::new(&plan.engine);
     live.track_recent_latency.store(true, Ordering::Relaxed);
     let nodes: Vec<String> = (0..cluster.node_count()).map(|n| cluster.addr(n).to_string()).collect();
     let run = {
-        let (cluster, args, cfg, live) = (cluster.clone(), args.clone(), cfg.clone(), live.clone());
-        tokio::spawn(async move { run_live(cluster, &args, cfg, live, false).await })
+        let (cluster, plan, live, interrupt) = (cluster.clone(), plan.clone(), live.clone(), interrupt.clone());
+        tokio::spawn(async move { run_live(cluster, &plan, live, &interrupt).await })
     };
     let source: Arc<dyn BenchSource> = Arc::new(LiveBench {
         live: live.clone(),
         title: format!(
             "workload {:?}, {} tasks, batch {}",
-            args.workload.workload, cfg.tasks, cfg.batch
+            plan.workload.workload, plan.engine.tasks, plan.engine.batch
         )
         .to_lowercase(),
     });
     let handle = tokio::runtime::Handle::current();
     let config = DashboardConfig {
         nodes,
+        client: cluster.config().clone(),
         interval: std::time::Duration::from_millis(500),
         window: std::time::Duration::from_secs(60),
     };
     let exit = tokio::task::spawn_blocking(move || kvtui::run_dashboard(&handle, config, Some(source))).await??;
     if exit == Exit::Quit {
-        live.stop.store(true, Ordering::Relaxed);
+        live.stop_early();
     }
     run.await?
 }
@@ -91,10 +99,8 @@ mod tests {
         });
         live.completed.store(1234, Ordering::Relaxed);
         live.failed.store(5, Ordering::Relaxed);
-        if let Ok(mut h) = live.recent_latency.lock() {
-            for ns in [100_000u64, 200_000, 300_000] {
-                h.record(ns).unwrap();
-            }
+        for ns in [100_000u64, 200_000, 300_000] {
+            live.recent_latency.lock().record(ns).unwrap();
         }
         let source = LiveBench {
             live: live.clone(),

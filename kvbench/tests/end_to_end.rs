@@ -6,6 +6,8 @@ use std::sync::atomic::AtomicU64;
 
 use clap::Parser;
 use kvbench::cli::{Cli, Command};
+use kvbench::interrupt::Interrupt;
+use kvbench::run::{RunPlan, run_plan};
 use kvd::local::LocalCluster;
 use kvshared::client::{ClientConfig, Cluster};
 
@@ -21,13 +23,17 @@ async fn run(args: &[&str]) -> kvbench::result::RunResult {
         unreachable!("not a run command")
     };
     let cluster = kvbench::connect::cluster(&args.cluster).await.unwrap();
-    kvbench::run::run_with(cluster, &args, false).await.unwrap()
+    let plan = RunPlan {
+        show_progress: false,
+        ..RunPlan::from_args(&args)
+    };
+    run_plan(cluster, &plan, &Interrupt::default()).await.unwrap()
 }
 
 async fn server_ops(cluster: &Cluster) -> u64 {
     let mut total = 0;
     for n in 0..cluster.node_count() {
-        total += cluster.stats(n).await.unwrap().ops();
+        total += cluster.stats(n).await.unwrap().counts.ops();
     }
     total
 }
@@ -113,6 +119,9 @@ async fn a_run_reports_every_field_and_matches_the_servers_counts() {
     }
 }
 
+/// The schedule bounds an open-loop run from both sides: it must send the ops it is asked
+/// for (the run ends on the op count, not on a clock), and it may not send them faster than
+/// the rate allows (a slow machine can only take longer, never shorter).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_keeps_to_its_rate_and_says_so() {
     let nodes = LocalCluster::start(1, |_| {}).await.unwrap();
@@ -129,15 +138,66 @@ async fn open_loop_keeps_to_its_rate_and_says_so() {
         "--warmup",
         "0s",
         "--duration",
-        "1s",
+        "60s",
+        "--ops",
+        "1000",
         "--rate",
         "2000",
     ])
     .await;
     assert!(r.open_loop);
-    // Never more than the schedule allows (plus one batch per task of slack).
-    assert!(r.ops <= 2000 + 20, "sent {} ops at 2000 op/s for 1 s", r.ops);
+    assert!(r.ops >= 1000, "stopped after {} of 1000 ops", r.ops);
+    // 1000 ops at 2000 op/s take 0.5 s; one batch per task may be due at once.
+    assert!(
+        r.elapsed_s >= (1000.0 - 20.0) / 2000.0,
+        "{} ops in {:.3} s: faster than 2000 op/s",
+        r.ops,
+        r.elapsed_s
+    );
     assert!(kvbench::report::summary(&r).contains("coordinated omission corrected"));
+}
+
+/// Three nodes, one dead from the start: ops for it fail at once (counted as node_down),
+/// no task ever pauses while other nodes are up, and the live nodes get their share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_does_not_stall_the_ops_for_live_nodes() {
+    use kvbench::engine::{self, EngineConfig, Live};
+    use kvbench::workload::{Shared, SpecOptions, Workload, WorkloadSpec};
+
+    let mut nodes = LocalCluster::start(3, |_| {}).await.unwrap();
+    let addrs = nodes.addrs();
+    nodes.nodes.pop().unwrap().stop().await;
+    let cluster = Arc::new(Cluster::new(&addrs, ClientConfig::default()).unwrap());
+    let spec = WorkloadSpec::new(
+        Workload::B,
+        &SpecOptions {
+            records: 1000,
+            value_size: 16,
+            ..SpecOptions::default()
+        },
+    );
+    let cfg = EngineConfig {
+        tasks: 4,
+        batch: 8,
+        warmup: std::time::Duration::ZERO,
+        duration: std::time::Duration::from_secs(60),
+        ops_limit: Some(20_000),
+        rate: None,
+        seed: 3,
+    };
+    let live = Live::new(&cfg);
+    let out = engine::run(cluster, Shared::new(spec, 3), cfg, live).await;
+    assert_eq!(out.pauses, 0, "a task paused although two nodes were up");
+    assert!(
+        out.errors.get("node_down").copied().unwrap_or(0) > 0,
+        "{:?}",
+        out.errors
+    );
+    assert!(out.per_node_ops[0] > 0 && out.per_node_ops[1] > 0);
+    assert_eq!(out.per_node_ops[2], 0);
+    // The dead node's share failed; the live nodes' share went through.
+    let ok = out.per_node_ops[0] + out.per_node_ops[1];
+    assert!(out.failed_ops < ok, "failed {} vs ok {ok}", out.failed_ops);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,9 +229,10 @@ async fn a_node_dying_mid_run_fails_only_its_ops_and_the_run_ends() {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         dying.stop().await;
     });
+    let plan = RunPlan::from_args(&args);
     let r = tokio::time::timeout(
         std::time::Duration::from_secs(20),
-        kvbench::run::run_with(cluster, &args, false),
+        run_plan(cluster, &plan, &Interrupt::default()),
     )
     .await
     .expect("the run hung after a node died")
@@ -179,7 +240,9 @@ async fn a_node_dying_mid_run_fails_only_its_ops_and_the_run_ends() {
     killer.await.unwrap();
     assert!(r.failed_ops > 0, "ops to the dead node are reported as failed");
     assert!(
-        r.errors.keys().any(|k| k == "node_down" || k == "connect"),
+        r.errors
+            .keys()
+            .any(|k| k == "node_down" || k == "connect" || k == "shutting_down"),
         "{:?}",
         r.errors
     );
@@ -210,7 +273,8 @@ async fn a_two_by_two_sweep_writes_csv_and_charts() {
     ]) else {
         unreachable!()
     };
-    kvbench::sweep::command(args).await.unwrap();
+    let code = kvbench::sweep::command(args, Interrupt::default()).await.unwrap();
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
     let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 5, "header and four points:\n{csv}");

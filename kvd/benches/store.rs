@@ -13,6 +13,7 @@ use std::time::Instant;
 use kvd::store::{Scratch, Store};
 use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
 use kvshared::routing::ShardId;
+use kvshared::stats::Counts;
 use kvshared::wire::{BatchRequest, BatchResponse, BatchView, encode_frame};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -33,12 +34,18 @@ fn main() {
     let value = [7u8; 128];
     let mut out = BatchResponse::default();
     let mut scratch = Scratch::default();
+    let mut tally = Counts::default();
     let mut load = BatchRequest::new();
     for i in 0..RECORDS {
         load.push_put(i.to_string().as_bytes(), &value);
         if load.len() == BATCH || i + 1 == RECORDS {
             let b = body(&load);
-            store.execute(&BatchView::parse(&b).expect("valid"), &mut out, &mut scratch);
+            store.execute(
+                &BatchView::parse(&b).expect("valid"),
+                &mut out,
+                &mut scratch,
+                &mut tally,
+            );
             load.clear();
         }
     }
@@ -63,7 +70,7 @@ fn main() {
         for _ in 0..rounds {
             for b in &batches {
                 let view = BatchView::parse(b).expect("valid");
-                store.execute(&view, &mut out, &mut scratch);
+                store.execute(&view, &mut out, &mut scratch, &mut tally);
             }
         }
         let secs = start.elapsed().as_secs_f64();

@@ -1,6 +1,7 @@
 //! The `kvd` command line: serve a shard, or talk to a running cluster.
 
 use clap::{Args, Parser, Subcommand};
+use kvshared::cli::NodesArgs;
 use kvshared::client::DEFAULT_NODE;
 use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::routing::ShardId;
@@ -13,8 +14,10 @@ use kvshared::routing::ShardId;
     long_about = "Sharded in-memory key-value server.\n\n\
         Without a subcommand, kvd serves shard I of an N-node cluster: start one kvd per node with\n\
         --shard 0/N ... --shard N-1/N, and give clients the nodes in that same order.\n\n\
-        The subcommands are a small client for people and scripts. They exit 0 on success,\n\
-        1 when `get` finds no such key, and 2 on any error (with a one-line reason on stderr).",
+        The subcommands are a small client for people and scripts.\n\n\
+        Exit status: 0 success; 1 `get` found no such key, or `stats` could not reach every node;\n\
+        2 any other error (a one-line reason on stderr). The server exits 0 after a clean\n\
+        shutdown (SIGINT/SIGTERM) and 2 when it cannot start.",
     after_help = "Examples:\n  \
         kvd --shard 0/2 --listen 127.0.0.1:7070 &\n  \
         kvd --shard 1/2 --listen 127.0.0.1:7071 &\n  \
@@ -56,43 +59,38 @@ pub struct ServeArgs {
     pub capacity: usize,
 }
 
+/// The client verbs.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Print the value of KEY (exit 1 if absent).
     Get {
         #[command(flatten)]
-        nodes: NodesArg,
+        nodes: NodesArgs,
+        /// The key.
         key: String,
     },
     /// Store VALUE under KEY.
     Put {
         #[command(flatten)]
-        nodes: NodesArg,
+        nodes: NodesArgs,
+        /// The key.
         key: String,
+        /// The value (stored as these bytes).
         value: String,
     },
     /// Delete KEY (prints whether it existed).
     Del {
         #[command(flatten)]
-        nodes: NodesArg,
+        nodes: NodesArgs,
+        /// The key.
         key: String,
     },
-    /// Show each node's statistics.
+    /// Show each node's statistics (exit 1 if a node does not answer).
     Stats {
         #[command(flatten)]
-        nodes: NodesArg,
+        nodes: NodesArgs,
         /// Print JSON (one object per node) instead of a table.
         #[arg(long)]
         json: bool,
     },
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct NodesArg {
-    /// The cluster's nodes in shard order (node I is the kvd started with --shard I/N).
-    #[arg(long, env = "KV_NODES", default_value = DEFAULT_NODE, value_name = "ADDR,ADDR,...")]
-    pub nodes: String,
-    /// Give up on a node after this many milliseconds.
-    #[arg(long, default_value_t = 5000, value_name = "MS")]
-    pub timeout_ms: u64,
 }

@@ -1,24 +1,33 @@
-//! Serving one client connection: read a frame, execute it, answer it, repeat.
+//! Serving one client connection: read a frame, dispatch it, answer it, repeat.
 //!
 //! Frames are handled one after another in arrival order, so pipelined requests are answered
-//! in order. Responses are buffered and flushed only when no further request is already
+//! in order. Answers are buffered and flushed only when no further request is already
 //! waiting in the read buffer, which turns a burst of pipelined requests into one `write`.
 //!
 //! Bad input never takes the process down: a frame whose header is not ours ends this
-//! connection (after an error reply, since the stream can no longer be trusted to be in
-//! step), a body that fails validation gets an error reply and the connection goes on.
+//! connection after an error reply (id [`CONNECTION_ERROR_ID`]: the stream can no longer be
+//! trusted to be in step); a body that fails validation gets an error reply for its request
+//! and the connection goes on.
+//!
+//! Shutdown: once told, the connection keeps answering requests that arrive within
+//! [`DRAIN_IDLE`] of each other for at most [`DRAIN_MAX`]; requests that arrive after that
+//! get a `ShuttingDown` error reply rather than silence or a reset.
+//!
+//! A new request kind is one arm in [`Connection::dispatch`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kvshared::frame::{FrameError, FrameKind, HEADER_LEN, read_frame};
-use kvshared::wire::{BatchResponse, BatchView, ErrorCode, ErrorReply, encode_frame};
+use kvshared::frame::{CONNECTION_ERROR_ID, FrameError, FrameHeader, FrameKind, HEADER_LEN, read_frame};
+use kvshared::stats::{Counter, Counts};
+use kvshared::wire::{BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_frame};
 use rkyv::util::AlignedVec;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 
-use crate::counters::{Counter, Tally};
 use crate::node::Node;
 use crate::store::Scratch;
 
@@ -27,153 +36,250 @@ use crate::store::Scratch;
 const DRAIN_IDLE: Duration = Duration::from_millis(200);
 /// ...but never for longer than this, so a client that keeps sending cannot hold shutdown open.
 const DRAIN_MAX: Duration = Duration::from_secs(1);
+/// After the drain, requests that still arrive are answered `ShuttingDown` until the client
+/// is quiet for this long...
+const LAST_READ: Duration = Duration::from_millis(100);
+/// ...or for at most this long.
+const REFUSE_MAX: Duration = Duration::from_secs(1);
 
-/// Flush the local tally to the shared counters at least this often, in batches.
-const TALLY_EVERY: u64 = 64;
+/// Publish the local counters to the node's at least every this many batches (and whenever
+/// the connection goes idle), so a stats reader is never far behind.
+const PUBLISH_EVERY: u64 = 64;
 
-/// Per-connection buffers, reused for every frame.
-struct Buffers {
+/// Why serving a connection stopped, for the log.
+enum End {
+    /// The peer closed, or shutdown finished draining.
+    Clean,
+    /// Something failed; the reason.
+    Failed(String),
+}
+
+/// One client connection: its socket halves, and the buffers reused for every frame.
+pub(crate) struct Connection {
+    node: Arc<Node>,
+    id: u64,
+    peer: String,
+    reader: BufReader<OwnedReadHalf>,
+    writer: BufWriter<OwnedWriteHalf>,
     body: AlignedVec,
     out: AlignedVec,
     response: BatchResponse,
     scratch: Scratch,
+    /// What this connection did since it last published to the node's counters.
+    tally: Counts,
 }
 
-/// Serves `stream` until the peer closes, a protocol error, or shutdown.
-pub async fn serve_connection(
-    node: Arc<Node>,
-    conn_id: u64,
-    mut stream: TcpStream,
-    mut shutdown: broadcast::Receiver<()>,
-) {
-    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
-    let _ = stream.set_nodelay(true);
-    node.counters.add(conn_id, Counter::ConnsOpened, 1);
-    let (read, write) = stream.split();
-    let mut reader = BufReader::with_capacity(64 * 1024, read);
-    let mut writer = BufWriter::with_capacity(64 * 1024, write);
-    let mut bufs = Buffers {
-        body: AlignedVec::new(),
-        out: AlignedVec::new(),
-        response: BatchResponse::default(),
-        scratch: Scratch::default(),
-    };
-    let mut tally = Tally::default();
-    let mut drain_until: Option<tokio::time::Instant> = None;
-    let max_frame = node.config.max_frame;
+impl Connection {
+    /// Serves `stream` until the peer closes, a protocol error, or shutdown.
+    pub(crate) async fn serve(node: Arc<Node>, id: u64, stream: TcpStream, shutdown: broadcast::Receiver<()>) {
+        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        let _ = stream.set_nodelay(true);
+        node.counters.add(id, Counter::ConnsOpened, 1);
+        let (read, write) = stream.into_split();
+        let mut conn = Connection {
+            node,
+            id,
+            peer,
+            reader: BufReader::with_capacity(64 * 1024, read),
+            writer: BufWriter::with_capacity(64 * 1024, write),
+            body: AlignedVec::new(),
+            out: AlignedVec::new(),
+            response: BatchResponse::default(),
+            scratch: Scratch::default(),
+            tally: Counts::default(),
+        };
+        let end = conn.run(shutdown).await;
+        conn.publish();
+        let _ = conn.writer.flush().await;
+        conn.node.counters.add(conn.id, Counter::ConnsClosed, 1);
+        match end {
+            End::Clean => tracing::debug!(peer = %conn.peer, "connection closed"),
+            End::Failed(why) => tracing::warn!(peer = %conn.peer, %why, "connection ended"),
+        }
+    }
 
-    let end: Result<(), String> = loop {
-        if drain_until.is_some_and(|until| tokio::time::Instant::now() >= until) {
-            break Ok(());
+    async fn run(&mut self, mut shutdown: broadcast::Receiver<()>) -> End {
+        let mut drain_until: Option<Instant> = None;
+        loop {
+            if let Some(until) = drain_until
+                && Instant::now() >= until
+            {
+                return self.refuse_the_rest().await;
+            }
+            if self.reader.buffer().is_empty() {
+                // Nothing more is queued: publish counters, push out the answers so far, wait.
+                self.publish();
+                if let Err(e) = self.writer.flush().await {
+                    return End::Failed(e.to_string());
+                }
+                match self.wait_for_input(&mut shutdown, &mut drain_until).await {
+                    Ok(true) => {}
+                    Ok(false) if drain_until.is_some() => return self.refuse_the_rest().await,
+                    Ok(false) => return End::Clean,
+                    Err(e) => return End::Failed(e.to_string()),
+                }
+                if self.reader.buffer().is_empty() {
+                    continue;
+                }
+            }
+            let read = match drain_until {
+                Some(_) => tokio::time::timeout(DRAIN_IDLE * 5, self.read_frame())
+                    .await
+                    .unwrap_or(Err(FrameError::Truncated)),
+                None => self.read_frame().await,
+            };
+            let header = match read {
+                Ok(Some(h)) => h,
+                Ok(None) => return End::Clean,
+                Err(e) => {
+                    self.reply_connection_error(&e).await;
+                    return End::Failed(e.to_string());
+                }
+            };
+            if let Err(e) = self.dispatch(header) {
+                return End::Failed(format!("cannot encode a reply: {e}"));
+            }
+            if let Err(e) = self.write_out().await {
+                return End::Failed(e.to_string());
+            }
+            if self.tally.batches >= PUBLISH_EVERY {
+                self.publish();
+            }
         }
-        if reader.buffer().is_empty() {
-            // Nothing more is queued: publish counters, then push out the answers so far.
-            tally.flush(&node.counters, conn_id);
-            if let Err(e) = writer.flush().await {
-                break Err(e.to_string());
-            }
-            if let Some(until) = drain_until {
-                let wait = DRAIN_IDLE.min(until.saturating_duration_since(tokio::time::Instant::now()));
-                match tokio::time::timeout(wait, reader.fill_buf()).await {
-                    Ok(Ok([])) | Err(_) => break Ok(()),
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => break Err(e.to_string()),
-                }
-            } else {
-                tokio::select! {
-                    filled = reader.fill_buf() => match filled {
-                        Ok([]) => break Ok(()),
-                        Ok(_) => {}
-                        Err(e) => break Err(e.to_string()),
-                    },
-                    _ = shutdown.recv() => {
-                        drain_until = Some(tokio::time::Instant::now() + DRAIN_MAX);
-                        continue;
-                    }
-                }
+    }
+
+    /// Waits until there are bytes to read (true), the peer closed (false), or, while
+    /// draining, the drain's idle time passed (false). Shutdown starts the drain.
+    async fn wait_for_input(
+        &mut self,
+        shutdown: &mut broadcast::Receiver<()>,
+        drain_until: &mut Option<Instant>,
+    ) -> std::io::Result<bool> {
+        if let Some(until) = *drain_until {
+            let wait = DRAIN_IDLE.min(until.saturating_duration_since(Instant::now()));
+            return match tokio::time::timeout(wait, self.reader.fill_buf()).await {
+                Ok(Ok([])) | Err(_) => Ok(false),
+                Ok(Ok(_)) => Ok(true),
+                Ok(Err(e)) => Err(e),
+            };
+        }
+        tokio::select! {
+            filled = self.reader.fill_buf() => Ok(!filled?.is_empty()),
+            _ = shutdown.recv() => {
+                *drain_until = Some(Instant::now() + DRAIN_MAX);
+                Ok(true)
             }
         }
-        let read = if drain_until.is_some() {
-            tokio::time::timeout(DRAIN_IDLE * 5, read_frame(&mut reader, &mut bufs.body, max_frame))
-                .await
-                .unwrap_or(Err(FrameError::Truncated))
-        } else {
-            read_frame(&mut reader, &mut bufs.body, max_frame).await
-        };
-        let header = match read {
-            Ok(Some(h)) => h,
-            Ok(None) => break Ok(()),
-            Err(e) => {
-                let (counter, code) = match &e {
-                    FrameError::TooLarge { .. } => (Counter::FrameTooLarge, Some(ErrorCode::FrameTooLarge)),
-                    FrameError::VersionMismatch { .. } => (Counter::BadFrame, Some(ErrorCode::VersionMismatch)),
-                    FrameError::BadMagic(_) | FrameError::UnknownKind(_) => {
-                        (Counter::BadFrame, Some(ErrorCode::BadFrame))
-                    }
-                    FrameError::Truncated | FrameError::Io(_) => (Counter::Io, None),
-                };
-                node.counters.add(conn_id, counter, 1);
-                if let Some(code) = code {
-                    // The stream is out of step: say why (id 0: the connection as a whole), then close.
-                    let reply = ErrorReply {
-                        code,
-                        message: e.to_string(),
-                    };
-                    if encode_frame(FrameKind::ErrorResponse, 0, &reply, &mut bufs.out).is_ok() {
-                        let _ = writer.write_all(&bufs.out).await;
-                        let _ = writer.flush().await;
-                    }
-                }
-                break Err(e.to_string());
-            }
-        };
-        tally.bytes_in += (HEADER_LEN + bufs.body.len()) as u64;
-        let encoded = match header.kind {
-            FrameKind::BatchRequest => match BatchView::parse(&bufs.body) {
+    }
+
+    /// Reads the next frame into `self.body`, counting the bytes.
+    async fn read_frame(&mut self) -> Result<Option<FrameHeader>, FrameError> {
+        let read = read_frame(&mut self.reader, &mut self.body, self.node.config.max_frame).await?;
+        if read.is_some() {
+            self.tally.bytes_in += (HEADER_LEN + self.body.len()) as u64;
+        }
+        Ok(read)
+    }
+
+    /// Runs one request and leaves its encoded reply in `self.out`.
+    fn dispatch(&mut self, header: FrameHeader) -> Result<(), WireError> {
+        match header.kind {
+            FrameKind::BatchRequest => match BatchView::parse(&self.body) {
                 Ok(batch) => {
-                    let t = node.store.execute(&batch, &mut bufs.response, &mut bufs.scratch);
-                    tally.add_batch(&t);
-                    encode_frame(FrameKind::BatchResponse, header.id, &bufs.response, &mut bufs.out)
+                    let node = &self.node;
+                    node.store
+                        .execute(&batch, &mut self.response, &mut self.scratch, &mut self.tally);
+                    self.tally.batches += 1;
+                    encode_frame(FrameKind::BatchResponse, header.id, &self.response, &mut self.out)
                 }
                 Err(e) => {
-                    tracing::warn!(%peer, id = header.id, error = %e, "rejected a malformed batch");
-                    node.counters.add(conn_id, Counter::MalformedBody, 1);
-                    let reply = ErrorReply {
-                        code: ErrorCode::MalformedBody,
-                        message: e.to_string(),
-                    };
-                    encode_frame(FrameKind::ErrorResponse, header.id, &reply, &mut bufs.out)
+                    tracing::warn!(peer = %self.peer, id = header.id, error = %e, "rejected a malformed batch");
+                    self.tally.malformed_body += 1;
+                    self.encode_error(header.id, ErrorCode::MalformedBody, e.to_string())
                 }
             },
             FrameKind::StatsRequest => {
-                tally.flush(&node.counters, conn_id);
-                encode_frame(FrameKind::StatsResponse, header.id, &node.stats(), &mut bufs.out)
+                self.publish();
+                encode_frame(FrameKind::StatsResponse, header.id, &self.node.stats(), &mut self.out)
             }
-            other => {
-                node.counters.add(conn_id, Counter::BadFrame, 1);
-                let reply = ErrorReply {
-                    code: ErrorCode::BadFrame,
-                    message: format!("a client may not send {other:?} frames"),
-                };
-                encode_frame(FrameKind::ErrorResponse, header.id, &reply, &mut bufs.out)
+            other @ (FrameKind::BatchResponse | FrameKind::StatsResponse | FrameKind::ErrorResponse) => {
+                self.tally.bad_frame += 1;
+                self.encode_error(
+                    header.id,
+                    ErrorCode::BadFrame,
+                    format!("a client may not send {other:?} frames"),
+                )
             }
+        }
+    }
+
+    fn encode_error(&mut self, id: u64, code: ErrorCode, message: String) -> Result<(), WireError> {
+        encode_frame(
+            FrameKind::ErrorResponse,
+            id,
+            &ErrorReply { code, message },
+            &mut self.out,
+        )
+    }
+
+    /// Buffers `self.out` for sending.
+    async fn write_out(&mut self) -> std::io::Result<()> {
+        self.tally.bytes_out += self.out.len() as u64;
+        self.writer.write_all(&self.out).await
+    }
+
+    /// Counts a frame that could not be read and, when the peer is still there to hear it,
+    /// says why on the connection as a whole before the connection is closed.
+    async fn reply_connection_error(&mut self, e: &FrameError) {
+        let (counter, code) = match e {
+            FrameError::TooLarge { .. } => (Counter::FrameTooLarge, Some(ErrorCode::FrameTooLarge)),
+            FrameError::VersionMismatch { .. } => (Counter::BadFrame, Some(ErrorCode::VersionMismatch)),
+            FrameError::BadMagic(_) | FrameError::UnknownKind(_) => (Counter::BadFrame, Some(ErrorCode::BadFrame)),
+            FrameError::Truncated | FrameError::Io(_) => (Counter::Io, None),
         };
-        if let Err(e) = encoded {
-            break Err(format!("cannot encode a reply: {e}"));
+        *self.tally.get_mut(counter) += 1;
+        if let Some(code) = code
+            && self.encode_error(CONNECTION_ERROR_ID, code, e.to_string()).is_ok()
+        {
+            let _ = self.write_out().await;
+            let _ = self.writer.flush().await;
         }
-        tally.bytes_out += bufs.out.len() as u64;
-        if let Err(e) = writer.write_all(&bufs.out).await {
-            break Err(e.to_string());
+    }
+
+    /// The drain is over: every request that still arrives (already buffered, or sent by a
+    /// client that has not heard yet) is answered `ShuttingDown` (it was not run) until the
+    /// client goes quiet for [`LAST_READ`] or [`REFUSE_MAX`] passes. A client therefore
+    /// gets an answer for every request, never a reset.
+    async fn refuse_the_rest(&mut self) -> End {
+        let until = Instant::now() + REFUSE_MAX;
+        while Instant::now() < until {
+            if self.reader.buffer().is_empty() {
+                if self.writer.flush().await.is_err() {
+                    break;
+                }
+                match tokio::time::timeout(LAST_READ, self.reader.fill_buf()).await {
+                    Ok(Ok(buf)) if !buf.is_empty() => {}
+                    _ => break,
+                }
+            }
+            let Ok(Ok(Some(header))) = tokio::time::timeout(LAST_READ, self.read_frame()).await else {
+                break;
+            };
+            let refused = self.encode_error(
+                header.id,
+                ErrorCode::ShuttingDown,
+                "the node is shutting down; the request was not run".into(),
+            );
+            if refused.is_err() || self.write_out().await.is_err() {
+                break;
+            }
         }
-        if tally.batches >= TALLY_EVERY {
-            tally.flush(&node.counters, conn_id);
-        }
-    };
-    tally.flush(&node.counters, conn_id);
-    let _ = writer.flush().await;
-    node.counters.add(conn_id, Counter::ConnsClosed, 1);
-    match end {
-        Ok(()) => tracing::debug!(%peer, "connection closed"),
-        Err(why) => tracing::warn!(%peer, %why, "connection ended"),
+        End::Clean
+    }
+
+    /// Adds the local tally to the node's counters and starts it again from zero.
+    fn publish(&mut self) {
+        self.node.counters.add_counts(self.id, &self.tally);
+        self.tally = Counts::default();
     }
 }

@@ -15,10 +15,13 @@
 
 pub mod cli;
 pub mod client_cmd;
-pub mod connection;
-pub mod counters;
+mod connection;
+mod counters;
 pub mod local;
 pub mod node;
-pub mod sampler;
+mod sampler;
 pub mod server;
 pub mod store;
+
+#[cfg(test)]
+mod fault_tests;

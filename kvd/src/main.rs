@@ -5,31 +5,20 @@ use clap::Parser;
 use kvd::cli::{Cli, ServeArgs};
 use kvd::node::NodeConfig;
 use kvd::server::Server;
-use tracing_subscriber::EnvFilter;
+use kvshared::cli::{exit_code, init_logging};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("kvd=info,warn")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    match cli.command {
-        Some(command) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(rt) => rt.block_on(kvd::client_cmd::run(command)),
-            Err(e) => {
-                eprintln!("kvd: cannot start the runtime: {e}");
-                ExitCode::from(2)
-            }
-        },
-        None => match serve(cli.serve) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("kvd: {e:#}");
-                ExitCode::from(2)
-            }
-        },
-    }
+    init_logging(Some("kvd=info,warn"));
+    let result = match cli.command {
+        Some(command) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the runtime")
+            .and_then(|rt| rt.block_on(kvd::client_cmd::run(command))),
+        None => serve(cli.serve).map(|()| ExitCode::SUCCESS),
+    };
+    result.unwrap_or_else(|e| exit_code("kvd", e.as_ref()))
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {

@@ -1,71 +1,41 @@
 //! Process and host figures (CPU, memory, network), sampled off the request path.
 //!
 //! A plain thread refreshes sysinfo about once a second and keeps the latest sample behind
-//! a mutex that only stats requests read. Nothing on the request path touches it.
+//! a lock that only stats requests read. Nothing on the request path touches it.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use kvshared::stats::InterfaceStats;
+use kvshared::stats::{InterfaceStats, SystemFigures};
+use parking_lot::Mutex;
 use sysinfo::{Networks, Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
-/// The latest figures about this process and its host.
+/// The latest figures, and when they were taken.
 #[derive(Clone, Debug)]
-pub struct SystemSample {
-    /// When this sample was taken.
-    pub at: std::time::Instant,
-    pub process_cpu_ms: u64,
-    pub process_cpu_percent: f32,
-    pub process_rss_bytes: u64,
-    pub host_cpu_percent: f32,
-    pub host_cpus: u32,
-    pub host_mem_used_bytes: u64,
-    pub host_mem_total_bytes: u64,
-    pub host_name: String,
-    pub interfaces: Vec<InterfaceStats>,
-}
-
-impl Default for SystemSample {
-    fn default() -> Self {
-        SystemSample {
-            at: std::time::Instant::now(),
-            process_cpu_ms: 0,
-            process_cpu_percent: 0.0,
-            process_rss_bytes: 0,
-            host_cpu_percent: 0.0,
-            host_cpus: 0,
-            host_mem_used_bytes: 0,
-            host_mem_total_bytes: 0,
-            host_name: String::new(),
-            interfaces: Vec::new(),
-        }
-    }
+pub(crate) struct Sample {
+    pub at: Instant,
+    pub figures: SystemFigures,
 }
 
 /// The sampling thread's handle; dropping it stops the thread.
-pub struct Sampler {
-    latest: Arc<Mutex<SystemSample>>,
+pub(crate) struct Sampler {
+    latest: Arc<Mutex<Sample>>,
     stop: Arc<AtomicBool>,
 }
 
 impl Sampler {
     /// Starts sampling every `period`. The first sample is taken before this returns.
     pub fn start(period: Duration) -> Sampler {
-        let latest = Arc::new(Mutex::new(SystemSample::default()));
-        let stop = Arc::new(AtomicBool::new(false));
         let mut probe = Probe::new();
-        if let Ok(mut l) = latest.lock() {
-            *l = probe.sample();
-        }
+        let latest = Arc::new(Mutex::new(probe.sample()));
+        let stop = Arc::new(AtomicBool::new(false));
         let (l, s) = (latest.clone(), stop.clone());
         let spawned = std::thread::Builder::new().name("kvd-sampler".into()).spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 std::thread::sleep(period);
                 let sample = probe.sample();
-                if let Ok(mut slot) = l.lock() {
-                    *slot = sample;
-                }
+                *l.lock() = sample;
             }
         });
         if let Err(e) = spawned {
@@ -74,8 +44,8 @@ impl Sampler {
         Sampler { latest, stop }
     }
 
-    pub fn latest(&self) -> SystemSample {
-        self.latest.lock().map(|s| s.clone()).unwrap_or_default()
+    pub fn latest(&self) -> Sample {
+        self.latest.lock().clone()
     }
 }
 
@@ -103,11 +73,10 @@ impl Probe {
         }
     }
 
-    fn sample(&mut self) -> SystemSample {
-        let mut out = SystemSample {
-            at: std::time::Instant::now(),
+    fn sample(&mut self) -> Sample {
+        let mut out = SystemFigures {
             host_name: self.host_name.clone(),
-            ..SystemSample::default()
+            ..SystemFigures::default()
         };
         if let Some(sys) = self.system.as_mut() {
             sys.refresh_memory();
@@ -141,6 +110,9 @@ impl Probe {
                 .collect();
             out.interfaces.sort_by(|a, b| a.name.cmp(&b.name));
         }
-        out
+        Sample {
+            at: Instant::now(),
+            figures: out,
+        }
     }
 }

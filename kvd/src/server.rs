@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, broadcast};
 use tokio::task::JoinSet;
 
-use crate::connection::serve_connection;
+use crate::connection::Connection;
 use crate::node::{Node, NodeConfig};
 
 /// How long shutdown waits for connections to finish their in-flight requests.
@@ -72,7 +72,7 @@ impl Server {
                     let node = node.clone();
                     let rx = notify.subscribe();
                     conns.spawn(async move {
-                        serve_connection(node, id, stream, rx).await;
+                        Connection::serve(node, id, stream, rx).await;
                         drop(permit);
                     });
                 }

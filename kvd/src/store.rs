@@ -9,12 +9,12 @@
 //! shard and the bucket probe. Within a shard group ops run in batch order, so two ops on the
 //! same key in one batch take effect in the order the client wrote them.
 
-use std::sync::RwLock;
-
 use crossbeam::utils::CachePadded;
 use hashbrown::HashTable;
 use kvshared::routing::{ShardId, key_hash, map_shard, owner_node};
+use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
+use parking_lot::RwLock;
 
 /// One stored pair: key and value share a single allocation.
 struct Entry {
@@ -54,18 +54,6 @@ impl Entry {
 
 type Shard = HashTable<Entry>;
 
-/// What a batch did, for the node's counters.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct BatchTally {
-    pub gets: u64,
-    pub puts: u64,
-    pub deletes: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub wrong_shard: u64,
-    pub malformed: u64,
-}
-
 /// Reusable per-connection memory for grouping a batch by shard.
 #[derive(Default)]
 pub struct Scratch {
@@ -81,7 +69,7 @@ pub struct Scratch {
 pub struct Store {
     shards: Box<[CachePadded<RwLock<Shard>>]>,
     me: ShardId,
-    #[cfg(feature = "fault-stale-reads")]
+    #[cfg(test)]
     fault: Option<stale::StaleReads>,
 }
 
@@ -97,42 +85,36 @@ impl Store {
         Store {
             shards,
             me,
-            #[cfg(feature = "fault-stale-reads")]
+            #[cfg(test)]
             fault: None,
         }
     }
 
-    /// Test-only fault: answer some reads from a stale copy (see [`stale`]).
-    #[cfg(feature = "fault-stale-reads")]
-    pub fn enable_stale_reads(&mut self) {
+    /// Unit tests only: answer some reads from a stale copy (see [`stale`]).
+    #[cfg(test)]
+    pub(crate) fn enable_stale_reads(&mut self) {
         self.fault = Some(stale::StaleReads::new(self.shards.len()));
     }
 
-    pub fn shard_id(&self) -> ShardId {
-        self.me
-    }
-
+    /// Internal map shards.
     pub fn map_shards(&self) -> usize {
         self.shards.len()
     }
 
     /// Keys stored now (takes each shard's lock briefly; for stats, not the hot path).
     pub fn len(&self) -> u64 {
-        self.shards
-            .iter()
-            .map(|s| s.read().map(|t| t.len() as u64).unwrap_or(0))
-            .sum()
+        self.shards.iter().map(|s| s.read().len() as u64).sum()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Executes every op of `batch`, writing one result per op into `out`.
-    pub fn execute(&self, batch: &BatchView<'_>, out: &mut BatchResponse, scratch: &mut Scratch) -> BatchTally {
+    /// Executes every op of `batch`, writing one result per op into `out`, and adds what it
+    /// did to `tally` (op and error counters).
+    pub fn execute(&self, batch: &BatchView<'_>, out: &mut BatchResponse, scratch: &mut Scratch, tally: &mut Counts) {
         let n = batch.len();
         out.reset(n);
-        let mut tally = BatchTally::default();
         scratch.order.clear();
         scratch.hashes.clear();
         scratch.hashes.resize(n, 0);
@@ -144,7 +126,7 @@ impl Store {
                 Ok(op) => op,
                 Err(why) => {
                     out.set_malformed(i, why);
-                    tally.malformed += 1;
+                    tally.malformed_op += 1;
                     continue;
                 }
             };
@@ -177,13 +159,12 @@ impl Store {
             let group = &order[start..end];
             let writes = group.iter().any(|&e| scratch.writes[e as u32 as usize]);
             if writes {
-                self.run_group_write(shard, group, batch, &scratch.hashes, out, &mut tally);
+                self.run_group_write(shard, group, batch, &scratch.hashes, out, tally);
             } else {
-                self.run_group_read(shard, group, batch, &scratch.hashes, out, &mut tally);
+                self.run_group_read(shard, group, batch, &scratch.hashes, out, tally);
             }
             start = end;
         }
-        tally
     }
 
     fn run_group_read(
@@ -193,12 +174,9 @@ impl Store {
         batch: &BatchView<'_>,
         hashes: &[u64],
         out: &mut BatchResponse,
-        tally: &mut BatchTally,
+        tally: &mut Counts,
     ) {
-        let table = match self.shards[shard].read() {
-            Ok(t) => t,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let table = self.shards[shard].read();
         for &e in group {
             let i = e as u32 as usize;
             if let Ok(op) = batch.op(i) {
@@ -214,12 +192,9 @@ impl Store {
         batch: &BatchView<'_>,
         hashes: &[u64],
         out: &mut BatchResponse,
-        tally: &mut BatchTally,
+        tally: &mut Counts,
     ) {
-        let mut table = match self.shards[shard].write() {
-            Ok(t) => t,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut table = self.shards[shard].write();
         for &e in group {
             let i = e as u32 as usize;
             let Ok(op) = batch.op(i) else { continue };
@@ -230,7 +205,7 @@ impl Store {
                     tally.puts += 1;
                     match table.find_mut(hash, |e| e.key() == op.key) {
                         Some(entry) => {
-                            #[cfg(feature = "fault-stale-reads")]
+                            #[cfg(test)]
                             if let Some(f) = &self.fault {
                                 f.remember(shard, op.key, entry.value());
                             }
@@ -269,13 +244,13 @@ impl Store {
         key: &[u8],
         i: usize,
         out: &mut BatchResponse,
-        tally: &mut BatchTally,
+        tally: &mut Counts,
     ) {
         tally.gets += 1;
         match table.find(hash, |e| e.key() == key) {
             Some(entry) => {
                 tally.hits += 1;
-                #[cfg(feature = "fault-stale-reads")]
+                #[cfg(test)]
                 if let Some(f) = &self.fault
                     && f.answer_stale(_shard, key, |v| out.set_found(i, v))
                 {
@@ -321,13 +296,15 @@ fn group_by_shard(order: &mut Vec<u64>, counts: &mut Vec<u32>, sorted: &mut Vec<
 }
 
 /// A deliberate bug for the linearizability tests to find: the store remembers each
-/// overwritten value and answers every third read of such a key with it. Compiled only with
-/// the `fault-stale-reads` feature, and even then off unless a test turns it on.
-#[cfg(feature = "fault-stale-reads")]
-pub mod stale {
+/// overwritten value and answers every third read of such a key with it. Compiled only into
+/// kvd's own unit tests (`cfg(test)`), so no binary a user runs contains it; CI checks that
+/// with `nm`.
+#[cfg(test)]
+pub(crate) mod stale {
     use std::collections::HashMap;
-    use std::sync::Mutex;
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    use parking_lot::Mutex;
 
     /// Per map shard: the value each key had before its last overwrite.
     type OldValues = Mutex<HashMap<Vec<u8>, Vec<u8>>>;
@@ -346,9 +323,7 @@ pub mod stale {
         }
 
         pub fn remember(&self, shard: usize, key: &[u8], old: &[u8]) {
-            if let Ok(mut m) = self.old[shard].lock() {
-                m.insert(key.to_vec(), old.to_vec());
-            }
+            self.old[shard].lock().insert(key.to_vec(), old.to_vec());
         }
 
         /// Calls `answer` with a stale value and returns true, for one read in three.
@@ -356,15 +331,12 @@ pub mod stale {
             if !self.reads.fetch_add(1, Ordering::Relaxed).is_multiple_of(3) {
                 return false;
             }
-            match self.old[shard].lock() {
-                Ok(m) => match m.get(key) {
-                    Some(v) => {
-                        answer(v);
-                        true
-                    }
-                    None => false,
-                },
-                Err(_) => false,
+            match self.old[shard].lock().get(key) {
+                Some(v) => {
+                    answer(v);
+                    true
+                }
+                None => false,
             }
         }
     }
@@ -378,14 +350,15 @@ mod tests {
     use rkyv::util::AlignedVec;
 
     /// Runs a request through the store and returns the encoded response body.
-    fn run(store: &Store, req: &BatchRequest) -> (AlignedVec, BatchTally) {
+    fn run(store: &Store, req: &BatchRequest) -> (AlignedVec, Counts) {
         let mut frame = AlignedVec::new();
         encode_frame(FrameKind::BatchRequest, 1, req, &mut frame).unwrap();
         let mut body: AlignedVec = AlignedVec::new();
         body.extend_from_slice(&frame[HEADER_LEN..]);
         let view = BatchView::parse(&body).unwrap();
         let mut out = BatchResponse::default();
-        let tally = store.execute(&view, &mut out, &mut Scratch::default());
+        let mut tally = Counts::default();
+        store.execute(&view, &mut out, &mut Scratch::default(), &mut tally);
         let mut resp = AlignedVec::new();
         encode_frame(FrameKind::BatchResponse, 1, &out, &mut resp).unwrap();
         let mut rbody: AlignedVec = AlignedVec::new();

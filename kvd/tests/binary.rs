@@ -51,7 +51,14 @@ fn client_verbs_and_exit_codes() {
     let stats = kvd(&["stats", "--nodes", &addr, "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(json[0]["stats"]["puts"], 1);
-    let down = kvd(&["get", "--nodes", "127.0.0.1:1", "x", "--timeout-ms", "500"]);
+    let partly_down = kvd(&["stats", "--nodes", &format!("{addr},127.0.0.1:1"), "--timeout", "500ms"]);
+    assert_eq!(
+        partly_down.status.code(),
+        Some(1),
+        "a node down is a failure scripts can see"
+    );
+    assert!(String::from_utf8_lossy(&partly_down.stdout).contains("DOWN"));
+    let down = kvd(&["get", "--nodes", "127.0.0.1:1", "x", "--timeout", "500ms"]);
     assert_eq!(down.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&down.stderr).lines().count(),

@@ -1,5 +1,6 @@
-//! The real server, under concurrent clients, produces linearizable histories; and the
-//! check is not vacuous: a store that answers some reads from a stale copy is caught.
+//! The real server, under concurrent clients, produces linearizable histories. (That the
+//! check is not vacuous, by catching a store with a stale-read fault, is a unit test in
+//! `kvd/src/fault_tests.rs`: the fault exists only in kvd's own test build.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +11,11 @@ use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-async fn recorded_verdict(shards: u32, stale: bool, clients: usize, keys: usize, seed: u64) -> (Verdict, usize) {
-    let cluster = LocalCluster::start(shards, |c| c.fault_stale_reads = stale)
-        .await
-        .unwrap();
+/// Ops each client runs; a recording stops when every client has run them.
+const OPS_PER_CLIENT: u64 = 300;
+
+async fn recorded_verdict(shards: u32, clients: usize, keys: usize, seed: u64) -> (Verdict, usize) {
+    let cluster = LocalCluster::start(shards, |_| {}).await.unwrap();
     let client = Arc::new(
         Cluster::connect(
             &cluster.addrs(),
@@ -28,8 +30,9 @@ async fn recorded_verdict(shards: u32, stale: bool, clients: usize, keys: usize,
     let config = RecordConfig {
         clients,
         keys,
-        duration: Duration::from_millis(400),
-        max_ops_per_client: 2_000,
+        // A deadline only for a broken build: the recording ends on the op count.
+        duration: Duration::from_secs(60),
+        max_ops_per_client: OPS_PER_CLIENT,
         seed,
         ..RecordConfig::default()
     };
@@ -54,8 +57,8 @@ fn concurrent_clients_on_real_shards_stay_linearizable() {
     let params = (2u32..=3, 2usize..=8, 1usize..=4, any::<u64>());
     runner
         .run(&params, |(shards, clients, keys, seed)| {
-            let (verdict, ops) = rt.block_on(recorded_verdict(shards, false, clients, keys, seed));
-            prop_assert!(ops > 50, "only {} ops recorded", ops);
+            let (verdict, ops) = rt.block_on(recorded_verdict(shards, clients, keys, seed));
+            prop_assert_eq!(ops as u64, clients as u64 * OPS_PER_CLIENT);
             if let Verdict::NotLinearizable(f) = &verdict {
                 eprintln!("{}", render_timeline(f));
             }
@@ -63,20 +66,4 @@ fn concurrent_clients_on_real_shards_stay_linearizable() {
             Ok(())
         })
         .unwrap();
-}
-
-#[test]
-fn a_store_with_stale_reads_is_caught() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (verdict, ops) = rt.block_on(recorded_verdict(2, true, 6, 3, 7));
-    assert!(ops > 50);
-    let Verdict::NotLinearizable(failure) = verdict else {
-        panic!("the stale-read fault went unnoticed: {verdict:?}");
-    };
-    let timeline = render_timeline(&failure);
-    assert!(timeline.contains("<- stuck"), "{timeline}");
 }

@@ -84,8 +84,8 @@ async fn many_pipelined_requests_on_one_connection_each_get_their_own_answer() {
     }
     // All of that went over one connection (plus the one stats call opens none: it reuses it).
     let stats = client.stats(0).await.unwrap();
-    assert_eq!(stats.connections_total, 1);
-    assert_eq!((stats.puts, stats.gets), (800, 800));
+    assert_eq!(stats.counts.conns_opened, 1);
+    assert_eq!((stats.counts.puts, stats.counts.gets), (800, 800));
     node.stop().await;
 }
 
@@ -153,15 +153,25 @@ async fn stats_move_as_ops_are_served() {
     let mut total_misses = 0;
     for (n, b) in before_stats.iter().enumerate() {
         let a = client.stats(n).await.unwrap();
-        assert_eq!((a.shard_index, a.shard_count), (n as u32, 2));
-        assert!(a.puts > b.puts, "node {n} served puts");
-        assert!(a.bytes_in > b.bytes_in && a.bytes_out > b.bytes_out);
-        assert!(a.batches > b.batches);
+        let (ac, bc) = (&a.counts, &b.counts);
+        assert_eq!(
+            a.shard,
+            ShardId {
+                index: n as u32,
+                count: 2
+            }
+        );
+        assert!(ac.puts > bc.puts, "node {n} served puts");
+        assert!(ac.bytes_in > bc.bytes_in && ac.bytes_out > bc.bytes_out);
+        assert!(ac.batches > bc.batches);
         assert!(a.uptime_ms >= b.uptime_ms);
-        assert!(a.host_mem_total_bytes > 0 && a.process_rss_bytes > 0, "sampler ran");
-        total_puts += a.puts - b.puts;
+        assert!(
+            a.system.host_mem_total_bytes > 0 && a.system.process_rss_bytes > 0,
+            "sampler ran"
+        );
+        total_puts += ac.puts - bc.puts;
         total_keys += a.keys;
-        total_misses += a.misses;
+        total_misses += ac.misses;
     }
     assert_eq!(total_puts, 100);
     assert_eq!(total_keys, 100);
@@ -187,12 +197,15 @@ async fn a_node_going_down_fails_only_its_own_ops() {
     let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::Put(k.as_bytes(), b"v")).collect();
     let results = client.batch(&ops).await;
     for (k, r) in keys.iter().zip(results) {
-        if client.owner(k.as_bytes()) == 0 {
+        if owner_node(key_hash(k.as_bytes()), 2) == 0 {
             assert_eq!(r, Ok(Outcome::Stored));
         } else {
             let e = r.unwrap_err();
             assert!(
-                matches!(e, ClientError::NodeDown { .. } | ClientError::Connect { .. }),
+                matches!(
+                    e,
+                    ClientError::NodeDown { .. } | ClientError::Connect { .. } | ClientError::Unavailable { .. }
+                ),
                 "{e}"
             );
         }
@@ -235,7 +248,11 @@ async fn max_conns_makes_extra_clients_wait_not_fail() {
     // The second connection is accepted by the kernel but not served while the first is open.
     let second = Cluster::new(std::slice::from_ref(&addr), config()).unwrap();
     let waiting = tokio::spawn(async move { second.get(b"a").await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Let the server do plenty of work (not merely let time pass) while the second waits.
+    for i in 0..200u32 {
+        first.put(format!("busy{i}").as_bytes(), b"x").await.unwrap();
+        tokio::task::yield_now().await;
+    }
     assert!(
         !waiting.is_finished(),
         "a second connection was served beyond --max-conns 1"
@@ -247,4 +264,66 @@ async fn max_conns_makes_extra_clients_wait_not_fail() {
         .unwrap();
     assert_eq!(got, Ok(Some(b"1".to_vec())));
     node.stop().await;
+}
+
+/// A client that keeps sending through a shutdown gets an answer for every request: served
+/// during the drain, `ShuttingDown` after it; never silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_after_the_drain_are_answered_shutting_down() {
+    use kvshared::frame::{AlignedVec, FrameKind, read_frame};
+    use kvshared::wire::{ErrorCode, encode_frame, parse_error_reply};
+    use tokio::io::AsyncWriteExt;
+
+    let node = LocalNode::start(NodeConfig::default()).await.unwrap();
+    let stream = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let mut node = Some(node);
+    let (read, mut write) = stream.into_split();
+    let mut read = tokio::io::BufReader::new(read);
+    let mut batch = BatchRequest::new();
+    batch.push_get(b"k");
+    let (mut frame, mut body, mut burst) = (AlignedVec::new(), AlignedVec::new(), Vec::new());
+    let (mut next_id, mut served, mut refused) = (1u64, 0u64, 0u64);
+    let mut stopping = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // Bursts of 20 requests, each burst sent when the last one is fully answered, until the
+    // node says it is shutting down (bounded by the deadline and a burst count).
+    for _ in 0..100_000 {
+        assert!(tokio::time::Instant::now() < deadline, "never saw ShuttingDown");
+        burst.clear();
+        for _ in 0..20 {
+            encode_frame(FrameKind::BatchRequest, next_id, &batch, &mut frame).unwrap();
+            burst.extend_from_slice(&frame);
+            next_id += 1;
+        }
+        write.write_all(&burst).await.unwrap();
+        for _ in 0..20 {
+            let header = read_frame(&mut read, &mut body, u32::MAX)
+                .await
+                .expect("a request went unanswered")
+                .expect("closed with requests unanswered");
+            match header.kind {
+                FrameKind::BatchResponse => served += 1,
+                FrameKind::ErrorResponse => {
+                    assert_eq!(parse_error_reply(&body).unwrap().code, ErrorCode::ShuttingDown);
+                    refused += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if served >= 200
+            && let Some(node) = node.take()
+        {
+            stopping = Some(tokio::spawn(node.stop()));
+        }
+        if refused > 0 {
+            break;
+        }
+    }
+    assert!(served >= 200 && refused > 0, "served {served}, refused {refused}");
+    drop(write);
+    let stop = stopping.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), stop)
+        .await
+        .expect("shutdown did not finish")
+        .unwrap();
 }

@@ -22,8 +22,13 @@ pub enum Mode {
 /// How the dashboard starts.
 #[derive(Debug, Clone)]
 pub struct DashboardConfig {
+    /// The nodes, in shard order.
     pub nodes: Vec<String>,
+    /// Timeouts for polling them.
+    pub client: kvshared::client::ClientConfig,
+    /// Poll interval.
     pub interval: Duration,
+    /// Chart window.
     pub window: Duration,
 }
 
@@ -171,7 +176,7 @@ pub fn run_dashboard(
 ) -> anyhow::Result<Exit> {
     let (tx, rx) = channel();
     let (interval_tx, interval_rx) = watch::channel(config.interval);
-    collector::spawn(runtime, &config.nodes, interval_rx, tx)?;
+    collector::spawn(runtime, &config.nodes, &config.client, interval_rx, tx)?;
     let mut app = App::new(&config, bench.is_some());
     let mut guard = terminal::TerminalGuard::enter()?;
     let mut last_tick = Instant::now();
@@ -216,6 +221,7 @@ mod tests {
         App::new(
             &DashboardConfig {
                 nodes: vec!["a:1".into(), "b:2".into(), "c:3".into()],
+                client: Default::default(),
                 interval: Duration::from_millis(500),
                 window: Duration::from_secs(60),
             },

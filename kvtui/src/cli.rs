@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
+use kvshared::cli::NodesArgs;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -11,14 +12,15 @@ use clap::Parser;
     about = "Live dashboard of a kvd cluster: op/s, CPU, memory and network per node",
     long_about = "Live dashboard of a kvd cluster: op/s, CPU, memory and network per node, in one screen\n\
         instead of htop and nethogs on every node.\n\n\
-        Keys: q/Esc/Ctrl-C quit, up/down select, Enter detail, p pause, +/- interval, w window, ? help.",
+        Keys: q/Esc/Ctrl-C quit, up/down select, Enter detail, p pause, +/- interval, w window, ? help.\n\n\
+        Exit status: 0 normally, and for --once when every node answered; 1 for --once when some\n\
+        node did not answer (it is listed as down); 2 on an error (bad flags, no terminal).",
     after_help = "Examples:\n  kvtui --nodes 127.0.0.1:7070,127.0.0.1:7071\n  \
         kvtui --once --json        # one sample per node as JSON, for scripts"
 )]
 pub struct Cli {
-    /// The cluster's nodes [default: 127.0.0.1:7070].
-    #[arg(long, env = "KV_NODES", value_name = "ADDR,ADDR,...")]
-    pub nodes: Option<String>,
+    #[command(flatten)]
+    pub nodes: NodesArgs,
     /// How often to poll each node.
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
     pub interval: Duration,

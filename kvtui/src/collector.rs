@@ -15,23 +15,21 @@ use crate::state::Sample;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Starts polling `nodes` on `runtime` every `interval` (which may change while running).
-/// Stops by itself once the receiving end of `samples` is dropped.
+/// Starts polling `nodes` on `runtime` every `interval` (which may change while running),
+/// with `config`'s timeouts. Stops by itself once the receiving end of `samples` is dropped.
 pub fn spawn(
     runtime: &tokio::runtime::Handle,
     nodes: &[String],
+    config: &ClientConfig,
     interval: watch::Receiver<Duration>,
     samples: Sender<Sample>,
 ) -> anyhow::Result<()> {
-    let timeout = Duration::from_secs(2);
     let cluster = Arc::new(Cluster::new(
         nodes,
         ClientConfig {
             conns_per_node: 1,
             pipeline: 4,
-            request_timeout: timeout,
-            connect_timeout: timeout,
-            ..ClientConfig::default()
+            ..config.clone()
         },
     )?);
     for node in 0..nodes.len() {

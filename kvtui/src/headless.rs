@@ -1,10 +1,10 @@
 //! `kvtui --once`: one sample per node (rates over one interval) as JSON or as the table's
 //! text, for scripts and CI.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kvshared::client::{ClientConfig, Cluster};
-use kvshared::stats::ErrorCounts;
 use serde::Serialize;
 
 use crate::state::{ClusterView, Health, Sample, Totals};
@@ -36,7 +36,8 @@ pub struct NodeRow {
     pub gets: Option<u64>,
     pub puts: Option<u64>,
     pub deletes: Option<u64>,
-    pub errors: Option<ErrorCounts>,
+    /// Error counters by kind (totals since the node started).
+    pub errors: Option<BTreeMap<String, u64>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -58,16 +59,8 @@ async fn sample_all(cluster: &Cluster, view: &mut ClusterView) {
 }
 
 /// Samples every node twice, `interval` apart.
-pub async fn sample_once(nodes: &[String], interval: Duration) -> anyhow::Result<ClusterView> {
-    let timeout = Duration::from_secs(2);
-    let cluster = Cluster::new(
-        nodes,
-        ClientConfig {
-            request_timeout: timeout,
-            connect_timeout: timeout,
-            ..ClientConfig::default()
-        },
-    )?;
+pub async fn sample_once(nodes: &[String], config: ClientConfig, interval: Duration) -> anyhow::Result<ClusterView> {
+    let cluster = Cluster::new(nodes, config)?;
     let mut view = ClusterView::new(nodes);
     sample_all(&cluster, &mut view).await;
     tokio::time::sleep(interval).await;
@@ -90,7 +83,7 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
                     Health::Down { error } => Some(error.clone()),
                     _ => None,
                 },
-                shard: s.map(|s| format!("{}/{}", s.shard_index, s.shard_count)),
+                shard: s.map(|s| s.shard.to_string()),
                 uptime_s: s.map(|s| s.uptime_ms / 1000),
                 keys: s.map(|s| s.keys),
                 ops_per_sec: r.map(|r| r.ops_per_sec),
@@ -98,18 +91,18 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
                 puts_per_sec: r.map(|r| r.puts_per_sec),
                 hit_ratio: r.and_then(|r| r.hit_ratio),
                 cpu_percent: r.map(|r| r.process_cpu_percent),
-                host_cpu_percent: s.map(|s| s.host_cpu_percent),
-                rss_bytes: s.map(|s| s.process_rss_bytes),
-                host_mem_used_bytes: s.map(|s| s.host_mem_used_bytes),
-                host_mem_total_bytes: s.map(|s| s.host_mem_total_bytes),
+                host_cpu_percent: s.map(|s| s.system.host_cpu_percent),
+                rss_bytes: s.map(|s| s.system.process_rss_bytes),
+                host_mem_used_bytes: s.map(|s| s.system.host_mem_used_bytes),
+                host_mem_total_bytes: s.map(|s| s.system.host_mem_total_bytes),
                 net_in_per_sec: r.map(|r| r.bytes_in_per_sec),
                 net_out_per_sec: r.map(|r| r.bytes_out_per_sec),
                 nic_rx_per_sec: r.map(|r| r.host_rx_per_sec),
                 nic_tx_per_sec: r.map(|r| r.host_tx_per_sec),
-                gets: s.map(|s| s.gets),
-                puts: s.map(|s| s.puts),
-                deletes: s.map(|s| s.deletes),
-                errors: s.map(|s| s.errors.clone()),
+                gets: s.map(|s| s.counts.gets),
+                puts: s.map(|s| s.counts.puts),
+                deletes: s.map(|s| s.counts.deletes),
+                errors: s.map(|s| s.counts.errors_by_kind().map(|(k, v)| (k.to_string(), v)).collect()),
             }
         })
         .collect();

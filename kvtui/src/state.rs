@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use kvshared::stats::{NodeRates, NodeStats};
+use kvshared::stats::{NodeRates, NodeStats, RateTracker};
 
 /// One poll of one node.
 #[derive(Debug, Clone)]
@@ -49,16 +49,15 @@ pub struct NodeView {
     pub health: Health,
     /// The most recent stats that arrived (kept while the node is down).
     pub stats: Option<NodeStats>,
-    /// Rates between the last two good samples.
+    /// Rates between the last two good samples (CPU and NICs: between kvd's last two
+    /// samples of them; see `RateTracker`).
     pub rates: Option<NodeRates>,
     pub last_seen: Option<Instant>,
-    previous: Option<(Instant, NodeStats)>,
+    tracker: RateTracker,
     pub ops: Series,
     pub cpu: Series,
     /// kvd's own socket bytes in + out per second.
     pub net: Series,
-    /// Per host interface: (name, rx bytes/s, tx bytes/s) over the last interval.
-    pub interface_rates: Vec<(String, f64, f64)>,
 }
 
 impl NodeView {
@@ -69,11 +68,10 @@ impl NodeView {
             stats: None,
             rates: None,
             last_seen: None,
-            previous: None,
+            tracker: RateTracker::default(),
             ops: Series::new(),
             cpu: Series::new(),
             net: Series::new(),
-            interface_rates: Vec::new(),
         }
     }
 
@@ -130,37 +128,14 @@ impl ClusterView {
         };
         match sample.result {
             Ok(stats) => {
-                if let Some((at0, before)) = &node.previous {
-                    let secs = sample.at.saturating_duration_since(*at0).as_secs_f64();
-                    let mut r = NodeRates::between(before, &stats, secs);
+                if let Some(r) = node.tracker.update(t, &stats) {
                     push(&mut node.ops, t, r.ops_per_sec);
-                    if r.system_fresh {
+                    if r.system_fresh() {
                         push(&mut node.cpu, t, r.process_cpu_percent);
-                    } else if let Some(old) = &node.rates {
-                        // kvd has not re-sampled CPU and NICs since the last read: keep the last figures.
-                        r.process_cpu_percent = old.process_cpu_percent;
-                        r.host_rx_per_sec = old.host_rx_per_sec;
-                        r.host_tx_per_sec = old.host_tx_per_sec;
                     }
                     push(&mut node.net, t, r.bytes_in_per_sec + r.bytes_out_per_sec);
                     node.rates = Some(r);
-                    node.interface_rates = stats
-                        .interfaces
-                        .iter()
-                        .map(|i| {
-                            let old = before.interfaces.iter().find(|o| o.name == i.name);
-                            let rate = |now: u64, then: Option<u64>| {
-                                then.map_or(0.0, |t| now.saturating_sub(t) as f64 / secs.max(1e-9))
-                            };
-                            (
-                                i.name.clone(),
-                                rate(i.rx_bytes, old.map(|o| o.rx_bytes)),
-                                rate(i.tx_bytes, old.map(|o| o.tx_bytes)),
-                            )
-                        })
-                        .collect();
                 }
-                node.previous = Some((sample.at, stats.clone()));
                 node.stats = Some(stats);
                 node.health = Health::Up;
                 node.last_seen = Some(sample.at);
@@ -169,7 +144,7 @@ impl ClusterView {
                 node.health = Health::Down { error };
                 node.rates = None;
                 // A node that comes back starts its rates afresh (it may have restarted).
-                node.previous = None;
+                node.tracker.reset();
             }
         }
     }
@@ -191,7 +166,7 @@ impl ClusterView {
             t.up += 1;
             if let Some(s) = &n.stats {
                 t.keys += s.keys;
-                t.rss_bytes += s.process_rss_bytes;
+                t.rss_bytes += s.system.process_rss_bytes;
             }
             if let Some(r) = &n.rates {
                 t.ops_per_sec += r.ops_per_sec;
@@ -221,11 +196,47 @@ mod tests {
         NodeStats {
             pid: 1,
             uptime_ms,
-            gets,
-            hits: gets,
+            counts: kvshared::stats::Counts {
+                gets,
+                hits: gets,
+                ..Default::default()
+            },
             keys: 10,
             ..NodeStats::default()
         }
+    }
+
+    /// Polls every 500 ms against kvd sampling its NIC counters every second, under a steady
+    /// load: the detail view's per-interface rate must be steady, not 0, 2x, 0, 2x.
+    #[test]
+    fn interface_rates_are_steady_when_polling_faster_than_kvd_samples() {
+        let mut v = ClusterView::new(&["a:1".into()]);
+        let t0 = v.started;
+        let mut shown = Vec::new();
+        for poll in 0..10u64 {
+            let now_ms = 1000 + poll * 500;
+            let sampled_ms = now_ms / 1000 * 1000;
+            let mut s = stats(now_ms, poll * 1000);
+            s.system.system_sampled_ms = sampled_ms;
+            s.system.interfaces = vec![kvshared::stats::InterfaceStats {
+                name: "eth0".into(),
+                rx_bytes: sampled_ms * 2000,
+                tx_bytes: sampled_ms * 1000,
+            }];
+            v.apply(Sample {
+                node: 0,
+                at: t0 + Duration::from_millis(now_ms),
+                result: Ok(s),
+            });
+            if let Some(i) = v.nodes[0].rates.as_ref().and_then(|r| r.interfaces.first()) {
+                shown.push((i.rx_per_sec, i.tx_per_sec));
+            }
+        }
+        assert!(shown.len() >= 7, "{shown:?}");
+        assert!(
+            shown.iter().all(|&r| r == (2_000_000.0, 1_000_000.0)),
+            "flickering rates: {shown:?}"
+        );
     }
 
     #[test]

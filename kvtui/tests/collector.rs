@@ -20,6 +20,7 @@ async fn a_node_that_comes_back_is_picked_up_again() {
     kvtui::collector::spawn(
         &tokio::runtime::Handle::current(),
         std::slice::from_ref(&addr),
+        &kvshared::client::ClientConfig::default(),
         interval,
         tx,
     )

@@ -1,6 +1,7 @@
 //! `kvtui --once --json` against two live nodes and one dead address.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kvd::local::LocalCluster;
@@ -17,26 +18,32 @@ async fn once_json_reports_live_nodes_with_moving_counters_and_the_dead_one_as_d
     let mut nodes = cluster.addrs();
     nodes.push(dead.to_string());
 
-    // Load in the background while kvtui samples, bounded in time and count.
+    // Load in the background until kvtui has finished sampling (so the load surely
+    // overlaps both samples, however slow the machine), bounded by a deadline and a count.
     let client = Arc::new(
         Cluster::connect(&cluster.addrs(), ClientConfig::default())
             .await
             .unwrap(),
     );
+    let sampled = Arc::new(AtomicBool::new(false));
     let load = tokio::spawn({
-        let client = client.clone();
+        let (client, sampled) = (client.clone(), sampled.clone());
         async move {
             let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
             let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::Put(k.as_bytes(), b"v")).collect();
-            let until = tokio::time::Instant::now() + Duration::from_secs(3);
-            for _ in 0..100_000 {
-                if tokio::time::Instant::now() >= until {
+            let until = tokio::time::Instant::now() + Duration::from_secs(60);
+            for _ in 0..10_000_000 {
+                if sampled.load(Ordering::Relaxed) || tokio::time::Instant::now() >= until {
                     break;
                 }
                 let _ = client.batch(&ops).await;
             }
         }
     });
+    // The load has started before kvtui takes its first sample.
+    while client.stats(0).await.unwrap().counts.puts == 0 {
+        tokio::task::yield_now().await;
+    }
 
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kvtui"))
         .args(["--once", "--json", "--interval", "500ms", "--nodes", &nodes.join(",")])
@@ -44,8 +51,14 @@ async fn once_json_reports_live_nodes_with_moving_counters_and_the_dead_one_as_d
         .output()
         .await
         .unwrap();
-    load.abort();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    sampled.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a node down is a failure scripts can see: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = report["nodes"].as_array().unwrap();
     assert_eq!(rows.len(), 3);
@@ -68,9 +81,17 @@ async fn once_json_reports_live_nodes_with_moving_counters_and_the_dead_one_as_d
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(1));
     assert!(
         text.contains("NODE") && text.contains("TOTAL") && text.contains("is down"),
         "{text}"
     );
+
+    // Every node up: exit 0.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kvtui"))
+        .args(["--once", "--interval", "100ms", "--nodes", &cluster.addrs().join(",")])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 }

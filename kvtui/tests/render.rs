@@ -2,7 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use kvshared::stats::NodeStats;
+use kvshared::routing::ShardId;
+use kvshared::stats::{Counts, NodeStats, SystemFigures};
 use kvtui::app::{App, DashboardConfig, Mode};
 use kvtui::state::Sample;
 use ratatui::Terminal;
@@ -10,22 +11,27 @@ use ratatui::backend::TestBackend;
 
 fn stats(shard: u32, uptime_ms: u64, gets: u64, puts: u64, cpu_ms: u64) -> NodeStats {
     NodeStats {
-        shard_index: shard,
-        shard_count: 3,
+        shard: ShardId { index: shard, count: 3 },
         pid: 10 + shard,
         uptime_ms,
-        system_sampled_ms: uptime_ms,
         keys: 500_000,
-        gets,
-        puts,
-        hits: gets,
-        bytes_in: gets * 20,
-        bytes_out: gets * 150,
-        process_cpu_ms: cpu_ms,
-        process_rss_bytes: 210_000_000,
-        host_mem_used_bytes: 3_000_000_000,
-        host_mem_total_bytes: 24_000_000_000,
-        host_cpus: 2,
+        counts: Counts {
+            gets,
+            puts,
+            hits: gets,
+            bytes_in: gets * 20,
+            bytes_out: gets * 150,
+            ..Counts::default()
+        },
+        system: SystemFigures {
+            system_sampled_ms: uptime_ms,
+            process_cpu_ms: cpu_ms,
+            process_rss_bytes: 210_000_000,
+            host_mem_used_bytes: 3_000_000_000,
+            host_mem_total_bytes: 24_000_000_000,
+            host_cpus: 2,
+            ..SystemFigures::default()
+        },
         ..NodeStats::default()
     }
 }
@@ -40,6 +46,7 @@ fn app() -> App {
     let mut app = App::new(
         &DashboardConfig {
             nodes,
+            client: Default::default(),
             interval: Duration::from_millis(500),
             window: Duration::from_secs(60),
         },
@@ -83,19 +90,59 @@ fn screen(app: &App, width: u16, height: u16) -> String {
     out
 }
 
+/// The text of the cell in column `header` of the table row whose first cell is `row`:
+/// from where the header starts to where the next header starts (cells are left-aligned).
+fn cell(text: &str, row: &str, header: &str) -> String {
+    let lines: Vec<Vec<char>> = text.lines().map(|l| l.chars().collect()).collect();
+    let header_line = lines
+        .iter()
+        .find(|l| l.iter().collect::<String>().contains(" OP/S "))
+        .expect("a header row");
+    let header_text: String = header_line.iter().collect();
+    // Column of a header, in characters (the border is a multi-byte character).
+    let column = |h: &str| {
+        header_text
+            .find(&format!(" {h} "))
+            .map(|b| header_text[..b].chars().count() + 1)
+    };
+    let starts: Vec<usize> = kvtui::ui::table::HEADERS
+        .iter()
+        .filter(|h| !h.is_empty())
+        .filter_map(|h| column(h))
+        .collect();
+    let start = column(header).unwrap_or_else(|| panic!("no column {header}:\n{text}"));
+    let end = starts
+        .iter()
+        .filter(|&&s| s > start)
+        .min()
+        .copied()
+        .unwrap_or(header_line.len());
+    let line = lines
+        .iter()
+        .map(|l| l.iter().collect::<String>())
+        .find(|l| l.trim_start().trim_start_matches('│').trim_start().starts_with(row) && !l.contains("is down"))
+        .unwrap_or_else(|| panic!("no row {row}:\n{text}"));
+    let chars: Vec<char> = line.chars().collect();
+    chars[start.min(chars.len())..end.min(chars.len())]
+        .iter()
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
 #[test]
 fn the_table_shows_each_node_the_totals_and_the_down_node() {
     let text = screen(&app(), 200, 40);
-    for name in ["10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070", "TOTAL"] {
-        assert!(text.contains(name), "{name} missing:\n{text}");
-    }
     // 2.4M gets + 120k puts in 2 s = 1.26M op/s on node 0; 1.05k gets+puts in 2 s on node 1.
-    assert!(text.contains("1.3M"), "node 0 op/s:\n{text}");
-    assert!(text.contains("525"), "node 1 op/s:\n{text}");
-    assert!(text.contains("90"), "node 0 CPU 90%:\n{text}");
-    assert!(text.contains("210 MB"), "RSS:\n{text}");
+    assert_eq!(cell(&text, "10.0.0.1:7070", "OP/S"), "1.3M", "{text}");
+    assert_eq!(cell(&text, "10.0.0.2:7070", "OP/S"), "525", "{text}");
+    assert_eq!(cell(&text, "10.0.0.1:7070", "CPU%"), "90", "{text}");
+    assert_eq!(cell(&text, "10.0.0.1:7070", "RSS"), "210 MB", "{text}");
+    assert_eq!(cell(&text, "10.0.0.1:7070", "SHARD"), "0/3", "{text}");
+    assert!(cell(&text, "10.0.0.3:7070", "STATE").starts_with("down"), "{text}");
+    assert_eq!(cell(&text, "10.0.0.3:7070", "OP/S"), "-", "{text}");
+    assert_eq!(cell(&text, "TOTAL", "OP/S"), "1.3M", "{text}");
     assert!(text.contains("2/3 up"), "totals:\n{text}");
-    assert!(text.contains("down"), "down marking:\n{text}");
     assert!(
         text.contains("10.0.0.3:7070 is down") && text.contains("Connection refused"),
         "{text}"
@@ -173,6 +220,7 @@ fn the_benchmark_panel_shows_progress_throughput_and_latency() {
     let mut app = App::new(
         &DashboardConfig {
             nodes: vec!["10.0.0.1:7070".into()],
+            client: Default::default(),
             interval: Duration::from_millis(500),
             window: Duration::from_secs(60),
         },

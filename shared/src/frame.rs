@@ -30,6 +30,9 @@ pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).
 pub const DEFAULT_MAX_FRAME: u32 = 64 * 1024 * 1024;
+/// The request id of an error reply about the connection as a whole (a bad header: the
+/// stream is out of step and is closed after it). Clients never use it for a request.
+pub const CONNECTION_ERROR_ID: u64 = 0;
 
 /// What a frame's body is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,8 +66,11 @@ impl FrameKind {
 /// A decoded frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// What the body is.
     pub kind: FrameKind,
+    /// Body length in bytes.
     pub len: u32,
+    /// The request id (a reply carries its request's id).
     pub id: u64,
 }
 
@@ -104,6 +110,7 @@ impl FrameHeader {
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // the messages say it
 pub enum FrameError {
     #[error("not a kvd peer: frame starts with {0:02x?}, expected \"KV\"")]
     BadMagic([u8; 2]),

@@ -10,9 +10,14 @@
 //! * [`units`]: human-readable numbers (1.2M op/s, 734 KB/s) for every tool's output.
 //! * [`history`]: recorded histories and the linearizability checker (no network code).
 //! * [`client`]: the async cluster client (pools, pipelining, routing, merging, timeouts).
+//! * `cli` (feature `cli`): the flags every tool shares, logging setup, exit statuses.
 //!
 //! Nothing in this crate starts a server; kvd owns the store and the serving loop.
 
+#![warn(missing_docs)]
+
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod client;
 pub mod frame;
 pub mod history;

@@ -34,11 +34,28 @@ pub fn map_shard(hash: u64, shards: usize) -> usize {
     ((hash >> 40) as usize) & (shards - 1)
 }
 
-/// A node's place in the cluster: shard `index` of `count`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A node's place in the cluster: shard `index` of `count`, written `index/count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[rkyv(derive(Debug))]
 pub struct ShardId {
+    /// This node's index, `0..count`.
     pub index: u32,
+    /// Nodes in the cluster.
     pub count: u32,
+}
+
+/// In JSON a shard is the text `"i/n"`, as on the command line.
+impl serde::Serialize for ShardId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ShardId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ShardId, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 impl ShardId {

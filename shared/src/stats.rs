@@ -1,96 +1,209 @@
 //! Per-node statistics: what kvd reports over the protocol, and how readers turn two
 //! samples into rates.
 //!
-//! kvd serves only monotonic totals and a timestamp; every rate (op/s, bytes/s, CPU) is
-//! computed by the reader from two samples, with saturating deltas so that a restarted node
-//! shows a reset rather than a negative spike. One type serves the wire (rkyv), the JSON
-//! output (serde) and both readers (kvbench, kvtui).
+//! kvd serves only monotonic totals and timestamps; every rate (op/s, bytes/s, CPU) is
+//! computed by the reader, here, from two samples. Three readers use it (kvtui, `kvd stats`
+//! and kvbench's server figures), so there is exactly one place where a restart, a sample
+//! that kvd has not refreshed yet, or a counter going backwards is handled.
+//!
+//! The node's counters are declared once, in the [`counters!`] list below: that list makes
+//! the [`Counter`] index used by kvd's striped atomics, the [`Counts`] struct that travels in
+//! [`NodeStats`] (rkyv and JSON), and every counter's name and help text. Adding a counter is
+//! one line there plus the code that increments it.
 
 use rkyv::{Archive, Deserialize as RkyvDeserialize, Serialize as RkyvSerialize};
 use serde::{Deserialize, Serialize};
 
-/// Errors a node has counted, by kind (totals since start).
-#[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
-pub struct ErrorCounts {
-    /// Ops for keys this node does not own.
-    pub wrong_shard: u64,
-    /// Ops with bad key or value spans.
-    pub malformed_op: u64,
-    /// Frame bodies that failed validation.
-    pub malformed_body: u64,
-    /// Frames with a bad magic, unknown kind or other protocol version.
-    pub bad_frame: u64,
-    /// Length prefixes over the frame limit.
-    pub frame_too_large: u64,
-    /// Connections that ended in the middle of a frame or with an I/O error.
-    pub io: u64,
+use crate::routing::ShardId;
+
+/// What a counter counts, for grouping in displays and in the Prometheus exposition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CounterClass {
+    /// Operations served and their outcomes.
+    Ops,
+    /// Bytes and batches on kvd's own sockets.
+    Traffic,
+    /// Connections accepted and closed.
+    Connections,
+    /// Something a client did wrong, or a connection that failed.
+    Error,
 }
 
-impl ErrorCounts {
-    pub fn total(&self) -> u64 {
-        self.wrong_shard + self.malformed_op + self.malformed_body + self.bad_frame + self.frame_too_large + self.io
+macro_rules! counters {
+    ($( $field:ident / $variant:ident : $class:ident, $help:literal; )*) => {
+        /// Every counter a node keeps, as an index (kvd's striped atomics are arrays of these).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(usize)]
+        pub enum Counter {
+            $(
+                #[doc = $help]
+                $variant,
+            )*
+        }
+
+        impl Counter {
+            /// Every counter, in declaration order.
+            pub const ALL: &'static [Counter] = &[$(Counter::$variant),*];
+            /// How many counters there are.
+            pub const COUNT: usize = Counter::ALL.len();
+
+            /// The counter's name in JSON and metrics (`gets`, `wrong_shard`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => stringify!($field),)*
+                }
+            }
+
+            /// One line saying what the counter counts.
+            pub fn help(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => $help,)*
+                }
+            }
+
+            /// What kind of figure this is.
+            pub fn class(self) -> CounterClass {
+                match self {
+                    $(Counter::$variant => CounterClass::$class,)*
+                }
+            }
+        }
+
+        /// A value for every counter: a node's totals since it started, or what one batch or
+        /// one connection added since it last published.
+        #[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Counts {
+            $(
+                #[doc = $help]
+                #[serde(default)]
+                pub $field: u64,
+            )*
+        }
+
+        impl Counts {
+            /// The value of counter `c`.
+            #[inline]
+            pub fn get(&self, c: Counter) -> u64 {
+                match c {
+                    $(Counter::$variant => self.$field,)*
+                }
+            }
+
+            /// The value of counter `c`, to change.
+            #[inline]
+            pub fn get_mut(&mut self, c: Counter) -> &mut u64 {
+                match c {
+                    $(Counter::$variant => &mut self.$field,)*
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    gets / Gets : Ops, "Get ops served.";
+    puts / Puts : Ops, "Put ops served.";
+    deletes / Deletes : Ops, "Delete ops served.";
+    hits / Hits : Ops, "Gets that found their key.";
+    misses / Misses : Ops, "Gets that found no value.";
+    batches / Batches : Traffic, "Batch requests executed.";
+    bytes_in / BytesIn : Traffic, "Bytes read from client sockets (frames, headers included).";
+    bytes_out / BytesOut : Traffic, "Bytes written to client sockets.";
+    conns_opened / ConnsOpened : Connections, "Client connections accepted.";
+    conns_closed / ConnsClosed : Connections, "Client connections that ended.";
+    wrong_shard / WrongShard : Error, "Ops for keys this node does not own.";
+    malformed_op / MalformedOp : Error, "Ops with bad key or value spans.";
+    malformed_body / MalformedBody : Error, "Frame bodies that failed validation.";
+    bad_frame / BadFrame : Error, "Frames with a bad magic, unknown kind or other protocol version.";
+    frame_too_large / FrameTooLarge : Error, "Length prefixes over the frame limit.";
+    io / Io : Error, "Connections that ended in the middle of a frame or with an I/O error.";
+}
+
+impl Counts {
+    /// Ops served (get + put + delete).
+    pub fn ops(&self) -> u64 {
+        self.gets + self.puts + self.deletes
+    }
+
+    /// Every error counter summed.
+    pub fn errors(&self) -> u64 {
+        self.errors_by_kind().map(|(_, v)| v).sum()
+    }
+
+    /// `(name, value)` of each error counter.
+    pub fn errors_by_kind(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Counter::ALL
+            .iter()
+            .filter(|c| c.class() == CounterClass::Error)
+            .map(|&c| (c.name(), self.get(c)))
+    }
+
+    /// Connections open now (opened minus closed).
+    pub fn connections_open(&self) -> u64 {
+        self.conns_opened.saturating_sub(self.conns_closed)
+    }
+
+    /// Hits / lookups, `None` without lookups.
+    pub fn hit_ratio(&self) -> Option<f64> {
+        let lookups = self.hits + self.misses;
+        (lookups > 0).then(|| self.hits as f64 / lookups as f64)
+    }
+
+    /// Adds every counter of `other` to this one.
+    pub fn add(&mut self, other: &Counts) {
+        for &c in Counter::ALL {
+            *self.get_mut(c) += other.get(c);
+        }
+    }
+
+    /// `self - before` per counter, saturating at zero.
+    pub fn since(&self, before: &Counts) -> Counts {
+        let mut d = Counts::default();
+        for &c in Counter::ALL {
+            *d.get_mut(c) = self.get(c).saturating_sub(before.get(c));
+        }
+        d
     }
 }
 
 /// Byte counters of one host network interface (totals since boot).
 #[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct InterfaceStats {
+    /// Interface name (`eth0`, `lo`).
     pub name: String,
+    /// Bytes received since boot.
     pub rx_bytes: u64,
+    /// Bytes sent since boot.
     pub tx_bytes: u64,
 }
 
-/// One node's statistics at one instant.
+/// Process and host figures that kvd samples off the request path, about once a second.
 #[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-pub struct NodeStats {
-    /// kvd's version string.
-    pub version: String,
-    pub shard_index: u32,
-    pub shard_count: u32,
-    pub pid: u32,
-    /// Milliseconds since the node started; a smaller value than last time means a restart.
-    pub uptime_ms: u64,
-    /// Wall clock at sampling, milliseconds since the Unix epoch.
-    pub unix_ms: u64,
-    /// Keys stored now.
-    pub keys: u64,
-    pub map_shards: u32,
-    pub worker_threads: u32,
-    pub gets: u64,
-    pub puts: u64,
-    pub deletes: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub batches: u64,
-    /// Bytes read from and written to kvd's own client sockets (the per-process network figure).
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub connections_open: u64,
-    pub connections_total: u64,
-    pub errors: ErrorCounts,
-    /// When the process and host figures below were sampled (kvd samples them about once a
-    /// second), in milliseconds of uptime. Rates of those figures use this, not the read time.
+pub struct SystemFigures {
+    /// When these figures were sampled, in milliseconds of the node's uptime. Rates of
+    /// these figures use this, not the time the reader read them.
     pub system_sampled_ms: u64,
     /// CPU time kvd has used, in milliseconds (user + system); rate it for a CPU %.
     pub process_cpu_ms: u64,
-    /// kvd's CPU use over the last sampling period, percent of one core.
+    /// kvd's CPU use over its last sampling period, percent of one core.
     pub process_cpu_percent: f32,
+    /// kvd's resident memory.
     pub process_rss_bytes: u64,
     /// Host-wide CPU use over the last sampling period, percent of all cores (0..=100).
     pub host_cpu_percent: f32,
+    /// Logical CPUs of the host.
     pub host_cpus: u32,
+    /// Host memory in use.
     pub host_mem_used_bytes: u64,
+    /// Host memory in total.
     pub host_mem_total_bytes: u64,
+    /// The host's name.
     pub host_name: String,
+    /// Every network interface of the host, sorted by name.
     pub interfaces: Vec<InterfaceStats>,
 }
 
-impl NodeStats {
-    /// Total ops served (get + put + delete).
-    pub fn ops(&self) -> u64 {
-        self.gets + self.puts + self.deletes
-    }
-
+impl SystemFigures {
     /// Host NIC totals summed over interfaces other than loopback.
     pub fn host_net_totals(&self) -> (u64, u64) {
         self.interfaces
@@ -100,74 +213,227 @@ impl NodeStats {
     }
 }
 
+/// One node's statistics at one instant.
+#[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NodeStats {
+    /// kvd's version string.
+    pub version: String,
+    /// The shard this node serves (`"0/2"` in JSON).
+    pub shard: ShardId,
+    /// kvd's process id.
+    pub pid: u32,
+    /// Milliseconds since the node started; a smaller value than last time means a restart.
+    pub uptime_ms: u64,
+    /// Wall clock at sampling, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// Keys stored now.
+    pub keys: u64,
+    /// Internal map shards, each with its own lock.
+    pub map_shards: u32,
+    /// Tokio worker threads serving connections.
+    pub worker_threads: u32,
+    /// Counter totals since the node started.
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Process and host figures, as last sampled.
+    #[serde(flatten)]
+    pub system: SystemFigures,
+}
+
+impl Default for NodeStats {
+    fn default() -> Self {
+        NodeStats {
+            version: String::new(),
+            shard: ShardId::SOLO,
+            pid: 0,
+            uptime_ms: 0,
+            unix_ms: 0,
+            keys: 0,
+            map_shards: 0,
+            worker_threads: 0,
+            counts: Counts::default(),
+            system: SystemFigures::default(),
+        }
+    }
+}
+
+impl NodeStats {
+    /// Whether `self` comes from a later process than `before` (a restart between the two).
+    pub fn restarted_since(&self, before: &NodeStats) -> bool {
+        self.uptime_ms < before.uptime_ms || self.pid != before.pid
+    }
+}
+
+/// Receive and send rates of one host interface.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct InterfaceRate {
+    /// Interface name.
+    pub name: String,
+    /// Bytes received per second.
+    pub rx_per_sec: f64,
+    /// Bytes sent per second.
+    pub tx_per_sec: f64,
+}
+
 /// Rates between two samples of the same node.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct NodeRates {
+    /// The span the counter rates cover, seconds.
     pub seconds: f64,
+    /// Ops per second (get + put + delete).
     pub ops_per_sec: f64,
+    /// Gets per second.
     pub gets_per_sec: f64,
+    /// Puts per second.
     pub puts_per_sec: f64,
+    /// Deletes per second.
     pub deletes_per_sec: f64,
-    /// Hits / (hits + misses) over the interval; `None` if there were no lookups.
+    /// Errors of every kind per second.
+    pub errors_per_sec: f64,
+    /// Hits / (hits + misses) over the span; `None` if there were no lookups.
     pub hit_ratio: Option<f64>,
+    /// kvd's own socket bytes in per second.
     pub bytes_in_per_sec: f64,
+    /// kvd's own socket bytes out per second.
     pub bytes_out_per_sec: f64,
-    /// kvd CPU over the interval, percent of one core.
+    /// kvd CPU over the system span, percent of one core.
     pub process_cpu_percent: f64,
+    /// Host NIC receive rate, interfaces other than loopback summed.
     pub host_rx_per_sec: f64,
+    /// Host NIC send rate, interfaces other than loopback summed.
     pub host_tx_per_sec: f64,
-    /// False when kvd had not re-sampled its process and host figures between the two reads:
-    /// `process_cpu_percent` and the host rates are then 0 and the reader should keep its
-    /// previous values.
-    pub system_fresh: bool,
-    /// The node restarted between the samples; rates start again from zero.
+    /// Per host interface.
+    pub interfaces: Vec<InterfaceRate>,
+    /// The span the CPU and NIC rates cover: between kvd's own sampling times, which
+    /// change only about once a second. 0 when kvd had not sampled twice in the span.
+    pub system_seconds: f64,
+    /// The node restarted between the samples: the counter rates cover only the time since
+    /// the restart (`seconds` is that time), and the system rates are absent.
     pub restarted: bool,
 }
 
 impl NodeRates {
     /// Rates from `before` to `after`, `seconds` apart as measured by the reader.
     ///
-    /// A restart (uptime went backwards) yields zero rates and `restarted = true`.
+    /// CPU and NIC totals change only when kvd samples them (about once a second), so they
+    /// are rated over kvd's sampling times, or two reads between samples would show 0 and
+    /// then double. Use [`RateTracker`] to keep those rates steady when polling faster than
+    /// kvd samples.
+    ///
+    /// After a restart (uptime went backwards or the pid changed), the counter rates cover
+    /// the time since the restart: the new process's totals over its uptime.
     pub fn between(before: &NodeStats, after: &NodeStats, seconds: f64) -> NodeRates {
-        let restarted = after.uptime_ms < before.uptime_ms || after.pid != before.pid;
-        if restarted || seconds <= 0.0 {
-            return NodeRates {
-                seconds,
-                restarted,
-                ..NodeRates::default()
-            };
+        if after.restarted_since(before) {
+            let since_restart = (after.uptime_ms as f64 / 1000.0).min(seconds.max(0.0));
+            let mut r = Self::counter_rates(&Counts::default(), &after.counts, since_restart);
+            r.restarted = true;
+            return r;
         }
-        let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / seconds;
-        let hits = after.hits.saturating_sub(before.hits);
-        let misses = after.misses.saturating_sub(before.misses);
-        let (rx0, tx0) = before.host_net_totals();
-        let (rx1, tx1) = after.host_net_totals();
-        // CPU and NIC totals change only when kvd samples them: rate them over the sampling
-        // times, or two reads between samples would show 0 and then double.
-        let system_secs = after.system_sampled_ms.saturating_sub(before.system_sampled_ms) as f64 / 1000.0;
-        let system_fresh = system_secs > 0.0;
-        let system_rate = |a: u64, b: u64| {
-            if system_fresh {
-                b.saturating_sub(a) as f64 / system_secs
-            } else {
-                0.0
-            }
-        };
+        let mut r = Self::counter_rates(&before.counts, &after.counts, seconds);
+        r.set_system(&before.system, &after.system);
+        r
+    }
+
+    fn counter_rates(before: &Counts, after: &Counts, seconds: f64) -> NodeRates {
+        let d = after.since(before);
+        let rate = |v: u64| if seconds > 0.0 { v as f64 / seconds } else { 0.0 };
         NodeRates {
             seconds,
-            ops_per_sec: rate(before.ops(), after.ops()),
-            gets_per_sec: rate(before.gets, after.gets),
-            puts_per_sec: rate(before.puts, after.puts),
-            deletes_per_sec: rate(before.deletes, after.deletes),
-            hit_ratio: (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64),
-            bytes_in_per_sec: rate(before.bytes_in, after.bytes_in),
-            bytes_out_per_sec: rate(before.bytes_out, after.bytes_out),
-            process_cpu_percent: system_rate(before.process_cpu_ms, after.process_cpu_ms) / 10.0,
-            host_rx_per_sec: system_rate(rx0, rx1),
-            host_tx_per_sec: system_rate(tx0, tx1),
-            system_fresh,
-            restarted: false,
+            ops_per_sec: rate(d.ops()),
+            gets_per_sec: rate(d.gets),
+            puts_per_sec: rate(d.puts),
+            deletes_per_sec: rate(d.deletes),
+            errors_per_sec: rate(d.errors()),
+            hit_ratio: d.hit_ratio(),
+            bytes_in_per_sec: rate(d.bytes_in),
+            bytes_out_per_sec: rate(d.bytes_out),
+            ..NodeRates::default()
         }
+    }
+
+    fn set_system(&mut self, before: &SystemFigures, after: &SystemFigures) {
+        let secs = after.system_sampled_ms.saturating_sub(before.system_sampled_ms) as f64 / 1000.0;
+        if secs <= 0.0 {
+            return;
+        }
+        let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+        let (rx0, tx0) = before.host_net_totals();
+        let (rx1, tx1) = after.host_net_totals();
+        self.system_seconds = secs;
+        self.process_cpu_percent = rate(before.process_cpu_ms, after.process_cpu_ms) / 10.0;
+        self.host_rx_per_sec = rate(rx0, rx1);
+        self.host_tx_per_sec = rate(tx0, tx1);
+        self.interfaces = after
+            .interfaces
+            .iter()
+            .filter_map(|i| {
+                let old = before.interfaces.iter().find(|o| o.name == i.name)?;
+                Some(InterfaceRate {
+                    name: i.name.clone(),
+                    rx_per_sec: rate(old.rx_bytes, i.rx_bytes),
+                    tx_per_sec: rate(old.tx_bytes, i.tx_bytes),
+                })
+            })
+            .collect();
+    }
+
+    /// Whether the CPU and NIC rates were measured (kvd sampled twice in the span).
+    pub fn system_fresh(&self) -> bool {
+        self.system_seconds > 0.0
+    }
+}
+
+/// Follows one node through a series of polls and gives steady rates.
+///
+/// Counter rates cover the time since the previous poll. CPU and NIC rates cover the last
+/// two distinct kvd samples, so polling faster than kvd samples repeats the last measured
+/// rate instead of alternating between 0 and twice the truth.
+#[derive(Clone, Debug, Default)]
+pub struct RateTracker {
+    /// The previous poll: (reader's time in seconds, stats).
+    previous: Option<(f64, NodeStats)>,
+    /// The newest distinct system sample seen.
+    latest_system: Option<SystemFigures>,
+    /// CPU and NIC rates between the two newest distinct system samples.
+    system_rates: Option<NodeRates>,
+}
+
+impl RateTracker {
+    /// Takes in a poll made at `at_secs` (any monotonic clock in seconds) and returns the
+    /// rates since the previous poll; `None` for the first poll.
+    pub fn update(&mut self, at_secs: f64, stats: &NodeStats) -> Option<NodeRates> {
+        let mut rates = self
+            .previous
+            .take()
+            .map(|(t0, before)| NodeRates::between(&before, stats, at_secs - t0));
+        if rates.as_ref().is_some_and(|r| r.restarted) {
+            self.latest_system = None;
+            self.system_rates = None;
+        }
+        match &self.latest_system {
+            Some(latest) if latest.system_sampled_ms == stats.system.system_sampled_ms => {}
+            Some(latest) => {
+                let mut sys = NodeRates::default();
+                sys.set_system(latest, &stats.system);
+                self.system_rates = sys.system_fresh().then_some(sys);
+                self.latest_system = Some(stats.system.clone());
+            }
+            None => self.latest_system = Some(stats.system.clone()),
+        }
+        if let (Some(r), Some(sys)) = (rates.as_mut(), &self.system_rates) {
+            r.system_seconds = sys.system_seconds;
+            r.process_cpu_percent = sys.process_cpu_percent;
+            r.host_rx_per_sec = sys.host_rx_per_sec;
+            r.host_tx_per_sec = sys.host_tx_per_sec;
+            r.interfaces = sys.interfaces.clone();
+        }
+        self.previous = Some((at_secs, stats.clone()));
+        rates
+    }
+
+    /// Forgets everything (the node went down; whatever answers next starts afresh).
+    pub fn reset(&mut self) {
+        *self = RateTracker::default();
     }
 }
 
@@ -179,10 +445,16 @@ mod tests {
         NodeStats {
             pid: 7,
             uptime_ms,
-            system_sampled_ms: uptime_ms,
-            gets,
-            hits: gets,
-            process_cpu_ms: cpu_ms,
+            counts: Counts {
+                gets,
+                hits: gets,
+                ..Counts::default()
+            },
+            system: SystemFigures {
+                system_sampled_ms: uptime_ms,
+                process_cpu_ms: cpu_ms,
+                ..SystemFigures::default()
+            },
             ..NodeStats::default()
         }
     }
@@ -198,24 +470,86 @@ mod tests {
 
     #[test]
     fn cpu_is_rated_over_kvds_sampling_times_not_the_read_times() {
-        let mut a = sample(1000, 0, 0);
+        let a = sample(1000, 0, 0);
         let mut b = sample(1500, 100, 0);
-        b.system_sampled_ms = a.system_sampled_ms;
+        b.system.system_sampled_ms = a.system.system_sampled_ms;
         let r = NodeRates::between(&a, &b, 0.5);
-        assert!(!r.system_fresh);
+        assert!(!r.system_fresh());
         assert_eq!(r.ops_per_sec, 200.0);
-        a = b;
         let mut c = sample(2000, 200, 900);
-        c.system_sampled_ms = 2000;
-        let r = NodeRates::between(&a, &c, 0.5);
-        assert!(r.system_fresh);
+        c.system.system_sampled_ms = 2000;
+        let r = NodeRates::between(&b, &c, 0.5);
+        assert!(r.system_fresh());
         assert_eq!(r.process_cpu_percent, 90.0);
     }
 
     #[test]
-    fn a_restart_is_a_reset_not_a_negative_spike() {
+    fn a_restart_gives_the_rates_since_the_restart() {
         let r = NodeRates::between(&sample(9000, 5000, 100), &sample(500, 10, 5), 1.0);
         assert!(r.restarted);
-        assert_eq!(r.ops_per_sec, 0.0);
+        // 10 ops in the 0.5 s since the restart, not 0 and not a negative spike.
+        assert_eq!(r.seconds, 0.5);
+        assert_eq!(r.ops_per_sec, 20.0);
+        assert!(!r.system_fresh());
+    }
+
+    /// Polls every 500 ms against kvd sampling every 1000 ms, with the host NIC and CPU
+    /// moving at a steady rate: every rate after the first must be the true rate.
+    #[test]
+    fn polling_faster_than_kvd_samples_gives_steady_nic_and_cpu_rates() {
+        let nic_rate = 1_000_000u64; // bytes per second on eth0
+        let cpu_rate = 600u64; // CPU ms per second (60%)
+        let mut tracker = RateTracker::default();
+        let mut seen = Vec::new();
+        for poll in 0..12u64 {
+            let now_ms = 1000 + poll * 500;
+            let sampled_ms = now_ms / 1000 * 1000;
+            let mut s = sample(now_ms, poll * 100, sampled_ms * cpu_rate / 1000);
+            s.system.system_sampled_ms = sampled_ms;
+            s.system.interfaces = vec![InterfaceStats {
+                name: "eth0".into(),
+                rx_bytes: sampled_ms * nic_rate / 1000,
+                tx_bytes: sampled_ms * nic_rate / 2000,
+            }];
+            if let Some(r) = tracker.update(now_ms as f64 / 1000.0, &s) {
+                seen.push(r);
+            }
+        }
+        for r in seen.iter().skip(1) {
+            assert_eq!(r.ops_per_sec, 200.0);
+            assert_eq!(r.host_rx_per_sec, nic_rate as f64, "{r:?}");
+            assert_eq!(r.interfaces[0].rx_per_sec, nic_rate as f64, "{r:?}");
+            assert_eq!(r.interfaces[0].tx_per_sec, nic_rate as f64 / 2.0, "{r:?}");
+            assert_eq!(r.process_cpu_percent, 60.0, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn json_keeps_flat_counter_names_and_the_shard_as_text() {
+        let mut s = sample(1, 3, 0);
+        s.shard = ShardId { index: 1, count: 3 };
+        s.counts.wrong_shard = 4;
+        let v: serde_json::Value = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["gets"], 3);
+        assert_eq!(v["wrong_shard"], 4);
+        assert_eq!(v["shard"], "1/3");
+        assert_eq!(v["system_sampled_ms"], 1);
+        let back: NodeStats = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn counter_names_are_unique_and_indexes_match_fields() {
+        let mut names: Vec<_> = Counter::ALL.iter().map(|c| c.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Counter::COUNT);
+        for (i, &c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(c as usize, i);
+            let mut counts = Counts::default();
+            *counts.get_mut(c) = 7;
+            assert_eq!(counts.get(c), 7);
+            assert_eq!(Counter::ALL.iter().map(|&o| counts.get(o)).sum::<u64>(), 7);
+        }
     }
 }

@@ -1,27 +1,25 @@
-//! Printing results to stdout the way Unix tools do: when the reader has gone (`| head`),
-//! the process ends quietly instead of panicking on a broken pipe.
+//! Printing results to stdout the way Unix tools do: a reader that has gone (`| head`) is
+//! not a crash.
+//!
+//! The macros return the write's `io::Result`; binaries propagate it and end quietly on
+//! `BrokenPipe` (see `cli::exit_code`). Library code never exits the process itself.
 
 use std::io::Write;
 
-/// Writes to stdout; a closed pipe exits with status 0, any other write error with status 2.
-pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+/// Writes to stdout and flushes.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("cannot write to stdout: {e}");
-        std::process::exit(2);
-    }
+    out.write_fmt(args)?;
+    out.flush()
 }
 
-/// `print!` that survives a closed pipe (see [`write_stdout`]).
+/// `print!` that returns the write's `io::Result` instead of panicking on a closed pipe.
 #[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => { $crate::stdout::write_stdout(format_args!($($arg)*)) };
 }
 
-/// `println!` that survives a closed pipe (see [`write_stdout`]).
+/// `println!` that returns the write's `io::Result` instead of panicking on a closed pipe.
 #[macro_export]
 macro_rules! outln {
     () => { $crate::stdout::write_stdout(format_args!("\n")) };

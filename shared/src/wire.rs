@@ -19,14 +19,18 @@ use rkyv::util::AlignedVec;
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
+use crate::stats::{ArchivedNodeStats, NodeStats};
 
 /// The operation of one entry in a batch.
 #[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[rkyv(derive(Debug, Clone, Copy, PartialEq, Eq))]
 #[repr(u8)]
 pub enum OpKind {
+    /// Read the key.
     Get = 0,
+    /// Store the value under the key.
     Put = 1,
+    /// Remove the key.
     Delete = 2,
 }
 
@@ -51,6 +55,7 @@ pub struct BatchRequest {
 }
 
 impl BatchRequest {
+    /// An empty batch.
     pub fn new() -> Self {
         Self::default()
     }
@@ -64,10 +69,12 @@ impl BatchRequest {
         self.values.clear();
     }
 
+    /// Ops in the batch.
     pub fn len(&self) -> usize {
         self.kinds.len()
     }
 
+    /// Whether the batch holds no op.
     pub fn is_empty(&self) -> bool {
         self.kinds.is_empty()
     }
@@ -83,44 +90,19 @@ impl BatchRequest {
         self.value_ends.push(self.values.len() as u32);
     }
 
-    /// Appends a key whose bytes are produced by `write_key` straight into the key column,
-    /// so a caller that formats keys (e.g. decimal record numbers) needs no buffer of its own.
-    pub fn push_with(&mut self, kind: OpKind, write_key: impl FnOnce(&mut Vec<u8>), value: &[u8]) {
-        self.kinds.push(kind);
-        write_key(&mut self.keys);
-        self.key_ends.push(self.keys.len() as u32);
-        if kind == OpKind::Put {
-            self.values.extend_from_slice(value);
-        }
-        self.value_ends.push(self.values.len() as u32);
-    }
-
+    /// Appends a get.
     pub fn push_get(&mut self, key: &[u8]) {
         self.push(OpKind::Get, key, &[]);
     }
 
+    /// Appends a put.
     pub fn push_put(&mut self, key: &[u8], value: &[u8]) {
         self.push(OpKind::Put, key, value);
     }
 
+    /// Appends a delete.
     pub fn push_delete(&mut self, key: &[u8]) {
         self.push(OpKind::Delete, key, &[]);
-    }
-
-    /// The key of op `i` (the builder's own data, so spans are known good).
-    pub fn key(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.key_ends[i - 1] as usize };
-        &self.keys[start..self.key_ends[i] as usize]
-    }
-
-    /// The kind of op `i`.
-    pub fn kind(&self, i: usize) -> OpKind {
-        self.kinds[i]
-    }
-
-    /// Bytes of payload (keys and values) in the batch.
-    pub fn payload_len(&self) -> usize {
-        self.keys.len() + self.values.len()
     }
 }
 
@@ -149,9 +131,11 @@ pub enum OpStatus {
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct OpErrorDetail {
+    /// The op this detail is about.
     pub index: u32,
     /// For `WrongShard`: the owning node and the cluster size the server was started with.
     pub owner: u32,
+    /// The cluster size the server was started with.
     pub nodes: u32,
     /// For `Malformed`: what was wrong.
     pub message: String,
@@ -180,10 +164,12 @@ impl BatchResponse {
         self.errors.clear();
     }
 
+    /// Results in the response.
     pub fn len(&self) -> usize {
         self.status.len()
     }
 
+    /// Whether the response holds no result.
     pub fn is_empty(&self) -> bool {
         self.status.is_empty()
     }
@@ -201,6 +187,7 @@ impl BatchResponse {
         self.values.extend_from_slice(value);
     }
 
+    /// Records that op `i`'s key belongs to node `owner` of `nodes`.
     pub fn set_wrong_shard(&mut self, i: usize, owner: u32, nodes: u32) {
         self.status[i] = OpStatus::WrongShard;
         self.errors.push(OpErrorDetail {
@@ -211,6 +198,7 @@ impl BatchResponse {
         });
     }
 
+    /// Records that op `i` was malformed, and why.
     pub fn set_malformed(&mut self, i: usize, message: &str) {
         self.status[i] = OpStatus::Malformed;
         self.errors.push(OpErrorDetail {
@@ -222,7 +210,7 @@ impl BatchResponse {
     }
 }
 
-/// Why a whole request failed (the body of an `ErrorResponse` frame).
+/// The kind of failure of a whole request.
 #[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[rkyv(derive(Debug, Clone, Copy, PartialEq, Eq))]
 #[repr(u8)]
@@ -239,10 +227,13 @@ pub enum ErrorCode {
     ShuttingDown = 4,
 }
 
+/// Why a whole request failed (the body of an `ErrorResponse` frame).
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct ErrorReply {
+    /// The kind of failure, for programs.
     pub code: ErrorCode,
+    /// What went wrong, for people.
     pub message: String,
 }
 
@@ -287,8 +278,11 @@ pub fn encode_empty_frame(kind: FrameKind, id: u64, out: &mut AlignedVec) {
 /// One op read out of a received batch, borrowing the frame's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpRef<'a> {
+    /// The op.
     pub kind: OpKind,
+    /// Its key, in place in the frame.
     pub key: &'a [u8],
+    /// Its value (empty unless a put), in place in the frame.
     pub value: &'a [u8],
 }
 
@@ -313,10 +307,12 @@ impl<'a> BatchView<'a> {
         Ok(BatchView { archived })
     }
 
+    /// Ops in the batch.
     pub fn len(&self) -> usize {
         self.archived.kinds.len()
     }
 
+    /// Whether the batch holds no op.
     pub fn is_empty(&self) -> bool {
         self.archived.kinds.is_empty()
     }
@@ -344,12 +340,20 @@ fn span<'a>(ends: &'a [rkyv::rend::u32_le], bytes: &'a [u8], i: usize) -> Option
 /// One op's result as the client sees it, borrowing the response frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpReply<'a> {
+    /// A get found this value.
     Found(&'a [u8]),
+    /// A get found nothing.
     NotFound,
+    /// A put was stored.
     Stored,
+    /// A delete removed the key.
     Deleted,
+    /// A delete found no such key.
     Absent,
+    /// The key belongs to node `owner` of `nodes`.
+    #[allow(missing_docs)]
     WrongShard { owner: u32, nodes: u32 },
+    /// The op was malformed, for this reason.
     Malformed(&'a str),
 }
 
@@ -359,6 +363,7 @@ pub struct ReplyView<'a> {
 }
 
 impl<'a> ReplyView<'a> {
+    /// Validates `body` (exactly one frame's body, aligned) as a batch response.
     pub fn parse(body: &'a [u8]) -> Result<ReplyView<'a>, WireError> {
         let archived = rkyv::access::<ArchivedBatchResponse, rancor::BoxedError>(body).map_err(invalid)?;
         let n = archived.status.len();
@@ -368,10 +373,12 @@ impl<'a> ReplyView<'a> {
         Ok(ReplyView { archived })
     }
 
+    /// Results in the response.
     pub fn len(&self) -> usize {
         self.archived.status.len()
     }
 
+    /// Whether the response holds no result.
     pub fn is_empty(&self) -> bool {
         self.archived.status.is_empty()
     }
@@ -432,6 +439,12 @@ impl<'a> ReplyView<'a> {
     }
 }
 
+/// Validates and reads a stats reply body.
+pub fn decode_stats(body: &[u8]) -> Result<NodeStats, WireError> {
+    let archived = rkyv::access::<ArchivedNodeStats, rancor::BoxedError>(body).map_err(invalid)?;
+    rkyv::deserialize::<NodeStats, rancor::BoxedError>(archived).map_err(invalid)
+}
+
 /// Validates and reads an error reply body.
 pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
     let archived = rkyv::access::<ArchivedErrorReply, rancor::BoxedError>(body).map_err(invalid)?;
@@ -464,7 +477,7 @@ mod tests {
         req.push_get(b"k1");
         req.push_put(b"k2", b"value two");
         req.push_delete(b"");
-        req.push_with(OpKind::Get, |k| k.extend_from_slice(b"123"), &[]);
+        req.push(OpKind::Get, b"123", b"ignored");
         let mut frame = AlignedVec::new();
         encode_frame(FrameKind::BatchRequest, 42, &req, &mut frame).unwrap();
         let header: [u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().unwrap();

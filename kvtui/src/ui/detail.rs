@@ -23,12 +23,17 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     match (&n.stats, &n.rates) {
         (None, _) => lines.push(Line::from("no stats received yet")),
         (Some(s), r) => {
+            let (c, sys) = (&s.counts, &s.system);
+            let errors: Vec<String> = c
+                .errors_by_kind()
+                .map(|(name, v)| format!("{} {}", name.replace('_', " "), grouped(v)))
+                .collect();
             let per = |f: fn(&kvshared::stats::NodeRates) -> f64| r.as_ref().map_or("-".to_string(), |r| si(f(r)));
             lines.extend([
                 Line::styled(
                     format!(
-                        "shard {}/{}   kvd {}   pid {}   host {} ({} CPUs)",
-                        s.shard_index, s.shard_count, s.version, s.pid, s.host_name, s.host_cpus
+                        "shard {}   kvd {}   pid {}   host {} ({} CPUs)",
+                        s.shard, s.version, s.pid, sys.host_name, sys.host_cpus
                     ),
                     Style::default().add_modifier(Modifier::BOLD),
                 ),
@@ -42,56 +47,51 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 Line::from(""),
                 Line::from(format!(
                     "gets      {:>16}   {:>8}/s",
-                    grouped(s.gets),
+                    grouped(c.gets),
                     per(|r| r.gets_per_sec)
                 )),
                 Line::from(format!(
                     "puts      {:>16}   {:>8}/s",
-                    grouped(s.puts),
+                    grouped(c.puts),
                     per(|r| r.puts_per_sec)
                 )),
                 Line::from(format!(
                     "deletes   {:>16}   {:>8}/s",
-                    grouped(s.deletes),
+                    grouped(c.deletes),
                     per(|r| r.deletes_per_sec)
                 )),
-                Line::from(format!("hits      {:>16}", grouped(s.hits))),
-                Line::from(format!("misses    {:>16}", grouped(s.misses))),
-                Line::from(format!("batches   {:>16}", grouped(s.batches))),
+                Line::from(format!("hits      {:>16}", grouped(c.hits))),
+                Line::from(format!("misses    {:>16}", grouped(c.misses))),
+                Line::from(format!("batches   {:>16}", grouped(c.batches))),
                 Line::from(format!(
                     "bytes in  {:>16}   {:>10}",
-                    bytes(s.bytes_in as f64),
+                    bytes(c.bytes_in as f64),
                     r.as_ref().map_or("-".into(), |r| bytes_per_sec(r.bytes_in_per_sec))
                 )),
                 Line::from(format!(
                     "bytes out {:>16}   {:>10}",
-                    bytes(s.bytes_out as f64),
+                    bytes(c.bytes_out as f64),
                     r.as_ref().map_or("-".into(), |r| bytes_per_sec(r.bytes_out_per_sec))
                 )),
                 Line::from(format!(
                     "connections open {}   total {}",
-                    s.connections_open, s.connections_total
+                    c.connections_open(),
+                    c.conns_opened
                 )),
                 Line::from(""),
                 Line::from(format!(
                     "kvd CPU {:.0}% of one core   RSS {}   host CPU {:.0}%   host memory {} / {}",
                     r.as_ref()
-                        .map_or(f64::from(s.process_cpu_percent), |r| r.process_cpu_percent),
-                    bytes(s.process_rss_bytes as f64),
-                    s.host_cpu_percent,
-                    bytes(s.host_mem_used_bytes as f64),
-                    bytes(s.host_mem_total_bytes as f64)
+                        .map_or(f64::from(sys.process_cpu_percent), |r| r.process_cpu_percent),
+                    bytes(sys.process_rss_bytes as f64),
+                    sys.host_cpu_percent,
+                    bytes(sys.host_mem_used_bytes as f64),
+                    bytes(sys.host_mem_total_bytes as f64)
                 )),
                 Line::from(""),
                 Line::styled("errors by kind", Style::default().add_modifier(Modifier::BOLD)),
-                Line::from(format!(
-                    "  wrong shard {}   malformed op {}   malformed body {}",
-                    s.errors.wrong_shard, s.errors.malformed_op, s.errors.malformed_body
-                )),
-                Line::from(format!(
-                    "  bad frame {}   frame too large {}   i/o {}",
-                    s.errors.bad_frame, s.errors.frame_too_large, s.errors.io
-                )),
+                Line::from(format!("  {}", errors[..errors.len().min(3)].join("   "))),
+                Line::from(format!("  {}", errors[errors.len().min(3)..].join("   "))),
             ]);
         }
     }
@@ -103,15 +103,18 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let rows: Vec<Row> = n
         .stats
         .iter()
-        .flat_map(|s| s.interfaces.iter())
+        .flat_map(|s| s.system.interfaces.iter())
         .map(|i| {
-            let rate = n.interface_rates.iter().find(|(name, _, _)| *name == i.name);
+            let rate = n
+                .rates
+                .as_ref()
+                .and_then(|r| r.interfaces.iter().find(|ir| ir.name == i.name));
             Row::new(vec![
                 i.name.clone(),
                 bytes(i.rx_bytes as f64),
                 bytes(i.tx_bytes as f64),
-                rate.map_or("-".into(), |r| bytes_per_sec(r.1)),
-                rate.map_or("-".into(), |r| bytes_per_sec(r.2)),
+                rate.map_or("-".into(), |r| bytes_per_sec(r.rx_per_sec)),
+                rate.map_or("-".into(), |r| bytes_per_sec(r.tx_per_sec)),
             ])
         })
         .collect();

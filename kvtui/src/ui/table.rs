@@ -50,7 +50,7 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
     let rate = |f: &dyn Fn(&kvshared::stats::NodeRates) -> f64| r.map_or("-".to_string(), |r| si(f(r)));
     vec![
         n.addr.clone(),
-        s.map_or("-".into(), |s| format!("{}/{}", s.shard_index, s.shard_count)),
+        s.map_or("-".into(), |s| s.shard.to_string()),
         state,
         s.map_or("-".into(), |s| uptime(s.uptime_ms / 1000)),
         s.map_or("-".into(), |s| si(s.keys as f64)),
@@ -60,13 +60,13 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
         r.and_then(|r| r.hit_ratio)
             .map_or("-".into(), |h| format!("{:.1}", h * 100.0)),
         r.map_or("-".into(), |r| format!("{:.0}", r.process_cpu_percent)),
-        s.map_or("-".into(), |s| format!("{:.0}", s.host_cpu_percent)),
-        s.map_or("-".into(), |s| bytes(s.process_rss_bytes as f64)),
+        s.map_or("-".into(), |s| format!("{:.0}", s.system.host_cpu_percent)),
+        s.map_or("-".into(), |s| bytes(s.system.process_rss_bytes as f64)),
         s.map_or("-".into(), |s| {
             format!(
                 "{}/{}B",
-                si(s.host_mem_used_bytes as f64),
-                si(s.host_mem_total_bytes as f64)
+                si(s.system.host_mem_used_bytes as f64),
+                si(s.system.host_mem_total_bytes as f64)
             )
         }),
         r.map_or("-".into(), |r| {

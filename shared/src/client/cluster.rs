@@ -1,28 +1,31 @@
 //! The cluster client: routes ops to their owner nodes and merges the answers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use rkyv::util::AlignedVec;
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::connection::{Connection, InFlight, Reply};
-use super::{ClientConfig, ClientError};
+use super::{ClientConfig, ClientError, NodeBatches};
 use crate::frame::FrameKind;
-use crate::routing::{key_hash, owner_node};
-use crate::stats::{ArchivedNodeStats, NodeStats};
-use crate::wire::{BatchRequest, OpKind, OpReply, encode_empty_frame, encode_frame};
+use crate::stats::NodeStats;
+use crate::wire::{BatchRequest, ErrorCode, OpKind, OpReply, decode_stats, encode_empty_frame, encode_frame};
 
 /// One operation for [`Cluster::batch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op<'a> {
+    /// Read a key.
     Get(&'a [u8]),
+    /// Store a value under a key.
     Put(&'a [u8], &'a [u8]),
+    /// Remove a key.
     Delete(&'a [u8]),
 }
 
 impl<'a> Op<'a> {
+    /// The key the op is about.
     pub fn key(&self) -> &'a [u8] {
         match *self {
             Op::Get(k) | Op::Put(k, _) | Op::Delete(k) => k,
@@ -33,24 +36,44 @@ impl<'a> Op<'a> {
 /// The result of one successful operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
+    /// A get found this value.
     Value(Vec<u8>),
+    /// A get found nothing.
     NotFound,
+    /// A put was stored.
     Stored,
     /// Delete: whether the key existed.
     Deleted(bool),
 }
 
-/// A node's connections; a dead connection is replaced on next use.
+/// First and longest pause before a node that failed is tried again.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// A node's connections, and whether it is known to be down; a dead connection is
+/// replaced on next use.
 struct NodePool {
     addr: String,
     slots: Vec<AsyncMutex<Option<Arc<Connection>>>>,
     next: AtomicUsize,
+    /// While the node is known to be down: until when (ms since the cluster's epoch) its
+    /// requests fail at once instead of trying it again. 0 while it is up.
+    down_until_ms: AtomicU64,
+    /// The current retry pause in ms (doubles while the node stays down).
+    retry_ms: AtomicU64,
 }
 
 /// A client of an n-node kvd cluster. Node `i` of `--nodes` must be the kvd started as `--shard i/n`.
+///
+/// A node that fails (refused connection, connection lost) is marked down for a short,
+/// growing pause (50 ms doubling to 1 s): its requests then fail at once with
+/// [`ClientError::Unavailable`] instead of each waiting for a connection attempt, so one dead
+/// node costs the callers nothing on their other nodes. After the pause the next request
+/// tries the node again.
 pub struct Cluster {
     nodes: Vec<NodePool>,
     config: ClientConfig,
+    epoch: Instant,
 }
 
 impl Cluster {
@@ -68,9 +91,15 @@ impl Cluster {
                     .map(|_| AsyncMutex::new(None))
                     .collect(),
                 next: AtomicUsize::new(0),
+                down_until_ms: AtomicU64::new(0),
+                retry_ms: AtomicU64::new(0),
             })
             .collect();
-        Ok(Cluster { nodes, config })
+        Ok(Cluster {
+            nodes,
+            config,
+            epoch: Instant::now(),
+        })
     }
 
     /// Connects every connection to every node now; fails with the first node that refuses.
@@ -84,21 +113,72 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// Nodes in the cluster.
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }
 
+    /// Node `node`'s address as given.
     pub fn addr(&self, node: usize) -> &str {
         &self.nodes[node].addr
     }
 
+    /// How the client talks to the nodes.
     pub fn config(&self) -> &ClientConfig {
         &self.config
     }
 
-    /// The node that owns `key`.
-    pub fn owner(&self, key: &[u8]) -> usize {
-        owner_node(key_hash(key), self.nodes.len() as u32) as usize
+    fn now_ms(&self) -> u64 {
+        // +1 so that 0 always means "up".
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// How much longer node `node` counts as down, if it does.
+    pub fn down_for(&self, node: usize) -> Option<Duration> {
+        let until = self.nodes[node].down_until_ms.load(Ordering::Relaxed);
+        if until == 0 {
+            return None;
+        }
+        let now = self.now_ms();
+        (until > now).then(|| Duration::from_millis(until - now))
+    }
+
+    /// Whether some node is not known to be down.
+    pub fn any_up(&self) -> bool {
+        (0..self.nodes.len()).any(|n| self.down_for(n).is_none())
+    }
+
+    fn mark_down(&self, node: usize) {
+        let pool = &self.nodes[node];
+        let first = RETRY_FIRST.as_millis() as u64;
+        let retry = (pool.retry_ms.load(Ordering::Relaxed) * 2).clamp(first, RETRY_MAX.as_millis() as u64);
+        pool.retry_ms.store(retry, Ordering::Relaxed);
+        pool.down_until_ms.store(self.now_ms() + retry, Ordering::Relaxed);
+        tracing::debug!(addr = %pool.addr, retry_ms = retry, "node marked down");
+    }
+
+    fn mark_up(&self, node: usize) {
+        let pool = &self.nodes[node];
+        if pool.retry_ms.load(Ordering::Relaxed) != 0 {
+            pool.retry_ms.store(0, Ordering::Relaxed);
+            pool.down_until_ms.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Notes the outcome of a request to `node` for the down/up bookkeeping.
+    fn observe<T>(&self, node: usize, result: &Result<T, ClientError>) {
+        match result {
+            Ok(_) => self.mark_up(node),
+            Err(
+                ClientError::Connect { .. }
+                | ClientError::NodeDown { .. }
+                | ClientError::Server {
+                    code: ErrorCode::ShuttingDown,
+                    ..
+                },
+            ) => self.mark_down(node),
+            Err(_) => {}
+        }
     }
 
     async fn connection_in(&self, node: usize, slot: usize) -> Result<Arc<Connection>, ClientError> {
@@ -113,87 +193,96 @@ impl Cluster {
         Ok(conn)
     }
 
-    /// A connection to `node`, round-robin over its pool.
+    /// A connection to `node`, round-robin over its pool; fails at once while the node is
+    /// marked down.
     pub async fn connection(&self, node: usize) -> Result<Arc<Connection>, ClientError> {
+        if let Some(left) = self.down_for(node) {
+            return Err(ClientError::Unavailable {
+                addr: self.addr(node).to_string(),
+                retry_in: left,
+            });
+        }
         let pool = &self.nodes[node];
         let slot = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
-        self.connection_in(node, slot).await
+        let conn = self.connection_in(node, slot).await;
+        self.observe(node, &conn);
+        conn
     }
 
     /// Queues a batch for `node` (all its keys must belong to it) without waiting for the reply.
     pub async fn start_batch(&self, node: usize, batch: &BatchRequest) -> Result<InFlight, ClientError> {
         let conn = self.connection(node).await?;
-        conn.start(|id, buf| encode_frame(FrameKind::BatchRequest, id, batch, buf))
-            .await
+        let started = conn
+            .start(|id, buf| encode_frame(FrameKind::BatchRequest, id, batch, buf))
+            .await;
+        self.observe(node, &started);
+        started
+    }
+
+    /// Waits for the reply to a batch started on `node` with [`Cluster::start_batch`].
+    pub async fn finish_batch(&self, node: usize, flight: InFlight) -> Result<Reply, ClientError> {
+        let reply = flight.wait(self.config.request_timeout).await;
+        self.observe(node, &reply);
+        reply
     }
 
     /// Sends a batch to `node` and waits for the reply; read results with [`Reply::batch`].
     pub async fn send_batch(&self, node: usize, batch: &BatchRequest) -> Result<Reply, ClientError> {
-        self.start_batch(node, batch)
-            .await?
-            .wait(self.config.request_timeout)
-            .await
+        let flight = self.start_batch(node, batch).await?;
+        self.finish_batch(node, flight).await
     }
 
     /// Runs `ops` across the cluster: splits them by owner, sends the parts to their nodes
     /// concurrently and returns one result per op, in op order. A node that fails fails only
     /// the ops routed to it.
     pub async fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Outcome, ClientError>> {
-        let n = self.nodes.len();
-        let mut parts: Vec<(BatchRequest, Vec<usize>)> = (0..n).map(|_| Default::default()).collect();
+        let mut parts = NodeBatches::new(self.nodes.len());
+        let mut index: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, op) in ops.iter().enumerate() {
-            let (req, idx) = &mut parts[self.owner(op.key())];
-            match *op {
-                Op::Get(k) => req.push(OpKind::Get, k, &[]),
-                Op::Put(k, v) => req.push(OpKind::Put, k, v),
-                Op::Delete(k) => req.push(OpKind::Delete, k, &[]),
-            }
-            idx.push(i);
+            let node = match *op {
+                Op::Get(k) => parts.push(OpKind::Get, k, &[]),
+                Op::Put(k, v) => parts.push(OpKind::Put, k, v),
+                Op::Delete(k) => parts.push(OpKind::Delete, k, &[]),
+            };
+            index[node].push(i);
         }
         // Queue every part first, then collect: the nodes work concurrently.
-        let mut started = Vec::with_capacity(n);
-        for (node, (req, idx)) in parts.iter().enumerate() {
-            if !idx.is_empty() {
-                started.push((node, self.start_batch(node, req).await));
-            }
+        let mut started = Vec::with_capacity(self.nodes.len());
+        for (node, req) in parts.non_empty() {
+            started.push((node, self.start_batch(node, req).await));
         }
         let mut results: Vec<Option<Result<Outcome, ClientError>>> = vec![None; ops.len()];
         for (node, flight) in started {
-            let idx = &parts[node].1;
+            let idx = &index[node];
             let reply = match flight {
-                Ok(f) => f.wait(self.config.request_timeout).await,
+                Ok(f) => self.finish_batch(node, f).await,
                 Err(e) => Err(e),
             };
             let view = reply.as_ref().map_err(Clone::clone).and_then(|r| r.batch());
-            match view {
+            let err = match view {
                 Ok(view) if view.len() == idx.len() => {
                     for (j, &i) in idx.iter().enumerate() {
                         results[i] = Some(self.outcome(node, view.result(j)));
                     }
+                    continue;
                 }
-                Ok(view) => {
-                    let err = ClientError::Protocol {
-                        addr: self.addr(node).to_string(),
-                        reason: format!("{} results for {} ops", view.len(), idx.len()),
-                    };
-                    for &i in idx {
-                        results[i] = Some(Err(err.clone()));
-                    }
-                }
-                Err(err) => {
-                    for &i in idx {
-                        results[i] = Some(Err(err.clone()));
-                    }
-                }
+                Ok(view) => ClientError::Protocol {
+                    addr: self.addr(node).to_string(),
+                    reason: format!("{} results for {} ops", view.len(), idx.len()),
+                },
+                Err(err) => err,
+            };
+            for &i in idx {
+                results[i] = Some(Err(err.clone()));
             }
         }
+        // Every op was routed to exactly one node, and every node's ops got a result above.
         results
             .into_iter()
             .map(|r| {
                 r.unwrap_or_else(|| {
-                    Err(ClientError::Protocol {
-                        addr: String::new(),
-                        reason: "op was not sent".into(),
+                    Err(ClientError::Encode {
+                        reason: "op was not routed".into(),
                     })
                 })
             })
@@ -222,8 +311,7 @@ impl Cluster {
 
     async fn one(&self, op: Op<'_>) -> Result<Outcome, ClientError> {
         self.batch(&[op]).await.pop().unwrap_or_else(|| {
-            Err(ClientError::Protocol {
-                addr: String::new(),
+            Err(ClientError::Encode {
                 reason: "no result".into(),
             })
         })
@@ -237,6 +325,7 @@ impl Cluster {
         }
     }
 
+    /// Stores `value` under `key`.
     pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
         self.one(Op::Put(key, value)).await.map(|_| ())
     }
@@ -246,9 +335,18 @@ impl Cluster {
         Ok(matches!(self.one(Op::Delete(key)).await?, Outcome::Deleted(true)))
     }
 
-    /// The statistics of node `node`.
+    /// The statistics of node `node`. A stats request always tries the node, even while it
+    /// is marked down: it is how a watcher finds out that the node is back.
     pub async fn stats(&self, node: usize) -> Result<NodeStats, ClientError> {
-        let conn = self.connection(node).await?;
+        let pool = &self.nodes[node];
+        let slot = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
+        let result = self.stats_on(node, slot).await;
+        self.observe(node, &result);
+        result
+    }
+
+    async fn stats_on(&self, node: usize, slot: usize) -> Result<NodeStats, ClientError> {
+        let conn = self.connection_in(node, slot).await?;
         let reply = conn
             .start(|id, buf: &mut AlignedVec| {
                 encode_empty_frame(FrameKind::StatsRequest, id, buf);
@@ -260,13 +358,10 @@ impl Cluster {
         if reply.kind != FrameKind::StatsResponse {
             return Err(reply.unexpected());
         }
-        let protocol = |reason: String| ClientError::Protocol {
+        decode_stats(&reply.body).map_err(|e| ClientError::Protocol {
             addr: self.addr(node).to_string(),
-            reason,
-        };
-        let archived = rkyv::access::<ArchivedNodeStats, rkyv::rancor::BoxedError>(&reply.body)
-            .map_err(|e| protocol(e.to_string()))?;
-        rkyv::deserialize::<NodeStats, rkyv::rancor::BoxedError>(archived).map_err(|e| protocol(e.to_string()))
+            reason: e.to_string(),
+        })
     }
 
     /// Waits until every node answers a stats request, or `within` passes.

@@ -10,10 +10,11 @@
 
 use std::collections::HashMap;
 use std::io::IoSlice;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rkyv::util::AlignedVec;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -21,7 +22,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Mutex as AsyncMutex, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::ClientError;
-use crate::frame::{FrameError, FrameKind, HEADER_LEN, read_frame};
+use crate::frame::{CONNECTION_ERROR_ID, FrameError, FrameKind, HEADER_LEN, read_frame};
 use crate::wire::{ReplyView, WireError, parse_error_reply};
 
 /// Most buffers a connection keeps for reuse, and the largest it keeps.
@@ -37,7 +38,7 @@ struct BufferPool {
 
 impl BufferPool {
     fn take(&self) -> AlignedVec {
-        self.free.lock().ok().and_then(|mut f| f.pop()).unwrap_or_default()
+        self.free.lock().pop().unwrap_or_default()
     }
 
     fn give(&self, mut buf: AlignedVec) {
@@ -45,9 +46,8 @@ impl BufferPool {
             return;
         }
         buf.clear();
-        if let Ok(mut free) = self.free.lock()
-            && free.len() < POOLED_BUFFERS
-        {
+        let mut free = self.free.lock();
+        if free.len() < POOLED_BUFFERS {
             free.push(buf);
         }
     }
@@ -56,7 +56,9 @@ impl BufferPool {
 /// A response frame, owned by the caller. Its buffer goes back to the connection's pool
 /// when it is dropped.
 pub struct Reply {
+    /// What the body is.
     pub kind: FrameKind,
+    /// The reply's body, aligned for rkyv.
     pub body: AlignedVec,
     addr: Arc<str>,
     pool: Arc<BufferPool>,
@@ -159,9 +161,7 @@ impl InFlight {
                 reason: "connection closed".into(),
             }),
             Err(_) => {
-                if let Ok(mut p) = self.pending.lock() {
-                    p.waiters.remove(&self.id);
-                }
+                self.pending.lock().waiters.remove(&self.id);
                 Err(ClientError::Timeout {
                     addr: self.addr.to_string(),
                     after: timeout,
@@ -219,10 +219,6 @@ impl Connection {
         })
     }
 
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
     /// False once the connection has failed; the pool then opens a new one.
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
@@ -243,10 +239,7 @@ impl Connection {
             .map_err(|_| self.down("connection closed"))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut frame = self.pool.take();
-        encode(id, &mut frame).map_err(|e| ClientError::Protocol {
-            addr: self.addr.to_string(),
-            reason: e.to_string(),
-        })?;
+        encode(id, &mut frame).map_err(|e| ClientError::Encode { reason: e.to_string() })?;
         let body_len = frame.len() - HEADER_LEN;
         if body_len > self.max_frame as usize {
             return Err(ClientError::FrameTooLarge {
@@ -256,7 +249,7 @@ impl Connection {
         }
         let (tx, rx) = oneshot::channel();
         {
-            let mut p = self.pending.lock().map_err(|_| self.down("poisoned"))?;
+            let mut p = self.pending.lock();
             if let Some(e) = &p.failed {
                 return Err(e.clone());
             }
@@ -279,7 +272,7 @@ impl Connection {
     /// Queues `frame` and writes everything queued unless another caller is already writing
     /// (that caller then writes this frame too).
     async fn send(&self, frame: AlignedVec) -> std::io::Result<()> {
-        self.queue_frame(frame)?;
+        self.outbox.queue.lock().push(frame);
         loop {
             let Ok(mut writer) = self.outbox.writer.try_lock() else {
                 return Ok(());
@@ -290,10 +283,7 @@ impl Connection {
                 done: false,
             };
             loop {
-                let frames = match self.outbox.queue.lock() {
-                    Ok(mut q) => std::mem::take(&mut *q),
-                    Err(_) => return Err(std::io::Error::other("poisoned")),
-                };
+                let frames = std::mem::take(&mut *self.outbox.queue.lock());
                 if frames.is_empty() {
                     break;
                 }
@@ -306,19 +296,10 @@ impl Connection {
             drop(writer);
             // A frame queued after our last look but before we let go of the writer would be
             // stranded: look again now that the writer is free.
-            let empty = self.outbox.queue.lock().map(|q| q.is_empty()).unwrap_or(true);
-            if empty {
+            if self.outbox.queue.lock().is_empty() {
                 return Ok(());
             }
         }
-    }
-
-    fn queue_frame(&self, frame: AlignedVec) -> std::io::Result<()> {
-        self.outbox
-            .queue
-            .lock()
-            .map(|mut q| q.push(frame))
-            .map_err(|_| std::io::Error::other("poisoned"))
     }
 
     fn down(&self, reason: &str) -> ClientError {
@@ -372,14 +353,12 @@ async fn write_frames(writer: &mut OwnedWriteHalf, frames: &[AlignedVec]) -> std
 /// Marks the connection failed and answers every waiter with `err`.
 fn fail_all(pending: &Mutex<Pending>, alive: &AtomicBool, err: ClientError) {
     alive.store(false, Ordering::Relaxed);
-    let waiters = match pending.lock() {
-        Ok(mut p) => {
-            if p.failed.is_none() {
-                p.failed = Some(err.clone());
-            }
-            std::mem::take(&mut p.waiters)
+    let waiters = {
+        let mut p = pending.lock();
+        if p.failed.is_none() {
+            p.failed = Some(err.clone());
         }
-        Err(_) => return,
+        std::mem::take(&mut p.waiters)
     };
     for (_, w) in waiters {
         let _ = w.send(Err(err.clone()));
@@ -401,12 +380,9 @@ async fn read_loop(
         let mut body = pool.take();
         match read_frame(&mut reader, &mut body, max_frame).await {
             Ok(Some(header)) => {
-                let waiter = match pending.lock() {
-                    Ok(mut p) => p.waiters.remove(&header.id),
-                    Err(_) => break (false, "poisoned".to_string()),
-                };
-                if header.id == 0 && header.kind == FrameKind::ErrorResponse {
-                    // Id 0: the server is refusing the connection as a whole.
+                let waiter = pending.lock().waiters.remove(&header.id);
+                if header.id == CONNECTION_ERROR_ID && header.kind == FrameKind::ErrorResponse {
+                    // The server is refusing the connection as a whole.
                     let refusal = parse_error_reply(&body);
                     let mismatch = refusal.as_ref().is_ok_and(|e| {
                         matches!(

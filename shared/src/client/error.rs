@@ -6,15 +6,21 @@ use crate::wire::ErrorCode;
 ///
 /// Cloneable so that one node failure can be reported for every op routed to that node.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[allow(missing_docs)] // each variant's message says what it is
 pub enum ClientError {
     #[error("cannot connect to {addr}: {reason}")]
     Connect { addr: String, reason: String },
     #[error("node {addr} is down: {reason}")]
     NodeDown { addr: String, reason: String },
+    /// Not sent: the node failed a moment ago and is not tried again until `retry_in` passes.
+    #[error("node {addr} is down (not tried again for {retry_in:?})")]
+    Unavailable { addr: String, retry_in: Duration },
     #[error("no answer from {addr} within {after:?}")]
     Timeout { addr: String, after: Duration },
     #[error("request of {len} bytes exceeds the frame limit of {max} bytes; use smaller batches")]
     FrameTooLarge { len: usize, max: u32 },
+    #[error("cannot encode the request: {reason}")]
+    Encode { reason: String },
     #[error("protocol error with {addr}: {reason}")]
     Protocol { addr: String, reason: String },
     #[error("{addr} refused the request ({code:?}): {message}")]
@@ -37,9 +43,15 @@ impl ClientError {
         match self {
             ClientError::Connect { .. } => "connect",
             ClientError::NodeDown { .. } => "node_down",
+            ClientError::Unavailable { .. } => "node_down",
             ClientError::Timeout { .. } => "timeout",
             ClientError::FrameTooLarge { .. } => "frame_too_large",
+            ClientError::Encode { .. } => "encode",
             ClientError::Protocol { .. } => "protocol",
+            ClientError::Server {
+                code: ErrorCode::ShuttingDown,
+                ..
+            } => "shutting_down",
             ClientError::Server { .. } => "server",
             ClientError::WrongShard { .. } => "wrong_shard",
             ClientError::MalformedOp { .. } => "malformed_op",
@@ -47,9 +59,24 @@ impl ClientError {
         }
     }
 
-    /// Whether the op may have taken effect although no answer came back
-    /// (so a history checker must treat its outcome as unknown).
+    /// Whether the op may have taken effect although no success came back, so that a
+    /// history checker must treat its outcome as unknown.
+    ///
+    /// Any failure after the request may have left the client is unknown: the node may have
+    /// applied it and then died, stalled, or sent a reply we could not read. Only failures
+    /// that prove the node did not run the op (it was never sent, or the node refused it
+    /// without running it) are definite.
     pub fn outcome_unknown(&self) -> bool {
-        matches!(self, ClientError::NodeDown { .. } | ClientError::Timeout { .. })
+        match self {
+            ClientError::NodeDown { .. } | ClientError::Timeout { .. } | ClientError::Protocol { .. } => true,
+            ClientError::Connect { .. }
+            | ClientError::Unavailable { .. }
+            | ClientError::FrameTooLarge { .. }
+            | ClientError::Encode { .. }
+            | ClientError::Server { .. }
+            | ClientError::WrongShard { .. }
+            | ClientError::MalformedOp { .. }
+            | ClientError::BadNodes(_) => false,
+        }
     }
 }

@@ -3,6 +3,7 @@
 mod cluster;
 mod connection;
 mod error;
+mod node_batches;
 mod recording;
 
 use std::time::Duration;
@@ -10,6 +11,7 @@ use std::time::Duration;
 pub use cluster::{Cluster, Op, Outcome};
 pub use connection::{Connection, InFlight, Reply};
 pub use error::ClientError;
+pub use node_batches::NodeBatches;
 pub use recording::{RecordConfig, Recording, record};
 
 use crate::frame::DEFAULT_MAX_FRAME;
@@ -23,6 +25,7 @@ pub struct ClientConfig {
     pub pipeline: usize,
     /// Every request fails with `Timeout` after this long without an answer.
     pub request_timeout: Duration,
+    /// A connection attempt fails after this long.
     pub connect_timeout: Duration,
     /// Largest frame body the client will send or accept.
     pub max_frame: u32,
@@ -33,8 +36,8 @@ impl Default for ClientConfig {
         ClientConfig {
             conns_per_node: 1,
             pipeline: 64,
-            request_timeout: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(3),
+            request_timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
         }
     }
@@ -42,6 +45,8 @@ impl Default for ClientConfig {
 
 /// Default node address of a kvd started without `--listen`.
 pub const DEFAULT_NODE: &str = "127.0.0.1:7070";
+/// Default request and connect timeout of every tool (`--timeout`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Splits a `--nodes` list (`host:port,host:port`), checking each entry has a port.
 pub fn parse_nodes(list: &str) -> Result<Vec<String>, ClientError> {

@@ -16,16 +16,21 @@ use crate::history::{Call, Clock, History, Operation, Return};
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct RecordConfig {
+    /// Concurrent clients, each doing one op at a time.
     pub clients: usize,
+    /// Distinct keys the clients share.
     pub keys: usize,
     /// Keys are `{key_prefix}{i}`; a unique prefix keeps a check apart from other data.
     pub key_prefix: String,
+    /// How long to record.
     pub duration: Duration,
     /// Each client stops after this many ops even if time remains.
     pub max_ops_per_client: u64,
+    /// Seed of the clients' op choices.
     pub seed: u64,
-    /// Percent of gets and puts; the rest are deletes.
+    /// Percent of gets; the rest are puts and deletes.
     pub get_percent: u32,
+    /// Percent of puts; the rest are deletes.
     pub put_percent: u32,
 }
 
@@ -47,7 +52,9 @@ impl Default for RecordConfig {
 /// The recorded history plus counts of ops that failed outright (and so never took effect).
 #[derive(Debug, Default)]
 pub struct Recording {
+    /// Every op that may have taken effect, with its call and return times.
     pub history: History,
+    /// Ops the cluster refused without running them (wrong shard, malformed, node known down).
     pub refused: u64,
 }
 

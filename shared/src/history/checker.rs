@@ -42,6 +42,7 @@ impl Default for CheckOptions {
 /// Why a history is not linearizable: one key whose operations admit no valid order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
+    /// The key whose operations could not be ordered.
     pub key: String,
     /// Every operation on that key, in call order.
     pub operations: Vec<Operation>,
@@ -55,10 +56,13 @@ pub struct Failure {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
+    /// Every key's operations have a valid order.
     Linearizable,
+    /// A key's operations have none.
     NotLinearizable(Box<Failure>),
     /// The deadline passed before every key was decided.
     Unknown {
+        /// What was left undecided, and how to give the check more time.
         reason: String,
     },
 }
@@ -66,9 +70,13 @@ pub enum Verdict {
 /// The verdict and what it took.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CheckReport {
+    /// The answer.
     pub verdict: Verdict,
+    /// Operations in the history.
     pub operations: usize,
+    /// Distinct keys (each checked on its own).
     pub keys: usize,
+    /// Time the check took.
     pub elapsed_ms: f64,
 }
 

@@ -21,8 +21,14 @@ pub use timeline::render_timeline;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Call {
+    /// Read the key.
     Get,
-    Put { value: String },
+    /// Write `value` to the key.
+    Put {
+        /// The value written (unique per put in a recorded history).
+        value: String,
+    },
+    /// Remove the key.
     Delete,
 }
 
@@ -31,11 +37,17 @@ pub enum Call {
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Return {
     /// A get's answer; `None` means not found.
-    Value { value: Option<String> },
+    Value {
+        /// The value read.
+        value: Option<String>,
+    },
     /// A put was acknowledged.
     Stored,
     /// A delete's answer: whether the key existed.
-    Deleted { existed: bool },
+    Deleted {
+        /// Whether the key existed before the delete.
+        existed: bool,
+    },
     /// No answer (timeout, connection lost): the op may or may not have taken effect. The
     /// checker treats its return as the end of the history and accepts any outcome.
     Unknown,
@@ -44,15 +56,30 @@ pub enum Return {
 /// One operation as a client saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Operation {
+    /// The client that ran it (a client runs one op at a time).
     pub client: u32,
+    /// The key it was about.
     pub key: String,
+    /// What it asked for.
     pub call: Call,
+    /// What the answer said.
     #[serde(rename = "return")]
     pub ret: Return,
     /// Nanoseconds on the recording clock just before the request was sent.
     pub call_ns: u64,
     /// Nanoseconds just after the answer arrived (for `Unknown`, when the client gave up).
     pub return_ns: u64,
+}
+
+impl Call {
+    /// `get`, `put` or `delete`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Get => "get",
+            Call::Put { .. } => "put",
+            Call::Delete => "delete",
+        }
+    }
 }
 
 impl Operation {
@@ -77,10 +104,87 @@ impl Operation {
 /// A recorded history, as saved with `kvbench check --history`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
+    /// Every operation, in any order.
     pub operations: Vec<Operation>,
 }
 
+/// Largest history `validate` accepts, in operations.
+pub const MAX_OPERATIONS: usize = 50_000_000;
+/// Longest key or value `validate` accepts, in bytes.
+pub const MAX_TEXT_LEN: usize = 1 << 20;
+
+/// Why a history cannot be checked: the first operation that breaks a rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HistoryError {
+    /// More operations than the checker takes.
+    #[error("{count} operations, more than the {max} a history may hold")]
+    TooLarge {
+        /// Operations in the history.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An operation that breaks a rule.
+    #[error("operation #{index} (client {client}, key {key:?}): {problem}")]
+    BadOperation {
+        /// Its position in the file.
+        index: usize,
+        /// Its client label.
+        client: u32,
+        /// Its key, cut to 40 characters.
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
 impl History {
+    /// Checks what the checker and the timeline rely on, for a history read from a file
+    /// (untrusted input): every op returns no earlier than it was called, each answer fits
+    /// its call (a get answers a value, a put `stored`, a delete `deleted`; any op may be
+    /// `unknown`), and sizes are bounded.
+    pub fn validate(&self) -> Result<(), HistoryError> {
+        if self.operations.len() > MAX_OPERATIONS {
+            return Err(HistoryError::TooLarge {
+                count: self.operations.len(),
+                max: MAX_OPERATIONS,
+            });
+        }
+        for (index, op) in self.operations.iter().enumerate() {
+            let bad = |problem: String| HistoryError::BadOperation {
+                index,
+                client: op.client,
+                key: op.key.chars().take(40).collect(),
+                problem,
+            };
+            if op.return_ns < op.call_ns {
+                return Err(bad(format!(
+                    "returns at {} ns, before its call at {} ns",
+                    op.return_ns, op.call_ns
+                )));
+            }
+            let fits = matches!(
+                (&op.call, &op.ret),
+                (_, Return::Unknown)
+                    | (Call::Get, Return::Value { .. })
+                    | (Call::Put { .. }, Return::Stored)
+                    | (Call::Delete, Return::Deleted { .. })
+            );
+            if !fits {
+                return Err(bad(format!("a {} cannot answer {:?}", op.call.name(), op.ret)));
+            }
+            let value_len = match (&op.call, &op.ret) {
+                (Call::Put { value }, _) => value.len(),
+                (_, Return::Value { value: Some(v) }) => v.len(),
+                _ => 0,
+            };
+            if op.key.len() > MAX_TEXT_LEN || value_len > MAX_TEXT_LEN {
+                return Err(bad(format!("key or value longer than {MAX_TEXT_LEN} bytes")));
+            }
+        }
+        Ok(())
+    }
+
     /// Joins per-client logs into one history.
     pub fn from_clients(logs: Vec<Vec<Operation>>) -> History {
         History {
@@ -102,6 +206,7 @@ impl Default for Clock {
 }
 
 impl Clock {
+    /// A clock starting now.
     pub fn new() -> Clock {
         Clock::default()
     }

@@ -34,13 +34,18 @@ pub fn render_timeline(f: &Failure) -> String {
             ops[i].return_ns
         }
     };
+    // The axis spans every drawn call and end, so no column can fall off the row, whatever
+    // the times (a checked history has end >= call, but drawing must not rely on it).
     let t1 = idx
         .iter()
-        .map(|&i| end(i))
+        .map(|&i| end(i).max(ops[i].call_ns))
         .max()
         .unwrap_or(t0)
         .max(t0.saturating_add(1));
-    let col = |t: u64| (((t.saturating_sub(t0)) as f64 / (t1 - t0) as f64) * (WIDTH - 1) as f64) as usize;
+    let col = |t: u64| {
+        let c = ((t.saturating_sub(t0)) as f64 / (t1 - t0) as f64 * (WIDTH - 1) as f64) as usize;
+        c.min(WIDTH - 1)
+    };
 
     let mut rows: BTreeMap<u32, Vec<char>> = BTreeMap::new();
     let mut labels: BTreeMap<u32, Vec<String>> = BTreeMap::new();

@@ -1,0 +1,82 @@
+//! What every tool's command line shares: naming the cluster, the request timeout, logging,
+//! and turning an error into an exit status. (Feature `cli`; the library proper has no clap.)
+
+use std::error::Error;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use tracing_subscriber::EnvFilter;
+
+use crate::client::{ClientConfig, ClientError, DEFAULT_NODE, parse_nodes};
+
+/// `--nodes`/`KV_NODES` and `--timeout`, the same in kvd's client verbs, kvbench and kvtui.
+#[derive(Args, Debug, Clone)]
+pub struct NodesArgs {
+    /// The cluster's nodes in shard order (node I is the kvd started with --shard I/N).
+    #[arg(long, env = "KV_NODES", default_value = DEFAULT_NODE, value_name = "ADDR,ADDR,...")]
+    pub nodes: String,
+    /// Give up on a request, or on connecting to a node, after this long (e.g. 500ms, 5s).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+}
+
+impl NodesArgs {
+    /// The node list, checked.
+    pub fn node_list(&self) -> Result<Vec<String>, ClientError> {
+        parse_nodes(&self.nodes)
+    }
+
+    /// A client configuration with these timeouts and defaults for everything else.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig {
+            request_timeout: self.timeout,
+            connect_timeout: self.timeout,
+            ..ClientConfig::default()
+        }
+    }
+
+    /// Whether the node list is the default single local node (for hints when it is down).
+    pub fn is_default(&self) -> bool {
+        self.nodes.trim() == DEFAULT_NODE
+    }
+}
+
+/// Sets up `tracing` to stderr. `default` is the filter without `RUST_LOG` (e.g.
+/// `"kvd=info,warn"`); `None` logs nothing unless `RUST_LOG` is set (a full-screen UI).
+pub fn init_logging(default: Option<&str>) {
+    let filter = match (EnvFilter::try_from_default_env(), default) {
+        (Ok(f), _) => f,
+        (Err(_), Some(d)) => EnvFilter::new(d),
+        (Err(_), None) => return,
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// Exit status for usage errors and failures to run at all.
+pub const EXIT_ERROR: u8 = 2;
+
+/// Prints `tool: error: cause: cause` to stderr and returns exit status 2, except for a
+/// closed stdout (`| head`), which ends quietly with status 0 as Unix tools do.
+pub fn exit_code(tool: &str, err: &(dyn Error + 'static)) -> ExitCode {
+    let mut chain = Some(err);
+    let mut text = String::new();
+    while let Some(e) = chain {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            return ExitCode::SUCCESS;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&e.to_string());
+        chain = e.source();
+    }
+    eprintln!("{tool}: {text}");
+    ExitCode::from(EXIT_ERROR)
+}
