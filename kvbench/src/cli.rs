@@ -139,14 +139,21 @@ pub struct TimingArgs {
     pub seed: u64,
 }
 
+/// What every measured run needs: the cluster, the workload and the timing.
 #[derive(Args, Debug, Clone)]
-pub struct RunArgs {
+pub struct BenchArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
     pub workload: WorkloadArgs,
     #[command(flatten)]
     pub timing: TimingArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub bench: BenchArgs,
     /// Concurrent client tasks.
     #[arg(long, short = 't', default_value_t = 128)]
     pub tasks: usize,
@@ -178,11 +185,7 @@ pub struct RunArgs {
 #[derive(Args, Debug, Clone)]
 pub struct SweepArgs {
     #[command(flatten)]
-    pub cluster: ClusterArgs,
-    #[command(flatten)]
-    pub workload: WorkloadArgs,
-    #[command(flatten)]
-    pub timing: TimingArgs,
+    pub bench: BenchArgs,
     /// Task counts to try.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
     pub tasks: Vec<usize>,

@@ -10,8 +10,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(Some("warn"));
     let threads = match &cli.command {
-        Command::Run(a) => a.cluster.threads,
-        Command::Sweep(a) => a.cluster.threads,
+        Command::Run(a) => a.bench.cluster.threads,
+        Command::Sweep(a) => a.bench.cluster.threads,
         Command::Load(a) => a.cluster.threads,
         Command::Check(a) => a.cluster.threads,
         Command::Merge(_) => Some(1),

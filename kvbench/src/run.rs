@@ -16,7 +16,7 @@ use kvshared::stats::NodeStats;
 use kvshared::units::{grouped, si};
 use kvshared::wire::encode_frame;
 
-use crate::cli::RunArgs;
+use crate::cli::{BenchArgs, RunArgs};
 use crate::connect;
 use crate::cpu::own_cpu_ms;
 use crate::engine::{self, BatchFiller, EngineConfig, Live};
@@ -45,22 +45,28 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
-    /// The plan `kvbench run` flags describe.
-    pub fn from_args(args: &RunArgs) -> RunPlan {
+    /// The plan the shared run flags describe, with `tasks` tasks and batches of `batch`.
+    pub fn new(bench: &BenchArgs, tasks: usize, batch: usize, show_progress: bool) -> RunPlan {
+        let timing = &bench.timing;
         RunPlan {
             engine: EngineConfig {
-                tasks: args.tasks.max(1),
-                batch: args.batch.max(1),
-                warmup: args.timing.warmup,
-                duration: args.timing.duration,
-                ops_limit: args.timing.ops,
-                rate: args.timing.rate,
-                seed: args.timing.seed,
+                tasks: tasks.max(1),
+                batch: batch.max(1),
+                warmup: timing.warmup,
+                duration: timing.duration,
+                ops_limit: timing.ops,
+                rate: timing.rate,
+                seed: timing.seed,
             },
-            workload: WorkloadSpec::new(args.workload.workload, &args.workload.spec_options()),
-            client_threads: args.cluster.threads.unwrap_or_else(default_threads),
-            show_progress: !args.quiet,
+            workload: WorkloadSpec::new(bench.workload.workload, &bench.workload.spec_options()),
+            client_threads: bench.cluster.threads.unwrap_or_else(default_threads),
+            show_progress,
         }
+    }
+
+    /// The plan `kvbench run` flags describe.
+    pub fn from_args(args: &RunArgs) -> RunPlan {
+        RunPlan::new(&args.bench, args.tasks, args.batch, !args.quiet)
     }
 
     /// The same plan with another task count and batch size (a sweep point).
@@ -192,7 +198,7 @@ pub async fn command(args: RunArgs, interrupt: Interrupt) -> anyhow::Result<Exit
         return Ok(ExitCode::SUCCESS);
     }
     let plan = RunPlan::from_args(&args);
-    let cluster = connect::cluster(&args.cluster).await?;
+    let cluster = connect::cluster(&args.bench.cluster).await?;
     let result = if args.tui && std::io::stdout().is_terminal() {
         crate::tui::run_with_dashboard(cluster, &plan, &interrupt).await?
     } else {
@@ -227,16 +233,16 @@ pub async fn command(args: RunArgs, interrupt: Interrupt) -> anyhow::Result<Exit
 
 /// Generates and encodes ops on this thread without sending anything: kvbench's own cost.
 fn dry_run(args: &RunArgs) -> anyhow::Result<()> {
-    let nodes = args.cluster.nodes.node_list()?.len();
-    let spec = WorkloadSpec::new(args.workload.workload, &args.workload.spec_options());
+    let nodes = args.bench.cluster.nodes.node_list()?.len();
+    let spec = WorkloadSpec::new(args.bench.workload.workload, &args.bench.workload.spec_options());
     let describe = spec.describe();
     let prefix = spec.key_prefix.clone();
     let build = Instant::now();
     let shared = Shared::new(spec, nodes as u32);
     let setup = build.elapsed();
-    let mut filler = BatchFiller::new(shared, args.timing.seed, nodes, args.batch.max(1));
+    let mut filler = BatchFiller::new(shared, args.bench.timing.seed, nodes, args.batch.max(1));
     let mut frame = AlignedVec::new();
-    let budget = args.timing.duration.min(Duration::from_secs(5));
+    let budget = args.bench.timing.duration.min(Duration::from_secs(5));
     let start = Instant::now();
     let cpu0 = own_cpu_ms();
     let mut bytes = 0u64;

@@ -10,12 +10,10 @@ use kvshared::units::si;
 use crate::chart::LineChart;
 use crate::cli::SweepArgs;
 use crate::connect;
-use crate::engine::EngineConfig;
 use crate::interrupt::Interrupt;
 use crate::report::{CsvRow, append_csv};
 use crate::result::RunResult;
-use crate::run::{EXIT_FAILURES, EXIT_INTERRUPTED, RunPlan, default_threads, run_plan};
-use crate::workload::WorkloadSpec;
+use crate::run::{EXIT_FAILURES, EXIT_INTERRUPTED, RunPlan, run_plan};
 
 /// `kvbench sweep`. Ctrl-C ends the sweep after the point in progress (which is reported
 /// as interrupted); the charts then show the points measured so far.
@@ -25,28 +23,15 @@ pub async fn command(args: SweepArgs, interrupt: Interrupt) -> anyhow::Result<Ex
     if csv.exists() {
         std::fs::remove_file(&csv)?;
     }
-    let cluster = connect::cluster(&args.cluster).await?;
+    let cluster = connect::cluster(&args.bench.cluster).await?;
     let points = args.tasks.len() * args.batch.len();
     eprintln!(
         "kvbench sweep: {points} points x ({:?} warm-up + {:?}), results in {}",
-        args.timing.warmup,
-        args.timing.duration,
+        args.bench.timing.warmup,
+        args.bench.timing.duration,
         args.out.display()
     );
-    let base = RunPlan {
-        engine: EngineConfig {
-            tasks: 1,
-            batch: 1,
-            warmup: args.timing.warmup,
-            duration: args.timing.duration,
-            ops_limit: args.timing.ops,
-            rate: args.timing.rate,
-            seed: args.timing.seed,
-        },
-        workload: WorkloadSpec::new(args.workload.workload, &args.workload.spec_options()),
-        client_threads: args.cluster.threads.unwrap_or_else(default_threads),
-        show_progress: false,
-    };
+    let base = RunPlan::new(&args.bench, 1, 1, false);
     let mut results = Vec::new();
     'grid: for &tasks in &args.tasks {
         for &batch in &args.batch {

@@ -71,5 +71,17 @@ async fn check_records_saves_and_rechecks_a_history() {
         text.contains("NOT LINEARIZABLE") && text.contains("get→never-written"),
         "{text}"
     );
+
+    // Malformed: an op that returns before it was called. A one-line refusal, exit 2.
+    let op = &mut h.operations[3];
+    op.return_ns = op.call_ns.saturating_sub(1);
+    op.call_ns = op.return_ns + 1;
+    let malformed = dir.join("malformed.json");
+    std::fs::write(&malformed, serde_json::to_vec(&h).unwrap()).unwrap();
+    let refused = kvbench(&["check", "--from", malformed.to_str().unwrap()]).await;
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("operation #3") && err.contains("before its call"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -22,7 +22,7 @@ async fn run(args: &[&str]) -> kvbench::result::RunResult {
     let Command::Run(args) = parse(&[&["run"], args].concat()) else {
         unreachable!("not a run command")
     };
-    let cluster = kvbench::connect::cluster(&args.cluster).await.unwrap();
+    let cluster = kvbench::connect::cluster(&args.bench.cluster).await.unwrap();
     let plan = RunPlan {
         show_progress: false,
         ..RunPlan::from_args(&args)
@@ -223,7 +223,7 @@ async fn a_node_dying_mid_run_fails_only_its_ops_and_the_run_ends() {
     ]) else {
         unreachable!()
     };
-    let cluster = kvbench::connect::cluster(&args.cluster).await.unwrap();
+    let cluster = kvbench::connect::cluster(&args.bench.cluster).await.unwrap();
     let dying = nodes.nodes.pop().unwrap();
     let killer = tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;

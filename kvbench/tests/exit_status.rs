@@ -13,6 +13,17 @@ fn kvbench(args: &[&str]) -> Command {
     c
 }
 
+/// Runs kvbench to completion off the async runtime (the nodes run on it).
+async fn output(args: Vec<&str>) -> std::process::Output {
+    let args: Vec<String> = args.into_iter().map(String::from).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        kvbench(&args).output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
 /// Failed ops make `kvbench run` exit 1, unless failures are allowed. The failures here:
 /// the client is given one node of a two-node cluster, so the other node's keys are refused
 /// as wrong-shard.
@@ -38,29 +49,12 @@ async fn failed_ops_give_exit_status_1_unless_allowed() {
         "2000",
         "-q",
     ];
-    let out = tokio::task::spawn_blocking({
-        let args: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-        move || {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            kvbench(&args).output().unwrap()
-        }
-    })
-    .await
-    .unwrap();
+    let out = output(common.to_vec()).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("wrong_shard"), "{stdout}");
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let allowed = tokio::task::spawn_blocking({
-        let mut args: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-        args.push("--allow-failures".into());
-        move || {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            kvbench(&args).output().unwrap()
-        }
-    })
-    .await
-    .unwrap();
+    let allowed = output([&common[..], &["--allow-failures"]].concat()).await;
     assert_eq!(allowed.status.code(), Some(0));
 }
 

@@ -3,12 +3,12 @@
 //! # Layout
 //!
 //! * [`server`]: binds the listener, limits connections, runs the graceful shutdown.
-//! * [`connection`]: one client connection's loop: frame in, execute, frame out.
+//! * `connection`: one client connection's loop: frame in, execute, frame out.
 //! * [`store`]: the sharded map and batch execution (knows nothing of sockets).
 //! * [`node`]: what connections share: config, store, counters, sampler; builds stats.
-//! * [`counters`]: striped per-connection counters for the hot path.
+//! * `counters`: striped per-connection counters for the hot path.
 //! * [`local`]: in-process nodes on 127.0.0.1 ports for tests and benchmarks.
-//! * [`sampler`]: the once-a-second sysinfo thread (CPU, memory, network).
+//! * `sampler`: the once-a-second sysinfo thread (CPU, memory, network).
 //! * [`cli`] and [`client_cmd`]: the command line, and its client verbs.
 //!
 //! Wire types, framing and routing come from `kvshared`; nothing here re-implements them.

@@ -7,7 +7,7 @@
 //! * [`ui`]: drawing, one file per widget (table, charts, detail, help, benchmark panel).
 //! * [`app`]: key handling and the main loop; [`terminal`]: the RAII terminal guard.
 //! * [`headless`]: `--once` output (JSON or the table as text).
-//! * [`bench`]: the trait a benchmark implements to appear in the dashboard.
+//! * [`bench`](mod@bench): the trait a benchmark implements to appear in the dashboard.
 //!
 //! Collection, state and drawing are separate, so tests render state built by hand into
 //! ratatui's `TestBackend`.

@@ -6,7 +6,7 @@
 //! and kvbench's server figures), so there is exactly one place where a restart, a sample
 //! that kvd has not refreshed yet, or a counter going backwards is handled.
 //!
-//! The node's counters are declared once, in the [`counters!`] list below: that list makes
+//! The node's counters are declared once, in the `counters!` list below: that list makes
 //! the [`Counter`] index used by kvd's striped atomics, the [`Counts`] struct that travels in
 //! [`NodeStats`] (rkyv and JSON), and every counter's name and help text. Adding a counter is
 //! one line there plus the code that increments it.

@@ -135,3 +135,100 @@ proptest! {
         prop_assert!(matches!(verdict(&h), Verdict::NotLinearizable(_)));
     }
 }
+
+mod untrusted_files {
+    use kvshared::history::{CheckOptions, History, check, render_timeline};
+    use proptest::prelude::*;
+
+    const VALID: &str = r#"{"operations":[
+        {"client":0,"key":"k","call":{"op":"put","value":"a"},"return":{"result":"stored"},"call_ns":0,"return_ns":10},
+        {"client":1,"key":"k","call":{"op":"get"},"return":{"result":"value","value":"b"},"call_ns":20,"return_ns":30},
+        {"client":2,"key":"k","call":{"op":"delete"},"return":{"result":"deleted","existed":true},"call_ns":5,"return_ns":25},
+        {"client":3,"key":"j","call":{"op":"put","value":"c"},"return":{"result":"unknown"},"call_ns":7,"return_ns":9}
+    ]}"#;
+
+    /// What `kvbench check --from` does with a file: parse, validate, and only then check
+    /// and draw. Must never panic, whatever the bytes.
+    fn load_and_check(bytes: &[u8]) {
+        let Ok(history) = serde_json::from_slice::<History>(bytes) else {
+            return;
+        };
+        if history.validate().is_err() {
+            return;
+        }
+        let report = check(&history, &CheckOptions::default());
+        if let kvshared::history::Verdict::NotLinearizable(f) = &report.verdict {
+            let _ = render_timeline(f);
+        }
+    }
+
+    #[test]
+    fn a_return_before_its_call_is_refused_with_the_operation_named() {
+        let bad = VALID.replace(r#""call_ns":20,"return_ns":30"#, r#""call_ns":20,"return_ns":3"#);
+        let h: History = serde_json::from_str(&bad).unwrap();
+        let err = h.validate().unwrap_err().to_string();
+        assert!(err.contains("operation #1") && err.contains("before its call"), "{err}");
+        let mismatched = VALID.replace(r#"{"result":"stored"}"#, r#"{"result":"deleted","existed":true}"#);
+        let h: History = serde_json::from_str(&mismatched).unwrap();
+        assert!(h.validate().unwrap_err().to_string().contains("put cannot answer"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            load_and_check(&bytes);
+        }
+
+        /// Valid JSON with its numbers and words changed: times out of order, huge or zero,
+        /// kinds swapped, values missing.
+        #[test]
+        fn mutated_histories_never_panic(
+            edits in proptest::collection::vec((0usize..VALID.len(), 0usize..8, any::<u64>()), 1..6)
+        ) {
+            let mut text = VALID.to_string();
+            for (at, what, n) in edits {
+                let at = (0..=at.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+                let insert = match what {
+                    0 => n.to_string(),
+                    1 => "\"get\"".into(),
+                    2 => "\"put\"".into(),
+                    3 => "null".into(),
+                    4 => "18446744073709551615".into(),
+                    5 => "\"unknown\"".into(),
+                    6 => "0".into(),
+                    _ => String::new(),
+                };
+                let cut = (at + (n % 4) as usize).min(text.len());
+                let cut = (cut..=text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+                text.replace_range(at..cut, &insert);
+            }
+            load_and_check(text.as_bytes());
+        }
+
+        /// Any structurally valid history with times in any order: validation refuses the
+        /// bad ones, and whatever passes can be checked and drawn.
+        #[test]
+        fn histories_with_any_times_never_panic(
+            ops in proptest::collection::vec((0u32..4, 0u8..3, any::<u64>(), any::<u64>(), any::<bool>()), 0..30)
+        ) {
+            let operations = ops.into_iter().enumerate().map(|(i, (client, kind, t0, t1, unknown))| {
+                use kvshared::history::{Call, Operation, Return};
+                let (call, ret) = match kind {
+                    0 => (Call::Get, Return::Value { value: Some(format!("v{}", i % 3)) }),
+                    1 => (Call::Put { value: format!("v{i}") }, Return::Stored),
+                    _ => (Call::Delete, Return::Deleted { existed: i % 2 == 0 }),
+                };
+                Operation { client, key: "k".into(), call, ret: if unknown { Return::Unknown } else { ret }, call_ns: t0, return_ns: t1 }
+            }).collect();
+            let h = History { operations };
+            let valid = h.validate().is_ok();
+            prop_assert_eq!(valid, h.operations.iter().all(|o| o.return_ns >= o.call_ns));
+            let report = check(&h, &CheckOptions::default());
+            if let kvshared::history::Verdict::NotLinearizable(f) = &report.verdict {
+                let _ = render_timeline(f);
+            }
+        }
+    }
+}

@@ -195,7 +195,7 @@ impl Cluster {
 
     /// A connection to `node`, round-robin over its pool; fails at once while the node is
     /// marked down.
-    pub async fn connection(&self, node: usize) -> Result<Arc<Connection>, ClientError> {
+    pub(crate) async fn connection(&self, node: usize) -> Result<Arc<Connection>, ClientError> {
         if let Some(left) = self.down_for(node) {
             return Err(ClientError::Unavailable {
                 addr: self.addr(node).to_string(),

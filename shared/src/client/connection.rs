@@ -131,7 +131,7 @@ struct Outbox {
 }
 
 /// A pipelined connection to one node.
-pub struct Connection {
+pub(crate) struct Connection {
     addr: Arc<str>,
     outbox: Outbox,
     pool: Arc<BufferPool>,

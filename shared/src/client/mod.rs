@@ -9,7 +9,7 @@ mod recording;
 use std::time::Duration;
 
 pub use cluster::{Cluster, Op, Outcome};
-pub use connection::{Connection, InFlight, Reply};
+pub use connection::{InFlight, Reply};
 pub use error::ClientError;
 pub use node_batches::NodeBatches;
 pub use recording::{RecordConfig, Recording, record};
