@@ -103,6 +103,8 @@ async fn ctrl_c_reports_the_partial_run_and_exits_130() {
         assert!(Instant::now() < deadline, "kvbench stopped loading");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The window opens 200 ms (the warm-up) after the engine starts; the engine is running,
+    // so after 300 ms more it is open, however slow the machine.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -18,10 +18,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kvshared::frame::AlignedVec;
 use kvshared::frame::{CONNECTION_ERROR_ID, FrameError, FrameHeader, FrameKind, HEADER_LEN, read_frame};
 use kvshared::stats::{Counter, Counts};
 use kvshared::wire::{BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_frame};
-use rkyv::util::AlignedVec;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};

@@ -345,9 +345,9 @@ pub(crate) mod stale {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvshared::frame::AlignedVec;
     use kvshared::frame::{FrameKind, HEADER_LEN};
     use kvshared::wire::{BatchRequest, OpReply, ReplyView, encode_frame};
-    use rkyv::util::AlignedVec;
 
     /// Runs a request through the store and returns the encoded response body.
     fn run(store: &Store, req: &BatchRequest) -> (AlignedVec, Counts) {

@@ -12,10 +12,10 @@
 //! which is what makes this fast on real histories.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::model::{ModelOp, reduce, step};
@@ -125,9 +125,8 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
                     match check_partition(&model_ops, until, &cancel) {
                         PartitionResult::Linearizable => {}
                         PartitionResult::NotLinearizable { longest, stuck } => {
-                            if let Ok(mut f) = failure.lock()
-                                && f.is_none()
-                            {
+                            let mut f = failure.lock();
+                            if f.is_none() {
                                 *f = Some(Failure {
                                     key: key.to_string(),
                                     operations: ops.iter().map(|o| (*o).clone()).collect(),
@@ -149,7 +148,7 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
         }
     });
 
-    let verdict = match failure.into_inner().ok().flatten() {
+    let verdict = match failure.into_inner() {
         Some(f) => Verdict::NotLinearizable(Box::new(f)),
         None if timed_out.load(Ordering::Relaxed) => Verdict::Unknown {
             reason: format!(
