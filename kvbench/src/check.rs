@@ -28,7 +28,7 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
     };
     let options = CheckOptions {
         deadline: Some(args.deadline),
-        threads: 0,
+        ..CheckOptions::default()
     };
     let history_for_check = history.clone();
     let report = tokio::task::spawn_blocking(move || check(&history_for_check, &options)).await?;
@@ -49,7 +49,7 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
         let verdict = match &report.verdict {
             Verdict::Linearizable => "LINEARIZABLE".to_string(),
             Verdict::NotLinearizable(f) => format!("NOT LINEARIZABLE (key {:?})", f.key),
-            Verdict::Unknown { reason } => format!("UNKNOWN: {reason}"),
+            Verdict::Unknown { reason, .. } => format!("UNKNOWN: {reason}"),
         };
         kvshared::outln!("verdict    {verdict}")?;
         kvshared::outln!(

@@ -28,6 +28,10 @@ pub struct CheckOptions {
     pub deadline: Option<Duration>,
     /// Worker threads; 0 means one per CPU.
     pub threads: usize,
+    /// Place observers (reads, deletes that found nothing) as soon as they may be placed
+    /// (see `check_partition`). On by default; off gives the plain WGL search with
+    /// Porcupine's memoisation, kept to measure against and to test the rule.
+    pub observers_first: bool,
 }
 
 impl Default for CheckOptions {
@@ -35,8 +39,20 @@ impl Default for CheckOptions {
         CheckOptions {
             deadline: Some(Duration::from_secs(60)),
             threads: 0,
+            observers_first: true,
         }
     }
+}
+
+/// A key the check did not decide before its deadline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Undecided {
+    /// The key.
+    pub key: String,
+    /// Its operations.
+    pub operations: usize,
+    /// The most of them the search had placed in a valid order (0: not started).
+    pub placed: usize,
 }
 
 /// Why a history is not linearizable: one key whose operations admit no valid order.
@@ -64,6 +80,9 @@ pub enum Verdict {
     Unknown {
         /// What was left undecided, and how to give the check more time.
         reason: String,
+        /// Every key left undecided.
+        #[serde(default)]
+        undecided: Vec<Undecided>,
     },
 }
 
@@ -83,7 +102,8 @@ pub struct CheckReport {
 enum PartitionResult {
     Linearizable,
     NotLinearizable { longest: Vec<usize>, stuck: Option<usize> },
-    Cancelled,
+    /// Stopped by the deadline or another key's failure, after placing at most `placed` ops.
+    Cancelled { placed: usize },
 }
 
 /// Checks `history` against the per-key register model.
@@ -106,6 +126,8 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
     let timed_out = AtomicBool::new(false);
     let next = AtomicUsize::new(0);
     let failure: Mutex<Option<Failure>> = Mutex::new(None);
+    // Per partition: decided, or how far its search got when it was stopped.
+    let progress: Mutex<Vec<Option<usize>>> = Mutex::new(vec![Some(0); partitions.len()]);
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,
@@ -122,7 +144,12 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
                         break;
                     }
                     let model_ops = reduce(ops);
-                    match check_partition(&model_ops, until, &cancel) {
+                    let result = check_partition(&model_ops, until, &cancel, options.observers_first);
+                    progress.lock()[i] = match &result {
+                        PartitionResult::Cancelled { placed } => Some(*placed),
+                        _ => None,
+                    };
+                    match result {
                         PartitionResult::Linearizable => {}
                         PartitionResult::NotLinearizable { longest, stuck } => {
                             let mut f = failure.lock();
@@ -136,7 +163,7 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
                             }
                             cancel.store(true, Ordering::Relaxed);
                         }
-                        PartitionResult::Cancelled => {
+                        PartitionResult::Cancelled { .. } => {
                             if until.is_some_and(|u| Instant::now() >= u) {
                                 timed_out.store(true, Ordering::Relaxed);
                             }
@@ -150,12 +177,35 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
 
     let verdict = match failure.into_inner() {
         Some(f) => Verdict::NotLinearizable(Box::new(f)),
-        None if timed_out.load(Ordering::Relaxed) => Verdict::Unknown {
-            reason: format!(
-                "deadline of {:?} passed before every key was checked",
-                options.deadline.unwrap_or_default()
-            ),
-        },
+        None if timed_out.load(Ordering::Relaxed) => {
+            let undecided: Vec<Undecided> = partitions
+                .iter()
+                .zip(progress.into_inner())
+                .filter_map(|((key, ops), placed)| {
+                    Some(Undecided {
+                        key: key.to_string(),
+                        operations: ops.len(),
+                        placed: placed?,
+                    })
+                })
+                .collect();
+            let shown: Vec<String> = undecided
+                .iter()
+                .take(5)
+                .map(|u| format!("{:?} ({} of {} ops placed)", u.key, u.placed, u.operations))
+                .collect();
+            Verdict::Unknown {
+                reason: format!(
+                    "deadline of {:?} passed with {} of {keys} keys undecided: {}{}; no verdict was \
+                     reached for them, so give the check more time (kvbench check --deadline)",
+                    options.deadline.unwrap_or_default(),
+                    undecided.len(),
+                    shown.join(", "),
+                    if undecided.len() > shown.len() { ", ..." } else { "" }
+                ),
+                undecided,
+            }
+        }
         None => Verdict::Linearizable,
     };
     CheckReport {
@@ -250,7 +300,7 @@ struct Event {
 }
 
 /// Decides one key's history. `ops` are in call order.
-fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool) -> PartitionResult {
+fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool, observers_first: bool) -> PartitionResult {
     let n = ops.len();
     if n == 0 {
         return PartitionResult::Linearizable;
@@ -308,33 +358,73 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool)
     let mut state = 0u32;
     let mut linearized = Linearized::new(n);
     let mut memo: HashSet<(Box<[u32]>, u32)> = HashSet::new();
-    let mut stack: Vec<(usize, u32)> = Vec::new();
+    // (call event, state before it, whether it was an observer placed by the rule below)
+    let mut stack: Vec<(usize, u32, bool)> = Vec::new();
     let mut best: Vec<usize> = Vec::new();
     let mut best_stuck: Option<usize> = None;
     let mut entry = next[head];
+    // True when the search has just arrived at a configuration (after placing an op).
+    let mut fresh = true;
     let mut steps: u64 = 0;
+    // The most ops placed at once so far, for the report when the deadline stops the search.
+    let mut deepest = 0;
 
-    loop {
+    'search: loop {
+        deepest = deepest.max(stack.len());
         if next[head] == NIL {
             return PartitionResult::Linearizable;
         }
         steps += 1;
         if steps.is_multiple_of(4096) && (cancel.load(Ordering::Relaxed) || until.is_some_and(|u| Instant::now() >= u))
         {
-            return PartitionResult::Cancelled;
+            return PartitionResult::Cancelled { placed: deepest };
+        }
+        // Observers first. An op that never changes the state (a read, a delete that found
+        // nothing) and may be placed now can be placed now: in any valid order from here,
+        // moving it to the front keeps every answer right (the state it sees is this one,
+        // and it changes nothing for the ops it jumps) and keeps real-time order (every op
+        // that returned before it was called is placed already). So this configuration
+        // succeeds exactly when it succeeds with that observer next, and the search never
+        // tries orders that only differ in where such ops go: the exponential corner of
+        // many concurrent reads and empty deletes.
+        let mut backtrack = false;
+        if fresh && observers_first {
+            fresh = false;
+            let mut e = next[head];
+            while e != NIL && !events[e].is_return {
+                let kind = ops[events[e].op].kind;
+                if kind.is_observer() && step(state, kind).is_some() {
+                    let op = events[e].op;
+                    linearized.set(op);
+                    if memo.insert((linearized.key(), state)) {
+                        stack.push((e, state, true));
+                        unlink(&mut next, &mut prev, e);
+                        unlink(&mut next, &mut prev, events[e].partner);
+                        entry = next[head];
+                        fresh = true;
+                        continue 'search;
+                    }
+                    // Explored before, and it failed: so does this configuration.
+                    linearized.clear(op);
+                    backtrack = true;
+                    break;
+                }
+                e = next[e];
+            }
         }
         // Reaching the end of the list cannot happen while it still holds a call and its
         // return (the return comes later); if it did, backtrack as at a return.
-        if entry != NIL && !events[entry].is_return {
+        if !backtrack && entry != NIL && !events[entry].is_return {
             let ev = events[entry];
             if let Some(new_state) = step(state, ops[ev.op].kind) {
                 linearized.set(ev.op);
                 if memo.insert((linearized.key(), new_state)) {
-                    stack.push((entry, state));
+                    stack.push((entry, state, false));
                     state = new_state;
                     unlink(&mut next, &mut prev, entry);
                     unlink(&mut next, &mut prev, ev.partner);
                     entry = next[head];
+                    fresh = true;
                     continue;
                 }
                 linearized.clear(ev.op);
@@ -345,19 +435,26 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool)
         // An op's return came before it could be placed: the order so far is wrong.
         // Remember the deepest such point for the report (copied only here, at a
         // backtrack, so a search that never backtracks stays linear).
-        if entry != NIL && (stack.len() > best.len() || best.is_empty() && best_stuck.is_none()) {
-            best = stack.iter().map(|&(e, _)| events[e].op).collect();
+        if !backtrack && entry != NIL && (stack.len() > best.len() || best.is_empty() && best_stuck.is_none()) {
+            best = stack.iter().map(|&(e, _, _)| events[e].op).collect();
             best_stuck = Some(events[entry].op);
         }
-        let Some((call_e, prev_state)) = stack.pop() else {
-            break;
-        };
-        let call = events[call_e];
-        linearized.clear(call.op);
-        state = prev_state;
-        relink(&mut next, &mut prev, call.partner);
-        relink(&mut next, &mut prev, call_e);
-        entry = next[call_e];
+        // Undo the last placement and try the next candidate after it; an observer placed
+        // by the rule has no alternative at its configuration, so undo past it too.
+        loop {
+            let Some((call_e, prev_state, observer)) = stack.pop() else {
+                break 'search;
+            };
+            let call = events[call_e];
+            linearized.clear(call.op);
+            state = prev_state;
+            relink(&mut next, &mut prev, call.partner);
+            relink(&mut next, &mut prev, call_e);
+            if !observer {
+                entry = next[call_e];
+                break;
+            }
+        }
     }
     PartitionResult::NotLinearizable {
         longest: best,
@@ -549,8 +646,14 @@ mod tests {
             &CheckOptions {
                 deadline: Some(Duration::ZERO),
                 threads: 1,
+                observers_first: false,
             },
         );
-        assert!(matches!(r.verdict, Verdict::Unknown { .. }), "{:?}", r.verdict);
+        let Verdict::Unknown { reason, undecided } = &r.verdict else {
+            panic!("{:?}", r.verdict)
+        };
+        assert_eq!(undecided.len(), 1);
+        assert_eq!((undecided[0].key.as_str(), undecided[0].operations), ("k", 401));
+        assert!(reason.contains("1 of 1 keys undecided") && reason.contains("--deadline"), "{reason}");
     }
 }

@@ -30,6 +30,16 @@ pub(crate) enum Kind {
     DeleteUnknown,
 }
 
+impl Kind {
+    /// Whether the op never changes the state, wherever it applies (a read, or a delete
+    /// that found nothing). Such an op, once it may be placed, can be placed at once: see
+    /// the checker's search.
+    #[inline]
+    pub(crate) fn is_observer(self) -> bool {
+        matches!(self, Kind::Get(_) | Kind::GetUnknown | Kind::Delete { existed: false })
+    }
+}
+
 /// The state after `op` from `state`, or `None` if `op`'s answer is impossible there.
 #[inline]
 pub(crate) fn step(state: u32, op: Kind) -> Option<u32> {
