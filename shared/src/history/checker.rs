@@ -28,10 +28,11 @@ pub struct CheckOptions {
     pub deadline: Option<Duration>,
     /// Worker threads; 0 means one per CPU.
     pub threads: usize,
-    /// Place observers (reads, deletes that found nothing) as soon as they may be placed
-    /// (see `check_partition`). On by default; off gives the plain WGL search with
-    /// Porcupine's memoisation, kept to measure against and to test the rule.
-    pub observers_first: bool,
+    /// The search's three pruning rules (see `check_partition`): observers first, one
+    /// unread-value state, one of each kind of op among the candidates. On by default; off
+    /// gives the plain WGL search with Porcupine's memoisation, kept to measure against and
+    /// to test the rules.
+    pub prune: bool,
 }
 
 impl Default for CheckOptions {
@@ -39,7 +40,7 @@ impl Default for CheckOptions {
         CheckOptions {
             deadline: Some(Duration::from_secs(60)),
             threads: 0,
-            observers_first: true,
+            prune: true,
         }
     }
 }
@@ -143,8 +144,8 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
                     if cancel.load(Ordering::Relaxed) {
                         break;
                     }
-                    let model_ops = reduce(ops);
-                    let result = check_partition(&model_ops, until, &cancel, options.observers_first);
+                    let model_ops = reduce(ops, options.prune);
+                    let result = check_partition(&model_ops, until, &cancel, options.prune);
                     progress.lock()[i] = match &result {
                         PartitionResult::Cancelled { placed } => Some(*placed),
                         _ => None,
@@ -300,7 +301,7 @@ struct Event {
 }
 
 /// Decides one key's history. `ops` are in call order.
-fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool, observers_first: bool) -> PartitionResult {
+fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool, prune: bool) -> PartitionResult {
     let n = ops.len();
     if n == 0 {
         return PartitionResult::Linearizable;
@@ -388,7 +389,7 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool,
         // tries orders that only differ in where such ops go: the exponential corner of
         // many concurrent reads and empty deletes.
         let mut backtrack = false;
-        if fresh && observers_first {
+        if fresh && prune {
             fresh = false;
             let mut e = next[head];
             while e != NIL && !events[e].is_return {
@@ -414,9 +415,30 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool,
         }
         // Reaching the end of the list cannot happen while it still holds a call and its
         // return (the return comes later); if it did, backtrack as at a return.
+        //
+        // Among candidates of one kind (the same put value, or two deletes that found the
+        // key), only the one that returns first is tried: in any valid order from here that
+        // starts with another of them, swapping the two gives a valid order too (same state
+        // changes; and the one returning first may go first in real time). So trying the
+        // others too would only repeat work.
         if !backtrack && entry != NIL && !events[entry].is_return {
             let ev = events[entry];
-            if let Some(new_state) = step(state, ops[ev.op].kind) {
+            let kind = ops[ev.op].kind;
+            let twin_first = prune && {
+                let me = (ops[ev.op].ret, ev.op);
+                let mut e = next[head];
+                let mut found = false;
+                while e != NIL && !events[e].is_return {
+                    let other = events[e].op;
+                    if e != entry && ops[other].kind == kind && (ops[other].ret, other) < me {
+                        found = true;
+                        break;
+                    }
+                    e = next[e];
+                }
+                found
+            };
+            if let Some(new_state) = step(state, kind).filter(|_| !twin_first) {
                 linearized.set(ev.op);
                 if memo.insert((linearized.key(), new_state)) {
                     stack.push((entry, state, false));
@@ -646,7 +668,7 @@ mod tests {
             &CheckOptions {
                 deadline: Some(Duration::ZERO),
                 threads: 1,
-                observers_first: false,
+                prune: false,
             },
         );
         let Verdict::Unknown { reason, undecided } = &r.verdict else {

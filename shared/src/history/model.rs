@@ -70,12 +70,27 @@ impl<'a> Interner<'a> {
     }
 }
 
-/// Converts one key's operations, interning values.
-pub(crate) fn reduce(ops: &[&Operation]) -> Vec<ModelOp> {
+/// The state after a put of a value that no get of the key ever returned. Every such value
+/// behaves the same in the model (no read can match it, a delete finds it), so they are one
+/// state: orders that differ only in which unread value is current are the same to the
+/// search.
+pub(crate) const UNREAD: u32 = u32::MAX;
+
+/// Converts one key's operations, interning values. With `merge_unread`, every value no get
+/// returned becomes [`UNREAD`].
+pub(crate) fn reduce(ops: &[&Operation], merge_unread: bool) -> Vec<ModelOp> {
     let mut values = Interner::default();
+    let read: std::collections::HashSet<&str> = ops
+        .iter()
+        .filter_map(|op| match &op.ret {
+            Return::Value { value: Some(v) } => Some(v.as_str()),
+            _ => None,
+        })
+        .collect();
     ops.iter()
         .map(|op| {
             let kind = match (&op.call, &op.ret) {
+                (Call::Put { value }, _) if merge_unread && !read.contains(value.as_str()) => Kind::Put(UNREAD),
                 (Call::Put { value }, _) => Kind::Put(values.id(Some(value.as_str()))),
                 (Call::Get, Return::Value { value }) => Kind::Get(values.id(value.as_deref())),
                 (Call::Get, _) => Kind::GetUnknown,
