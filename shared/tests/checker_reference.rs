@@ -68,7 +68,15 @@ fn reference(ops: &[Operation]) -> bool {
 }
 
 fn history() -> impl Strategy<Value = Vec<Operation>> {
-    let op = (0u32..4, 0u8..2, 0u8..3, 0u8..4, 0u64..10, 0u64..8, proptest::bool::weighted(0.2));
+    let op = (
+        0u32..4,
+        0u8..2,
+        0u8..3,
+        0u8..4,
+        0u64..10,
+        0u64..8,
+        proptest::bool::weighted(0.2),
+    );
     proptest::collection::vec(op, 1..10).prop_map(|raw| {
         raw.into_iter()
             .enumerate()
@@ -139,7 +147,16 @@ fn the_reference_decides_known_cases() {
         return_ns: t1,
     };
     let put = |v: &str, t0, t1| op(Call::Put { value: v.into() }, Return::Stored, t0, t1);
-    let get = |v: Option<&str>, t0, t1| op(Call::Get, Return::Value { value: v.map(String::from) }, t0, t1);
+    let get = |v: Option<&str>, t0, t1| {
+        op(
+            Call::Get,
+            Return::Value {
+                value: v.map(String::from),
+            },
+            t0,
+            t1,
+        )
+    };
     assert!(reference(&[put("a", 0, 1), get(Some("a"), 2, 3)]));
     assert!(!reference(&[put("a", 0, 1), put("b", 2, 3), get(Some("a"), 4, 5)]));
     assert!(reference(&[put("a", 0, 10), put("b", 1, 9), get(Some("a"), 11, 12)]));
