@@ -8,11 +8,11 @@ use std::time::Duration;
 use kvd::local::LocalNode;
 use kvd::node::NodeConfig;
 use kvshared::client::{ClientConfig, Cluster};
+use kvshared::frame::AlignedVec;
 use kvshared::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use kvshared::wire::{BatchRequest, ErrorCode, ReplyView, encode_frame, parse_error_reply};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use rkyv::util::AlignedVec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -214,7 +214,8 @@ fn a_peer_of_another_version_is_told_so() {
         let replies = frames(&exchange(node.addr, &bytes).await);
         let e = parse_error_reply(&replies[0].1).unwrap();
         assert_eq!(e.code, ErrorCode::VersionMismatch);
-        assert!(e.message.contains("v1") && e.message.contains("v7"), "{}", e.message);
+        let ours = format!("v{}", kvshared::frame::VERSION);
+        assert!(e.message.contains(&ours) && e.message.contains("v7"), "{}", e.message);
 
         // Something that is not our protocol at all, e.g. HTTP.
         let replies = frames(&exchange(node.addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await);

@@ -25,7 +25,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// Bytes that open every frame.
 pub const MAGIC: [u8; 2] = *b"KV";
 /// Protocol version; bumped on any incompatible change of the header or the body types.
-pub const VERSION: u8 = 1;
+/// 2: `NodeStats` carries `Counts` and `SystemFigures` (one definition of each counter).
+pub const VERSION: u8 = 2;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).
@@ -205,7 +206,7 @@ mod tests {
         .encode();
         raw[2] = 9;
         let err = FrameHeader::decode(&raw, 100).unwrap_err();
-        assert!(err.to_string().contains("v1"), "{err}");
+        assert!(err.to_string().contains(&format!("v{VERSION}")), "{err}");
         raw[0] = b'G';
         assert!(matches!(FrameHeader::decode(&raw, 100), Err(FrameError::BadMagic(_))));
     }
