@@ -30,7 +30,7 @@ fn body(req: &BatchRequest) -> AlignedVec {
 }
 
 fn main() {
-    let store = Store::new(ShardId::SOLO, 64, RECORDS as usize);
+    let store = Store::new(ShardId::SOLO, 64, RECORDS as usize).expect("store");
     let value = [7u8; 128];
     let mut out = BatchResponse::default();
     let mut scratch = Scratch::default();

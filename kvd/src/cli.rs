@@ -33,6 +33,15 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+/// Smallest `--max-frame` that still fits a useful batch.
+pub const MIN_MAX_FRAME: u32 = 1024;
+/// Most keys `--capacity` may ask to preallocate for.
+pub const MAX_CAPACITY: usize = 1 << 32;
+/// Most worker threads.
+pub const MAX_THREADS: usize = 1024;
+/// Most internal map shards.
+pub const MAX_MAP_SHARDS: usize = 1 << 20;
+
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Which shard this node serves, as I/N (node I of N, counting from 0).
@@ -57,6 +66,36 @@ pub struct ServeArgs {
     /// Keys to preallocate room for, so loading does not stall on rehashing.
     #[arg(long, default_value_t = 0)]
     pub capacity: usize,
+}
+
+impl ServeArgs {
+    /// Refuses settings that cannot work, before anything starts, with a reason that names
+    /// the flag (a zero frame limit would refuse every request; a huge capacity would abort
+    /// on allocation).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_frame < MIN_MAX_FRAME {
+            return Err(format!(
+                "--max-frame {} is too small: a request frame needs at least {MIN_MAX_FRAME} bytes",
+                self.max_frame
+            ));
+        }
+        if self.max_conns == 0 {
+            return Err("--max-conns must be at least 1".into());
+        }
+        if self.threads.is_some_and(|t| t == 0 || t > MAX_THREADS) {
+            return Err(format!("--threads must be between 1 and {MAX_THREADS}"));
+        }
+        if self.map_shards.is_some_and(|s| s == 0 || s > MAX_MAP_SHARDS) {
+            return Err(format!("--map-shards must be between 1 and {MAX_MAP_SHARDS}"));
+        }
+        if self.capacity > MAX_CAPACITY {
+            return Err(format!(
+                "--capacity {} is more keys than one node can index (at most {MAX_CAPACITY})",
+                self.capacity
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The client verbs.

@@ -194,6 +194,7 @@ impl Connection {
                 }
                 Err(e) => {
                     tracing::warn!(peer = %self.peer, id = header.id, error = %e, "rejected a malformed batch");
+                    tracing::debug!(peer = %self.peer, id = header.id, detail = e.detail(), "validation detail");
                     self.tally.malformed_body += 1;
                     self.encode_error(header.id, ErrorCode::MalformedBody, e.to_string())
                 }

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    args.validate().map_err(anyhow::Error::msg)?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
@@ -43,7 +44,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     rt.block_on(async {
         let server = Server::bind(&args.listen, config)
             .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
+            .with_context(|| format!("cannot start on {}", args.listen))?;
         let addr = server.local_addr()?;
         tracing::info!("kvd shard {} listening on {addr}", args.shard);
         server.run(shutdown_signal()).await;

@@ -61,21 +61,22 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node with an empty store; starts the sampler thread.
-    pub fn new(config: NodeConfig) -> Node {
+    /// A node with an empty store; starts the sampler thread. Fails if the store's
+    /// preallocation cannot be had.
+    pub fn new(config: NodeConfig) -> std::io::Result<Node> {
         #[allow(unused_mut)]
-        let mut store = Store::new(config.shard, config.map_shards, config.capacity);
+        let mut store = Store::new(config.shard, config.map_shards, config.capacity)?;
         #[cfg(test)]
         if config.fault_stale_reads {
             store.enable_stale_reads();
         }
-        Node {
+        Ok(Node {
             store,
             counters: Counters::default(),
             sampler: Sampler::start(config.sample_period),
             started: Instant::now(),
             config,
-        }
+        })
     }
 
     /// A snapshot of every figure the node reports.

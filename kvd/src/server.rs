@@ -29,11 +29,9 @@ pub struct Server {
 impl Server {
     /// Binds `addr` (use port 0 for any free port) and builds the node's store.
     pub async fn bind(addr: &str, config: NodeConfig) -> std::io::Result<Server> {
+        let node = Arc::new(Node::new(config)?);
         let listener = TcpListener::bind(addr).await?;
-        Ok(Server {
-            listener,
-            node: Arc::new(Node::new(config)),
-        })
+        Ok(Server { listener, node })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {

@@ -75,19 +75,30 @@ pub struct Store {
 
 impl Store {
     /// A store for node `me` with `map_shards` internal shards (rounded up to a power of two),
-    /// preallocated for about `capacity` keys in total.
-    pub fn new(me: ShardId, map_shards: usize, capacity: usize) -> Store {
+    /// preallocated for about `capacity` keys in total. Memory that cannot be had is an
+    /// error (`OutOfMemory`), not an abort.
+    pub fn new(me: ShardId, map_shards: usize, capacity: usize) -> std::io::Result<Store> {
         let n = map_shards.max(1).next_power_of_two();
         let per_shard = capacity.div_ceil(n);
-        let shards = (0..n)
-            .map(|_| CachePadded::new(RwLock::new(HashTable::with_capacity(per_shard))))
-            .collect();
-        Store {
-            shards,
+        let mut shards = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut table = HashTable::new();
+            table
+                .try_reserve(per_shard, |e: &Entry| key_hash(e.key()))
+                .map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::OutOfMemory,
+                        format!("cannot preallocate room for {capacity} keys ({e:?}); lower --capacity"),
+                    )
+                })?;
+            shards.push(CachePadded::new(RwLock::new(table)));
+        }
+        Ok(Store {
+            shards: shards.into_boxed_slice(),
             me,
             #[cfg(test)]
             fault: None,
-        }
+        })
     }
 
     /// Unit tests only: answer some reads from a stale copy (see [`stale`]).
@@ -368,7 +379,7 @@ mod tests {
 
     #[test]
     fn put_get_delete_in_one_batch_keep_order() {
-        let store = Store::new(ShardId::SOLO, 8, 0);
+        let store = Store::new(ShardId::SOLO, 8, 0).unwrap();
         let mut req = BatchRequest::new();
         req.push_get(b"a");
         req.push_put(b"a", b"1");
@@ -400,7 +411,7 @@ mod tests {
 
     #[test]
     fn large_batches_group_by_shard_and_answer_in_op_order() {
-        let store = Store::new(ShardId::SOLO, 16, 1000);
+        let store = Store::new(ShardId::SOLO, 16, 1000).unwrap();
         let mut req = BatchRequest::new();
         for i in 0..500u32 {
             req.push_put(i.to_string().as_bytes(), &i.to_le_bytes());
@@ -419,7 +430,7 @@ mod tests {
     #[test]
     fn keys_of_other_nodes_are_refused_with_the_owner() {
         let me = ShardId { index: 1, count: 3 };
-        let store = Store::new(me, 4, 0);
+        let store = Store::new(me, 4, 0).unwrap();
         let mut req = BatchRequest::new();
         let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
         for k in &keys {

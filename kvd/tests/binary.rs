@@ -94,4 +94,17 @@ fn a_bad_flag_is_explained() {
     let out = kvd(&["--shard", "3/2"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("below the count"));
+    // Settings that cannot work are refused before anything starts, naming the flag.
+    for (args, says) in [
+        (&["--capacity", "100000000000"][..], "--capacity"),
+        (&["--capacity", "18446744073709551615"][..], "--capacity"),
+        (&["--max-frame", "0"][..], "--max-frame"),
+        (&["--max-conns", "0"][..], "--max-conns"),
+        (&["--threads", "0"][..], "--threads"),
+    ] {
+        let out = kvd(&[args, &["--listen", "127.0.0.1:0"]].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says) && err.lines().count() == 1, "{args:?}: {err}");
+    }
 }
