@@ -53,9 +53,18 @@ pub struct ServeArgs {
     /// Tokio worker threads [default: the number of CPUs].
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Most client connections served at once; more wait to be accepted.
+    /// Most client connections served at once; one more is told "max connections reached"
+    /// and closed.
     #[arg(long, default_value_t = 1024)]
     pub max_conns: usize,
+    /// Close a connection that sends no request for this long (0 = never). A connection
+    /// with a request in flight is not idle.
+    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub idle_timeout: std::time::Duration,
+    /// A request frame that has begun must arrive whole within this long, or the
+    /// connection is closed (a client trickling bytes holds no buffer).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub read_timeout: std::time::Duration,
     /// Largest request frame body in bytes; a larger length prefix is refused unread.
     #[arg(long, default_value_t = DEFAULT_MAX_FRAME)]
     pub max_frame: u32,
@@ -78,6 +87,9 @@ impl ServeArgs {
                 "--max-frame {} is too small: a request frame needs at least {MIN_MAX_FRAME} bytes",
                 self.max_frame
             ));
+        }
+        if self.read_timeout.is_zero() {
+            return Err("--read-timeout must be more than 0".into());
         }
         if self.max_conns == 0 {
             return Err("--max-conns must be at least 1".into());

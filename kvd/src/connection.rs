@@ -46,6 +46,20 @@ const REFUSE_MAX: Duration = Duration::from_secs(1);
 /// the connection goes idle), so a stats reader is never far behind.
 const PUBLISH_EVERY: u64 = 64;
 
+/// Tells a connection over `--max-conns` why it is refused (one error frame for the
+/// connection as a whole), then closes it.
+pub(crate) async fn refuse(mut stream: TcpStream, max_conns: usize) {
+    let reply = ErrorReply {
+        code: ErrorCode::TooManyConnections,
+        message: format!("max connections reached ({max_conns}); try again later"),
+    };
+    let mut out = AlignedVec::new();
+    if encode_frame(FrameKind::ErrorResponse, CONNECTION_ERROR_ID, &reply, &mut out).is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&out)).await;
+    }
+    let _ = stream.shutdown().await;
+}
+
 /// Why serving a connection stopped, for the log.
 enum End {
     /// The peer closed, or shutdown finished draining.
@@ -67,6 +81,10 @@ pub(crate) struct Connection {
     scratch: Scratch,
     /// What this connection did since it last published to the node's counters.
     tally: Counts,
+    /// `--idle-timeout`, and the interval that checks it.
+    idle_check: Option<(Duration, tokio::time::Interval)>,
+    /// When the last request arrived (or the connection opened).
+    last_request: Instant,
 }
 
 impl Connection {
@@ -87,7 +105,17 @@ impl Connection {
             response: BatchResponse::default(),
             scratch: Scratch::default(),
             tally: Counts::default(),
+            idle_check: None,
+            last_request: Instant::now(),
         };
+        if let Some(limit) = conn.node.config.idle_timeout {
+            // Checked four times per timeout: a connection is closed between 1 and 1.25
+            // timeouts after its last request.
+            let period = (limit / 4).max(Duration::from_millis(1));
+            let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            conn.idle_check = Some((limit, tick));
+        }
         let end = conn.run(shutdown).await;
         conn.publish();
         let _ = conn.writer.flush().await;
@@ -163,18 +191,47 @@ impl Connection {
                 Ok(Err(e)) => Err(e),
             };
         }
-        tokio::select! {
-            filled = self.reader.fill_buf() => Ok(!filled?.is_empty()),
-            _ = shutdown.recv() => {
-                *drain_until = Some(Instant::now() + DRAIN_MAX);
-                Ok(true)
+        // Waiting here means every request was answered: nothing is in flight. The idle
+        // check rides on a coarse interval made once per connection, so waiting costs no
+        // timer registration per request.
+        loop {
+            let reader = &mut self.reader;
+            let idle = &mut self.idle_check;
+            tokio::select! {
+                filled = reader.fill_buf() => return Ok(!filled?.is_empty()),
+                _ = shutdown.recv() => {
+                    *drain_until = Some(Instant::now() + DRAIN_MAX);
+                    return Ok(true);
+                }
+                _ = async { if let Some((_, tick)) = idle { tick.tick().await; } }, if idle.is_some() => {
+                    if let Some((limit, _)) = &self.idle_check
+                        && self.last_request.elapsed() >= *limit
+                    {
+                        self.tally.conns_idle_closed += 1;
+                        tracing::debug!(peer = %self.peer, "closing an idle connection");
+                        return Ok(false);
+                    }
+                }
             }
         }
     }
 
-    /// Reads the next frame into `self.body`, counting the bytes.
+    /// Reads the next frame into `self.body`, counting the bytes. A frame that has begun
+    /// must arrive whole within `--read-timeout` (a client trickling bytes holds nothing).
     async fn read_frame(&mut self) -> Result<Option<FrameHeader>, FrameError> {
-        let read = read_frame(&mut self.reader, &mut self.body, self.node.config.max_frame).await?;
+        let config = &self.node.config;
+        let read = tokio::time::timeout(
+            config.read_timeout,
+            read_frame(&mut self.reader, &mut self.body, config.max_frame),
+        )
+        .await
+        .map_err(|_| {
+            FrameError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("a frame did not arrive whole within {:?}", config.read_timeout),
+            ))
+        })??;
+        self.last_request = Instant::now();
         if read.is_some() {
             self.tally.bytes_in += (HEADER_LEN + self.body.len()) as u64;
         }

@@ -33,6 +33,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         capacity: args.capacity,
         max_conns: args.max_conns,
         max_frame: args.max_frame,
+        idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
+        read_timeout: args.read_timeout,
         worker_threads: threads,
         ..NodeConfig::default()
     };

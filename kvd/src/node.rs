@@ -10,6 +10,11 @@ use crate::counters::Counters;
 use crate::sampler::Sampler;
 use crate::store::Store;
 
+/// Default `--idle-timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default `--read-timeout`.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How a node is set up (the serving flags of the `kvd` command).
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -23,6 +28,10 @@ pub struct NodeConfig {
     pub max_conns: usize,
     /// Largest frame body accepted.
     pub max_frame: u32,
+    /// Close a connection that sends no request for this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// A frame that has begun must arrive whole within this long.
+    pub read_timeout: Duration,
     /// Tokio worker threads, reported in stats.
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
@@ -40,6 +49,8 @@ impl Default for NodeConfig {
             capacity: 0,
             max_conns: 1024,
             max_frame: DEFAULT_MAX_FRAME,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            read_timeout: DEFAULT_READ_TIMEOUT,
             worker_threads: 1,
             sample_period: Duration::from_secs(1),
             #[cfg(test)]

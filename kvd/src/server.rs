@@ -14,8 +14,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, broadcast};
 use tokio::task::JoinSet;
 
-use crate::connection::Connection;
+use crate::connection::{Connection, refuse};
 use crate::node::{Node, NodeConfig};
+use kvshared::stats::Counter;
 
 /// How long shutdown waits for connections to finish their in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -51,13 +52,6 @@ impl Server {
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
-            let permit = tokio::select! {
-                p = limit.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-                _ = &mut shutdown => break,
-            };
             let accepted = tokio::select! {
                 a = listener.accept() => a,
                 _ = &mut shutdown => break,
@@ -65,7 +59,15 @@ impl Server {
             // Reap finished connection tasks so the set does not grow without bound.
             while conns.try_join_next().is_some() {}
             match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
+                    // Over the limit: say so at once and close, as Redis does, rather than
+                    // leave the client waiting in the accept queue.
+                    let Ok(permit) = limit.clone().try_acquire_owned() else {
+                        node.counters.add(0, Counter::ConnsRefused, 1);
+                        tracing::debug!(%peer, "refused a connection: max connections reached");
+                        conns.spawn(refuse(stream, node.config.max_conns));
+                        continue;
+                    };
                     let id = next_id.fetch_add(1, Ordering::Relaxed);
                     let node = node.clone();
                     let rx = notify.subscribe();

@@ -234,8 +234,10 @@ async fn oversized_requests_are_refused_before_sending() {
     node.stop().await;
 }
 
+/// Over `--max-conns`, a new connection is told why at once and closed (as Redis does), not
+/// parked in the accept queue; once a slot is free, new clients are served again.
 #[tokio::test]
-async fn max_conns_makes_extra_clients_wait_not_fail() {
+async fn over_max_conns_a_client_is_refused_at_once_with_a_reason() {
     let node = LocalNode::start(NodeConfig {
         max_conns: 1,
         ..NodeConfig::default()
@@ -245,24 +247,61 @@ async fn max_conns_makes_extra_clients_wait_not_fail() {
     let addr = node.addr.to_string();
     let first = Cluster::connect(std::slice::from_ref(&addr), config()).await.unwrap();
     first.put(b"a", b"1").await.unwrap();
-    // The second connection is accepted by the kernel but not served while the first is open.
     let second = Cluster::new(std::slice::from_ref(&addr), config()).unwrap();
-    let waiting = tokio::spawn(async move { second.get(b"a").await });
-    // Let the server do plenty of work (not merely let time pass) while the second waits.
-    for i in 0..200u32 {
-        first.put(format!("busy{i}").as_bytes(), b"x").await.unwrap();
-        tokio::task::yield_now().await;
-    }
-    assert!(
-        !waiting.is_finished(),
-        "a second connection was served beyond --max-conns 1"
-    );
-    drop(first);
-    let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+    let err = tokio::time::timeout(Duration::from_secs(5), second.get(b"a"))
         .await
-        .expect("the waiting client was never served")
-        .unwrap();
-    assert_eq!(got, Ok(Some(b"1".to_vec())));
+        .expect("the extra client was parked instead of refused")
+        .unwrap_err();
+    assert!(err.to_string().contains("max connections reached (1)"), "{err}");
+    let stats = first.stats(0).await.unwrap();
+    assert_eq!(stats.counts.conns_refused, 1);
+    drop(first);
+    // The slot frees when the server sees the first connection close: wait for that event.
+    let third = Cluster::new(std::slice::from_ref(&addr), config()).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match third.get(b"a").await {
+            Ok(v) => {
+                assert_eq!(v, Some(b"1".to_vec()));
+                break;
+            }
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "never served again: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    node.stop().await;
+}
+
+/// A connection that sends nothing is closed after `--idle-timeout`; one that trickles a
+/// frame is closed after `--read-timeout`. Meanwhile others are served.
+#[tokio::test]
+async fn idle_and_trickling_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = LocalNode::start(NodeConfig {
+        idle_timeout: Some(Duration::from_millis(200)),
+        read_timeout: Duration::from_millis(300),
+        ..NodeConfig::default()
+    })
+    .await
+    .unwrap();
+    let mut idle = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let mut trickle = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    trickle.write_all(b"KV").await.unwrap(); // 2 of the 16 header bytes, then nothing
+    let client = Cluster::connect(&[node.addr.to_string()], config()).await.unwrap();
+    client.put(b"k", b"v").await.unwrap();
+    let mut buf = [0u8; 64];
+    for (name, conn) in [("idle", &mut idle), ("trickling", &mut trickle)] {
+        // The server closes it: EOF (or a reset), well within the deadline.
+        let read = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("the {name} connection was never closed"));
+        assert!(matches!(read, Ok(0) | Err(_)), "{name}: {read:?}");
+    }
+    // A fresh connection (the first may itself have gone idle meanwhile).
+    let fresh = Cluster::connect(&[node.addr.to_string()], config()).await.unwrap();
+    let stats = fresh.stats(0).await.unwrap();
+    assert!(stats.counts.conns_idle_closed >= 1);
+    assert!(stats.counts.io >= 1, "the trickle counted as an i/o failure");
     node.stop().await;
 }
 

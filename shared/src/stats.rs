@@ -111,6 +111,8 @@ counters! {
     bytes_out / BytesOut : Traffic, "Bytes written to client sockets.";
     conns_opened / ConnsOpened : Connections, "Client connections accepted.";
     conns_closed / ConnsClosed : Connections, "Client connections that ended.";
+    conns_refused / ConnsRefused : Connections, "Connections refused at once because --max-conns were open.";
+    conns_idle_closed / ConnsIdleClosed : Connections, "Connections closed after --idle-timeout without a request.";
     wrong_shard / WrongShard : Error, "Ops for keys this node does not own.";
     malformed_op / MalformedOp : Error, "Ops with bad key or value spans.";
     malformed_body / MalformedBody : Error, "Frame bodies that failed validation.";

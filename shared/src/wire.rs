@@ -231,6 +231,8 @@ pub enum ErrorCode {
     MalformedBody = 3,
     /// The server is shutting down and did not run the request.
     ShuttingDown = 4,
+    /// The server already serves `--max-conns` connections; this one is closed.
+    TooManyConnections = 5,
 }
 
 /// Why a whole request failed (the body of an `ErrorResponse` frame).
@@ -498,6 +500,7 @@ pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
         ArchivedErrorCode::FrameTooLarge => ErrorCode::FrameTooLarge,
         ArchivedErrorCode::MalformedBody => ErrorCode::MalformedBody,
         ArchivedErrorCode::ShuttingDown => ErrorCode::ShuttingDown,
+        ArchivedErrorCode::TooManyConnections => ErrorCode::TooManyConnections,
     };
     Ok(ErrorReply {
         code,
