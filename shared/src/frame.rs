@@ -127,6 +127,9 @@ pub enum FrameError {
     Io(#[from] std::io::Error),
 }
 
+/// The first piece of a body read before more memory is committed to it.
+const FIRST_CHUNK: usize = 64 * 1024;
+
 /// Reads the next frame's header and body; the body lands in `body` (resized to fit).
 ///
 /// Returns `Ok(None)` on a clean end of stream at a frame boundary.
@@ -149,13 +152,22 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         filled += n;
     }
     let header = FrameHeader::decode(&raw, max)?;
+    // The body grows as its bytes arrive (at most doubling what has arrived), so a header
+    // that announces a large body costs memory only once the body is really being sent.
+    let len = header.len as usize;
     body.clear();
-    body.resize(header.len as usize, 0);
-    match reader.read_exact(body.as_mut_slice()).await {
-        Ok(_) => Ok(Some(header)),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(FrameError::Truncated),
-        Err(e) => Err(e.into()),
+    while body.len() < len {
+        let have = body.len();
+        let step = (len - have).min(have.max(FIRST_CHUNK));
+        body.resize(have + step, 0);
+        let chunk = &mut body.as_mut_slice()[have..have + step];
+        match reader.read_exact(chunk).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Truncated),
+            Err(e) => return Err(e.into()),
+        }
     }
+    Ok(Some(header))
 }
 
 /// Appends one frame (header, then `body`) to `out`.
