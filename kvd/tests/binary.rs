@@ -5,7 +5,30 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// Starts `kvd` on a free port and returns it with the address from its ready line.
-fn start(args: &[&str]) -> (Child, String) {
+/// A kvd child process that is killed when dropped, so a failing test leaves none behind.
+struct Kvd(Child);
+
+impl Drop for Kvd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Kvd {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Kvd {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+fn start(args: &[&str]) -> (Kvd, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kvd"))
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
@@ -25,7 +48,7 @@ fn start(args: &[&str]) -> (Child, String) {
     assert!(ready.contains("kvd shard"), "{ready}");
     // Keep draining stderr so kvd never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+    (Kvd(child), addr)
 }
 
 fn kvd(args: &[&str]) -> std::process::Output {
@@ -65,8 +88,7 @@ fn client_verbs_and_exit_codes() {
         1,
         "one-line reason"
     );
-    server.kill().unwrap();
-    let _ = server.wait();
+    drop(server);
 }
 
 #[test]
@@ -157,6 +179,5 @@ fn announced_bodies_cost_nothing_until_they_arrive() {
         std::thread::sleep(Duration::from_millis(100));
     }
     drop(attackers);
-    server.kill().unwrap();
-    let _ = server.wait();
+    drop(server);
 }
