@@ -61,7 +61,7 @@ fn kvd(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn client_verbs_and_exit_codes() {
-    let (mut server, addr) = start(&["--shard", "0/1"]);
+    let (server, addr) = start(&["--shard", "0/1"]);
     let put = kvd(&["put", "--nodes", &addr, "user:1", "alice"]);
     assert_eq!(put.status.code(), Some(0));
     let get = kvd(&["get", "--nodes", &addr, "user:1"]);
@@ -149,7 +149,7 @@ fn announced_bodies_cost_nothing_until_they_arrive() {
     use std::io::Write;
     use std::net::TcpStream;
 
-    let (mut server, addr) = start(&[]);
+    let (server, addr) = start(&[]);
     let before = rss_bytes(server.id());
     let header = kvshared::frame::FrameHeader {
         kind: kvshared::frame::FrameKind::BatchRequest,
