@@ -42,6 +42,11 @@ const LAST_READ: Duration = Duration::from_millis(100);
 /// ...or for at most this long.
 const REFUSE_MAX: Duration = Duration::from_secs(1);
 
+/// A connection keeps buffers up to this size for the next frame; larger ones (left by an
+/// unusually large frame or reply) are freed, so idle connections do not hold the largest
+/// frame they ever carried. Batches of 8192 ops of 128 B stay well under it.
+const KEEP_BUFFER_BYTES: usize = 4 << 20;
+
 /// Publish the local counters to the node's at least every this many batches (and whenever
 /// the connection goes idle), so a stats reader is never far behind.
 const PUBLISH_EVERY: u64 = 64;
@@ -170,6 +175,7 @@ impl Connection {
             if let Err(e) = self.write_out().await {
                 return End::Failed(e.to_string());
             }
+            self.free_large_buffers();
             if self.tally.batches >= PUBLISH_EVERY {
                 self.publish();
             }
@@ -333,6 +339,19 @@ impl Connection {
             }
         }
         End::Clean
+    }
+
+    /// Frees buffers a large frame left behind (see [`KEEP_BUFFER_BYTES`]).
+    fn free_large_buffers(&mut self) {
+        if self.body.capacity() > KEEP_BUFFER_BYTES {
+            self.body = AlignedVec::new();
+        }
+        if self.out.capacity() > KEEP_BUFFER_BYTES {
+            self.out = AlignedVec::new();
+        }
+        if self.response.heap_bytes() > KEEP_BUFFER_BYTES {
+            self.response = BatchResponse::default();
+        }
     }
 
     /// Adds the local tally to the node's counters and starts it again from zero.

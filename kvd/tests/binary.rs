@@ -181,3 +181,52 @@ fn announced_bodies_cost_nothing_until_they_arrive() {
     drop(attackers);
     drop(server);
 }
+
+/// Connections that each carried one large put, and then only a small request, do not keep
+/// the large frame's buffers. (Keeping them cost 16 x 24 MB and more; what remains is the
+/// allocator's own retention, about 100 MB here, hence the bound.)
+#[test]
+fn connections_free_the_buffers_of_a_large_frame() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
+    use kvshared::wire::{BatchRequest, encode_frame};
+
+    let (server, addr) = start(&[]);
+    let before = rss_bytes(server.id());
+    let value = vec![7u8; 24 << 20];
+    let mut frame = AlignedVec::new();
+    let exchange = |s: &mut TcpStream, frame: &AlignedVec| {
+        s.write_all(frame).unwrap();
+        let mut header = [0u8; HEADER_LEN];
+        s.read_exact(&mut header).unwrap();
+        let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).unwrap();
+        assert_eq!(header[3], FrameKind::BatchResponse as u8);
+    };
+    let mut conns = Vec::new();
+    for i in 0..16 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let key = format!("big{i}");
+        let mut put = BatchRequest::new();
+        put.push_put(key.as_bytes(), &value);
+        encode_frame(FrameKind::BatchRequest, 1, &put, &mut frame).unwrap();
+        exchange(&mut s, &frame);
+        // Then a small request on the same connection: the delete frees the stored value.
+        let mut del = BatchRequest::new();
+        del.push_delete(key.as_bytes());
+        encode_frame(FrameKind::BatchRequest, 2, &del, &mut frame).unwrap();
+        exchange(&mut s, &frame);
+        conns.push(s);
+    }
+    let after = rss_bytes(server.id());
+    assert!(
+        after < before + (200 << 20),
+        "16 idle connections hold {} MB after one 24 MB put each",
+        (after.saturating_sub(before)) >> 20
+    );
+    drop(conns);
+    drop(server);
+}

@@ -169,6 +169,14 @@ impl BatchResponse {
         self.status.len()
     }
 
+    /// Heap memory the response holds on to (its capacity), to decide when to free it.
+    pub fn heap_bytes(&self) -> usize {
+        self.status.capacity()
+            + 4 * (self.value_offsets.capacity() + self.value_lens.capacity())
+            + self.values.capacity()
+            + self.errors.capacity() * std::mem::size_of::<OpErrorDetail>()
+    }
+
     /// Whether the response holds no result.
     pub fn is_empty(&self) -> bool {
         self.status.is_empty()
