@@ -8,8 +8,8 @@
 //!
 //! The node's counters are declared once, in the `counters!` list below: that list makes
 //! the [`Counter`] index used by kvd's striped atomics, the [`Counts`] struct that travels in
-//! [`NodeStats`] (rkyv and JSON), and every counter's name and help text. Adding a counter is
-//! one line there plus the code that increments it.
+//! [`NodeStats`] (rkyv and JSON), and every counter's name, class and doc text. Adding a
+//! counter is one line there plus the code that increments it.
 
 use rkyv::{Archive, Deserialize as RkyvDeserialize, Serialize as RkyvSerialize};
 use serde::{Deserialize, Serialize};
@@ -51,13 +51,6 @@ macro_rules! counters {
             pub fn name(self) -> &'static str {
                 match self {
                     $(Counter::$variant => stringify!($field),)*
-                }
-            }
-
-            /// One line saying what the counter counts.
-            pub fn help(self) -> &'static str {
-                match self {
-                    $(Counter::$variant => $help,)*
                 }
             }
 
@@ -149,13 +142,6 @@ impl Counts {
     pub fn hit_ratio(&self) -> Option<f64> {
         let lookups = self.hits + self.misses;
         (lookups > 0).then(|| self.hits as f64 / lookups as f64)
-    }
-
-    /// Adds every counter of `other` to this one.
-    pub fn add(&mut self, other: &Counts) {
-        for &c in Counter::ALL {
-            *self.get_mut(c) += other.get(c);
-        }
     }
 
     /// `self - before` per counter, saturating at zero.

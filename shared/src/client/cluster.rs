@@ -193,6 +193,12 @@ impl Cluster {
         Ok(conn)
     }
 
+    /// The next connection slot of `node`'s pool, round-robin.
+    fn next_slot(&self, node: usize) -> usize {
+        let pool = &self.nodes[node];
+        pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len()
+    }
+
     /// A connection to `node`, round-robin over its pool; fails at once while the node is
     /// marked down.
     pub(crate) async fn connection(&self, node: usize) -> Result<Arc<Connection>, ClientError> {
@@ -202,9 +208,7 @@ impl Cluster {
                 retry_in: left,
             });
         }
-        let pool = &self.nodes[node];
-        let slot = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
-        let conn = self.connection_in(node, slot).await;
+        let conn = self.connection_in(node, self.next_slot(node)).await;
         self.observe(node, &conn);
         conn
     }
@@ -338,9 +342,7 @@ impl Cluster {
     /// The statistics of node `node`. A stats request always tries the node, even while it
     /// is marked down: it is how a watcher finds out that the node is back.
     pub async fn stats(&self, node: usize) -> Result<NodeStats, ClientError> {
-        let pool = &self.nodes[node];
-        let slot = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
-        let result = self.stats_on(node, slot).await;
+        let result = self.stats_on(node, self.next_slot(node)).await;
         self.observe(node, &result);
         result
     }

@@ -19,11 +19,6 @@ impl NodeBatches {
         }
     }
 
-    /// Nodes in the cluster.
-    pub fn node_count(&self) -> usize {
-        self.batches.len()
-    }
-
     /// The node that owns `key`.
     #[inline]
     pub fn owner(&self, key: &[u8]) -> usize {
