@@ -436,6 +436,14 @@ fn check_reply(reply: &Reply, wire_ops: u64, out: &mut TaskOutput) -> u64 {
                 out.error("malformed_op", 1);
                 failed += 1;
             }
+            Some(OpStatus::TooLarge) => {
+                out.error("reply_too_large", 1);
+                failed += 1;
+            }
+            Some(OpStatus::OutOfMemory) => {
+                out.error("out_of_memory", 1);
+                failed += 1;
+            }
             _ => {}
         }
     }

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use kvd::store::{Scratch, Store};
+use kvd::store::{Scratch, Store, Unbounded};
 use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
 use kvshared::routing::ShardId;
 use kvshared::stats::Counts;
@@ -43,6 +43,7 @@ fn main() {
             store.execute(
                 &BatchView::parse(&b).expect("valid"),
                 &mut out,
+                &mut Unbounded,
                 &mut scratch,
                 &mut tally,
             );
@@ -70,7 +71,7 @@ fn main() {
         for _ in 0..rounds {
             for b in &batches {
                 let view = BatchView::parse(b).expect("valid");
-                store.execute(&view, &mut out, &mut scratch, &mut tally);
+                store.execute(&view, &mut out, &mut Unbounded, &mut scratch, &mut tally);
             }
         }
         let secs = start.elapsed().as_secs_f64();

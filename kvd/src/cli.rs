@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use kvshared::cli::NodesArgs;
 use kvshared::client::DEFAULT_NODE;
-use kvshared::frame::DEFAULT_MAX_FRAME;
+use kvshared::frame::{DEFAULT_MAX_FRAME, MAX_FRAME_LIMIT};
 use kvshared::routing::ShardId;
 
 #[derive(Parser, Debug)]
@@ -65,9 +65,15 @@ pub struct ServeArgs {
     /// connection is closed (a client trickling bytes holds no buffer).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub read_timeout: std::time::Duration,
-    /// Largest request frame body in bytes; a larger length prefix is refused unread.
+    /// Largest frame body in bytes (at most 1 GiB). A request with a larger length prefix is
+    /// refused unread; a reply is kept within it (values past it are answered `TooLarge`).
     #[arg(long, default_value_t = DEFAULT_MAX_FRAME)]
     pub max_frame: u32,
+    /// Bytes all connections together may hold in buffers beyond 256 KiB each (large
+    /// request bodies, large replies): past it, a large frame waits for room up to
+    /// --read-timeout and is then refused with a reason. Sizes like 512mb, 2gb, 1gib.
+    #[arg(long, default_value = "1gib", value_parser = parse_size, value_name = "SIZE")]
+    pub max_buffer_memory: u64,
     /// Internal map shards, each with its own lock (rounded up to a power of two)
     /// [default: 4 x threads, at least 64].
     #[arg(long)]
@@ -86,6 +92,18 @@ impl ServeArgs {
             return Err(format!(
                 "--max-frame {} is too small: a request frame needs at least {MIN_MAX_FRAME} bytes",
                 self.max_frame
+            ));
+        }
+        if self.max_frame > MAX_FRAME_LIMIT {
+            return Err(format!(
+                "--max-frame {} is too large: at most {MAX_FRAME_LIMIT} bytes (1 GiB)",
+                self.max_frame
+            ));
+        }
+        if self.max_buffer_memory < u64::from(self.max_frame) {
+            return Err(format!(
+                "--max-buffer-memory {} is smaller than --max-frame {}: a largest frame could never be read",
+                self.max_buffer_memory, self.max_frame
             ));
         }
         if self.read_timeout.is_zero() {
@@ -108,6 +126,11 @@ impl ServeArgs {
         }
         Ok(())
     }
+}
+
+/// Parses a size such as `512mb`, `2gb`, `1gib` or a plain number of bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    parse_size::parse_size(s).map_err(|e| format!("{e} (try 512mb, 2gb, 1gib or a number of bytes)"))
 }
 
 /// The client verbs.

@@ -19,15 +19,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kvshared::frame::AlignedVec;
-use kvshared::frame::{CONNECTION_ERROR_ID, FrameError, FrameHeader, FrameKind, HEADER_LEN, read_frame};
+use kvshared::frame::{CONNECTION_ERROR_ID, FrameError, FrameHeader, FrameKind, HEADER_LEN, read_body, read_header};
 use kvshared::stats::{Counter, Counts};
 use kvshared::wire::{BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_frame};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+use crate::budget::{FREE_PER_CONNECTION, ReplyAllowance};
 use crate::node::Node;
 use crate::store::Scratch;
 
@@ -44,8 +45,12 @@ const REFUSE_MAX: Duration = Duration::from_secs(1);
 
 /// A connection keeps buffers up to this size for the next frame; larger ones (left by an
 /// unusually large frame or reply) are freed, so idle connections do not hold the largest
-/// frame they ever carried. Batches of 8192 ops of 128 B stay well under it.
+/// frame they ever carried. Batches of 8192 ops of 128 B stay well under it. What it keeps
+/// beyond [`FREE_PER_CONNECTION`] is paid from the node's buffer budget.
 const KEEP_BUFFER_BYTES: usize = 4 << 20;
+
+/// How often a frame waiting for room in the buffer budget looks again.
+const BUDGET_RETRY: Duration = Duration::from_millis(5);
 
 /// Publish the local counters to the node's at least every this many batches (and whenever
 /// the connection goes idle), so a stats reader is never far behind.
@@ -90,6 +95,8 @@ pub(crate) struct Connection {
     idle_check: Option<(Duration, tokio::time::Interval)>,
     /// When the last request arrived (or the connection opened).
     last_request: Instant,
+    /// Bytes this connection has taken from the node's buffer budget.
+    held: usize,
 }
 
 impl Connection {
@@ -112,6 +119,7 @@ impl Connection {
             tally: Counts::default(),
             idle_check: None,
             last_request: Instant::now(),
+            held: 0,
         };
         if let Some(limit) = conn.node.config.idle_timeout {
             // Checked four times per timeout: a connection is closed between 1 and 1.25
@@ -124,6 +132,7 @@ impl Connection {
         let end = conn.run(shutdown).await;
         conn.publish();
         let _ = conn.writer.flush().await;
+        conn.node.buffers.give(conn.held);
         conn.node.counters.add(conn.id, Counter::ConnsClosed, 1);
         match end {
             End::Clean => tracing::debug!(peer = %conn.peer, "connection closed"),
@@ -175,7 +184,7 @@ impl Connection {
             if let Err(e) = self.write_out().await {
                 return End::Failed(e.to_string());
             }
-            self.free_large_buffers();
+            self.settle_buffers();
             if self.tally.batches >= PUBLISH_EVERY {
                 self.publish();
             }
@@ -223,25 +232,73 @@ impl Connection {
     }
 
     /// Reads the next frame into `self.body`, counting the bytes. A frame that has begun
-    /// must arrive whole within `--read-timeout` (a client trickling bytes holds nothing).
+    /// must arrive whole within `--read-timeout` (a client trickling bytes holds nothing),
+    /// and its body must find room in the node's buffer budget within that time too.
     async fn read_frame(&mut self) -> Result<Option<FrameHeader>, FrameError> {
-        let config = &self.node.config;
-        let read = tokio::time::timeout(
-            config.read_timeout,
-            read_frame(&mut self.reader, &mut self.body, config.max_frame),
-        )
-        .await
-        .map_err(|_| {
+        let (max_frame, read_timeout) = (self.node.config.max_frame, self.node.config.read_timeout);
+        let deadline = Instant::now() + read_timeout;
+        let timed_out = || {
             FrameError::Io(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("a frame did not arrive whole within {:?}", config.read_timeout),
+                format!("a frame did not arrive whole within {read_timeout:?}"),
             ))
-        })??;
+        };
+        let header = tokio::time::timeout_at(deadline, read_header(&mut self.reader, max_frame))
+            .await
+            .map_err(|_| timed_out())??;
+        let Some(header) = header else { return Ok(None) };
         self.last_request = Instant::now();
-        if read.is_some() {
-            self.tally.bytes_in += (HEADER_LEN + self.body.len()) as u64;
+        let len = header.len as usize;
+        if !self.room_for_body(len, deadline).await {
+            self.tally.buffer_budget_closed += 1;
+            let message = format!(
+                "no room for a frame of {len} bytes: the node's connections hold all of its \
+                 --max-buffer-memory; try again later"
+            );
+            if self
+                .encode_error(CONNECTION_ERROR_ID, ErrorCode::OutOfMemory, message.clone())
+                .is_ok()
+            {
+                let _ = self.write_out().await;
+                self.close_after_error().await;
+            }
+            return Err(FrameError::Io(std::io::Error::new(
+                std::io::ErrorKind::OutOfMemory,
+                message,
+            )));
         }
-        Ok(read)
+        tokio::time::timeout_at(deadline, read_body(&mut self.reader, &mut self.body, len))
+            .await
+            .map_err(|_| timed_out())??;
+        self.tally.bytes_in += (HEADER_LEN + len) as u64;
+        Ok(Some(header))
+    }
+
+    /// Bytes this connection's buffers hold now.
+    fn buffer_bytes(&self) -> usize {
+        self.body.capacity() + self.out.capacity() + self.response.heap_bytes()
+    }
+
+    /// Makes sure the buffers may grow to hold a body of `len` bytes, taking what that needs
+    /// beyond the free allowance from the node's budget; waits for room until `deadline`.
+    async fn room_for_body(&mut self, len: usize, deadline: Instant) -> bool {
+        let grow = len.saturating_sub(self.body.capacity());
+        let need = (self.buffer_bytes() + grow)
+            .saturating_sub(FREE_PER_CONNECTION)
+            .saturating_sub(self.held);
+        if need == 0 {
+            return true;
+        }
+        loop {
+            if self.node.buffers.try_take(need) {
+                self.held += need;
+                return true;
+            }
+            if Instant::now() + BUDGET_RETRY > deadline {
+                return false;
+            }
+            tokio::time::sleep(BUDGET_RETRY).await;
+        }
     }
 
     /// Runs one request and leaves its encoded reply in `self.out`.
@@ -250,8 +307,15 @@ impl Connection {
             FrameKind::BatchRequest => match BatchView::parse(&self.body) {
                 Ok(batch) => {
                     let node = &self.node;
-                    node.store
-                        .execute(&batch, &mut self.response, &mut self.scratch, &mut self.tally);
+                    let mut room = ReplyAllowance::new(&node.buffers, batch.len(), node.config.max_frame as usize);
+                    node.store.execute(
+                        &batch,
+                        &mut self.response,
+                        &mut room,
+                        &mut self.scratch,
+                        &mut self.tally,
+                    );
+                    self.held += room.taken();
                     self.tally.batches += 1;
                     encode_frame(FrameKind::BatchResponse, header.id, &self.response, &mut self.out)
                 }
@@ -306,8 +370,21 @@ impl Connection {
             && self.encode_error(CONNECTION_ERROR_ID, code, e.to_string()).is_ok()
         {
             let _ = self.write_out().await;
-            let _ = self.writer.flush().await;
+            self.close_after_error().await;
         }
+    }
+
+    /// Sends what is buffered, ends our side, and reads and drops what the peer still
+    /// sends for a moment: closing a socket with unread input makes the kernel send a reset,
+    /// which can destroy the error reply before the peer reads it.
+    async fn close_after_error(&mut self) {
+        let _ = self.writer.flush().await;
+        let _ = self.writer.shutdown().await;
+        let until = Instant::now() + REFUSE_MAX;
+        let mut sink = [0u8; 16 * 1024];
+        while let Ok(Ok(n)) = tokio::time::timeout_at(until, self.reader.read(&mut sink)).await
+            && n > 0
+        {}
     }
 
     /// The drain is over: every request that still arrives (already buffered, or sent by a
@@ -341,8 +418,11 @@ impl Connection {
         End::Clean
     }
 
-    /// Frees buffers a large frame left behind (see [`KEEP_BUFFER_BYTES`]).
-    fn free_large_buffers(&mut self) {
+    /// After a reply is written: frees buffers a large frame left behind (see
+    /// [`KEEP_BUFFER_BYTES`]), and makes what is taken from the node's budget match what
+    /// the buffers kept for the next frame hold beyond the free allowance (giving back the
+    /// rest, or freeing the buffers when the budget has no room to keep them).
+    fn settle_buffers(&mut self) {
         if self.body.capacity() > KEEP_BUFFER_BYTES {
             self.body = AlignedVec::new();
         }
@@ -351,6 +431,21 @@ impl Connection {
         }
         if self.response.heap_bytes() > KEEP_BUFFER_BYTES {
             self.response = BatchResponse::default();
+        }
+        let keep = self.buffer_bytes().saturating_sub(FREE_PER_CONNECTION);
+        if keep > self.held && !self.node.buffers.try_take(keep - self.held) {
+            self.body = AlignedVec::new();
+            self.out = AlignedVec::new();
+            self.response = BatchResponse::default();
+            self.node.buffers.give(self.held);
+            self.held = 0;
+            return;
+        }
+        if keep > self.held {
+            self.held = keep;
+        } else {
+            self.node.buffers.give(self.held - keep);
+            self.held = keep;
         }
     }
 

@@ -5,6 +5,7 @@
 //! * [`server`]: binds the listener, limits connections, runs the graceful shutdown.
 //! * `connection`: one client connection's loop: frame in, execute, frame out.
 //! * [`store`]: the sharded map and batch execution (knows nothing of sockets).
+//! * `budget`: the node-wide budget for connection buffers, and each reply's share of it.
 //! * [`node`]: what connections share: config, store, counters, sampler; builds stats.
 //! * `counters`: striped per-connection counters for the hot path.
 //! * [`local`]: in-process nodes on 127.0.0.1 ports for tests and benchmarks.
@@ -13,6 +14,7 @@
 //!
 //! Wire types, framing and routing come from `kvshared`; nothing here re-implements them.
 
+mod budget;
 pub mod cli;
 pub mod client_cmd;
 mod connection;

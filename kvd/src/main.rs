@@ -35,6 +35,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_frame: args.max_frame,
         idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
         read_timeout: args.read_timeout,
+        max_buffer_memory: args.max_buffer_memory as usize,
         worker_threads: threads,
         ..NodeConfig::default()
     };

@@ -6,6 +6,7 @@ use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::routing::ShardId;
 use kvshared::stats::NodeStats;
 
+use crate::budget::BufferBudget;
 use crate::counters::Counters;
 use crate::sampler::Sampler;
 use crate::store::Store;
@@ -14,6 +15,9 @@ use crate::store::Store;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default `--read-timeout`.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default `--max-buffer-memory` (1 GiB).
+pub const DEFAULT_MAX_BUFFER_MEMORY: usize = 1 << 30;
 
 /// How a node is set up (the serving flags of the `kvd` command).
 #[derive(Clone, Debug)]
@@ -32,6 +36,8 @@ pub struct NodeConfig {
     pub idle_timeout: Option<Duration>,
     /// A frame that has begun must arrive whole within this long.
     pub read_timeout: Duration,
+    /// Bytes all connections together may hold in buffers beyond a small allowance each.
+    pub max_buffer_memory: usize,
     /// Tokio worker threads, reported in stats.
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
@@ -51,6 +57,7 @@ impl Default for NodeConfig {
             max_frame: DEFAULT_MAX_FRAME,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             read_timeout: DEFAULT_READ_TIMEOUT,
+            max_buffer_memory: DEFAULT_MAX_BUFFER_MEMORY,
             worker_threads: 1,
             sample_period: Duration::from_secs(1),
             #[cfg(test)]
@@ -67,6 +74,8 @@ pub struct Node {
     pub store: Store,
     /// What it has done.
     pub(crate) counters: Counters,
+    /// What the connections' buffers may hold together.
+    pub(crate) buffers: BufferBudget,
     sampler: Sampler,
     started: Instant,
 }
@@ -84,6 +93,7 @@ impl Node {
         Ok(Node {
             store,
             counters: Counters::default(),
+            buffers: BufferBudget::new(config.max_buffer_memory),
             sampler: Sampler::start(config.sample_period),
             started: Instant::now(),
             config,

@@ -26,11 +26,17 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 pub const MAGIC: [u8; 2] = *b"KV";
 /// Protocol version; bumped on any incompatible change of the header or the body types.
 /// 2: `NodeStats` carries `Counts` and `SystemFigures` (one definition of each counter).
-pub const VERSION: u8 = 2;
+/// 3: batch responses carry error details in the op's value slots (no error list), and the
+/// statuses `TooLarge` and `OutOfMemory`.
+pub const VERSION: u8 = 3;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).
 pub const DEFAULT_MAX_FRAME: u32 = 64 * 1024 * 1024;
+/// The largest frame limit a server may be configured with (1 GiB). Clients accept replies up
+/// to this size, so they can read every reply any server may send; it keeps every frame far
+/// from the 2 GiB where rkyv's relative pointers end.
+pub const MAX_FRAME_LIMIT: u32 = 1 << 30;
 /// The request id of an error reply about the connection as a whole (a bad header: the
 /// stream is out of step and is closed after it). Clients never use it for a request.
 pub const CONNECTION_ERROR_ID: u64 = 0;
@@ -138,6 +144,18 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     body: &mut AlignedVec,
     max: u32,
 ) -> Result<Option<FrameHeader>, FrameError> {
+    let Some(header) = read_header(reader, max).await? else {
+        return Ok(None);
+    };
+    read_body(reader, body, header.len as usize).await?;
+    Ok(Some(header))
+}
+
+/// Reads and checks the next frame's header (the first half of [`read_frame`], for a
+/// reader that must decide whether it can hold the body before reading it).
+///
+/// Returns `Ok(None)` on a clean end of stream at a frame boundary.
+pub async fn read_header<R: AsyncRead + Unpin>(reader: &mut R, max: u32) -> Result<Option<FrameHeader>, FrameError> {
     let mut raw = [0u8; HEADER_LEN];
     let mut filled = 0;
     while filled < HEADER_LEN {
@@ -151,10 +169,18 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         }
         filled += n;
     }
-    let header = FrameHeader::decode(&raw, max)?;
-    // The body grows as its bytes arrive (at most doubling what has arrived), so a header
-    // that announces a large body costs memory only once the body is really being sent.
-    let len = header.len as usize;
+    FrameHeader::decode(&raw, max).map(Some)
+}
+
+/// Reads a body of `len` bytes into `body` (the second half of [`read_frame`]).
+///
+/// The body grows as its bytes arrive (at most doubling what has arrived), so a header that
+/// announces a large body costs memory only once the body is really being sent.
+pub async fn read_body<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    body: &mut AlignedVec,
+    len: usize,
+) -> Result<(), FrameError> {
     body.clear();
     while body.len() < len {
         let have = body.len();
@@ -167,7 +193,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(Some(header))
+    Ok(())
 }
 
 /// Appends one frame (header, then `body`) to `out`.

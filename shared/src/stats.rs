@@ -112,6 +112,9 @@ counters! {
     bad_frame / BadFrame : Error, "Frames with a bad magic, unknown kind or other protocol version.";
     frame_too_large / FrameTooLarge : Error, "Length prefixes over the frame limit.";
     io / Io : Error, "Connections that ended in the middle of a frame or with an I/O error.";
+    reply_too_large / ReplyTooLarge : Error, "Found values left out of a reply that reached the frame limit (answered TooLarge).";
+    out_of_memory / OutOfMemory : Error, "Ops refused because memory for them could not be had.";
+    buffer_budget_closed / BufferBudgetClosed : Error, "Connections closed because --max-buffer-memory had no room for their frame within --read-timeout.";
 }
 
 impl Counts {

@@ -18,7 +18,7 @@ use rkyv::rancor;
 use rkyv::util::AlignedVec;
 use rkyv::{Archive, Deserialize, Serialize};
 
-use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LIMIT};
 use crate::stats::{ArchivedNodeStats, NodeStats};
 
 /// The operation of one entry in a batch.
@@ -121,34 +121,75 @@ pub enum OpStatus {
     Deleted = 3,
     /// Delete found no such key.
     Absent = 4,
-    /// The key belongs to another node; see the error list for the owner.
+    /// The key belongs to another node; the owner is in the op's value slots.
     WrongShard = 5,
-    /// The op itself was malformed (bad span); see the error list.
+    /// The op itself was malformed (bad span); the [`MalformedOp`] code is in its value slot.
     Malformed = 6,
+    /// A get found the key, but its value did not fit in the reply (the server bounds a reply
+    /// by its frame limit). Ask for it again in a smaller batch; the first value of a reply
+    /// always fits.
+    TooLarge = 7,
+    /// The server had no memory for the op (a put's entry, or a found value's room in the
+    /// reply); it was not run.
+    OutOfMemory = 8,
 }
 
-/// Detail for an op whose status is an error.
-#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[rkyv(derive(Debug))]
-pub struct OpErrorDetail {
-    /// The op this detail is about.
-    pub index: u32,
-    /// For `WrongShard`: the owning node and the cluster size the server was started with.
-    pub owner: u32,
-    /// The cluster size the server was started with.
-    pub nodes: u32,
-    /// For `Malformed`: what was wrong.
-    pub message: String,
+/// Why an op in a received batch is malformed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum MalformedOp {
+    /// The op index is past the end of a column.
+    IndexOutOfRange = 0,
+    /// The key's end offsets do not describe a span of the key column.
+    KeySpan = 1,
+    /// The value's end offsets do not describe a span of the value column.
+    ValueSpan = 2,
 }
+
+impl MalformedOp {
+    /// The reason, for people.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MalformedOp::IndexOutOfRange => "op index out of range",
+            MalformedOp::KeySpan => "key span out of bounds",
+            MalformedOp::ValueSpan => "value span out of bounds",
+        }
+    }
+
+    fn from_code(code: u32) -> Option<MalformedOp> {
+        [
+            MalformedOp::IndexOutOfRange,
+            MalformedOp::KeySpan,
+            MalformedOp::ValueSpan,
+        ]
+        .into_iter()
+        .find(|m| *m as u32 == code)
+    }
+}
+
+impl std::fmt::Display for MalformedOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Bytes a response needs besides its values: the archive's root and column padding.
+const RESPONSE_OVERHEAD: usize = 64;
+/// Bytes a response needs per op besides its value: status, value offset, value length.
+const RESPONSE_BYTES_PER_OP: usize = 9;
 
 /// One result per op of a batch, in op order, built in place and reused by the server.
+///
+/// Every op costs the same nine bytes whatever happened to it: an error's detail (the owner
+/// of a wrong-shard key, a malformed op's reason) rides in the op's value offset and length
+/// slots, which only a found value needs. So a reply is never larger than its request
+/// plus the values it returns, and a request full of bad ops cannot make a huge reply.
 #[derive(Archive, Serialize, Default, Debug, Clone)]
 pub struct BatchResponse {
     status: Vec<OpStatus>,
     value_offsets: Vec<u32>,
     value_lens: Vec<u32>,
     values: Vec<u8>,
-    errors: Vec<OpErrorDetail>,
 }
 
 impl BatchResponse {
@@ -161,7 +202,11 @@ impl BatchResponse {
         self.value_lens.clear();
         self.value_lens.resize(n, 0);
         self.values.clear();
-        self.errors.clear();
+    }
+
+    /// Value bytes a reply to `n` ops may carry within `max_reply` encoded bytes.
+    pub fn value_room(n: usize, max_reply: usize) -> usize {
+        max_reply.saturating_sub(RESPONSE_OVERHEAD + RESPONSE_BYTES_PER_OP * n)
     }
 
     /// Results in the response.
@@ -174,7 +219,6 @@ impl BatchResponse {
         self.status.capacity()
             + 4 * (self.value_offsets.capacity() + self.value_lens.capacity())
             + self.values.capacity()
-            + self.errors.capacity() * std::mem::size_of::<OpErrorDetail>()
     }
 
     /// Whether the response holds no result.
@@ -187,40 +231,32 @@ impl BatchResponse {
         self.status[i] = status;
     }
 
-    /// Records a found value for op `i`.
-    pub fn set_found(&mut self, i: usize, value: &[u8]) {
+    /// Records a found value for op `i`, or `OutOfMemory` when there is no memory for it.
+    /// Returns the status set. (Keeping the reply within a size is the caller's job: see
+    /// [`BatchResponse::value_room`] and `OpStatus::TooLarge`.)
+    pub fn set_found(&mut self, i: usize, value: &[u8]) -> OpStatus {
+        if self.values.try_reserve(value.len()).is_err() {
+            self.status[i] = OpStatus::OutOfMemory;
+            return OpStatus::OutOfMemory;
+        }
         self.status[i] = OpStatus::Found;
         self.value_offsets[i] = self.values.len() as u32;
         self.value_lens[i] = value.len() as u32;
         self.values.extend_from_slice(value);
+        OpStatus::Found
     }
 
     /// Records that op `i`'s key belongs to node `owner` of `nodes`.
-    ///
-    /// Error details must be recorded in op order (the client finds them by binary search).
     pub fn set_wrong_shard(&mut self, i: usize, owner: u32, nodes: u32) {
-        debug_assert!(self.errors.last().is_none_or(|d| (d.index as usize) < i));
         self.status[i] = OpStatus::WrongShard;
-        self.errors.push(OpErrorDetail {
-            index: i as u32,
-            owner,
-            nodes,
-            message: String::new(),
-        });
+        self.value_offsets[i] = owner;
+        self.value_lens[i] = nodes;
     }
 
     /// Records that op `i` was malformed, and why.
-    ///
-    /// Error details must be recorded in op order (the client finds them by binary search).
-    pub fn set_malformed(&mut self, i: usize, message: &str) {
-        debug_assert!(self.errors.last().is_none_or(|d| (d.index as usize) < i));
+    pub fn set_malformed(&mut self, i: usize, why: MalformedOp) {
         self.status[i] = OpStatus::Malformed;
-        self.errors.push(OpErrorDetail {
-            index: i as u32,
-            owner: 0,
-            nodes: 0,
-            message: message.to_owned(),
-        });
+        self.value_offsets[i] = why as u32;
     }
 }
 
@@ -241,6 +277,9 @@ pub enum ErrorCode {
     ShuttingDown = 4,
     /// The server already serves `--max-conns` connections; this one is closed.
     TooManyConnections = 5,
+    /// The server could not find room for the frame (its buffer budget stayed full);
+    /// the connection is closed.
+    OutOfMemory = 6,
 }
 
 /// Why a whole request failed (the body of an `ErrorResponse` frame).
@@ -306,11 +345,16 @@ where
     buf.clear();
     buf.extend_from_slice(&[0u8; HEADER_LEN]);
     let mut buf = rkyv::api::high::to_bytes_in::<_, rancor::BoxedError>(value, buf).map_err(unencodable)?;
-    let header = FrameHeader {
-        kind,
-        len: (buf.len() - HEADER_LEN) as u32,
-        id,
-    };
+    let len = u32::try_from(buf.len() - HEADER_LEN)
+        .ok()
+        .filter(|&len| len <= MAX_FRAME_LIMIT)
+        .ok_or_else(|| {
+            WireError::shape(format!(
+                "a body of {} bytes is over the frame limit",
+                buf.len() - HEADER_LEN
+            ))
+        })?;
+    let header = FrameHeader { kind, len, id };
     buf.as_mut_slice()[..HEADER_LEN].copy_from_slice(&header.encode());
     *out = buf;
     Ok(())
@@ -365,11 +409,11 @@ impl<'a> BatchView<'a> {
     }
 
     /// Op `i`, with its key and value spans bounds-checked.
-    pub fn op(&self, i: usize) -> Result<OpRef<'a>, &'static str> {
+    pub fn op(&self, i: usize) -> Result<OpRef<'a>, MalformedOp> {
         let a = self.archived;
-        let kind = a.kinds.get(i).ok_or("op index out of range")?.into();
-        let key = span(&a.key_ends, &a.keys, i).ok_or("key span out of bounds")?;
-        let value = span(&a.value_ends, &a.values, i).ok_or("value span out of bounds")?;
+        let kind = a.kinds.get(i).ok_or(MalformedOp::IndexOutOfRange)?.into();
+        let key = span(&a.key_ends, &a.keys, i).ok_or(MalformedOp::KeySpan)?;
+        let value = span(&a.value_ends, &a.values, i).ok_or(MalformedOp::ValueSpan)?;
         Ok(OpRef { kind, key, value })
     }
 }
@@ -402,6 +446,10 @@ pub enum OpReply<'a> {
     WrongShard { owner: u32, nodes: u32 },
     /// The op was malformed, for this reason.
     Malformed(&'a str),
+    /// The value was found but did not fit in this reply; ask again in a smaller batch.
+    TooLarge,
+    /// The server had no memory for the op; it was not run.
+    OutOfMemory,
 }
 
 /// A validated batch response.
@@ -440,6 +488,8 @@ impl<'a> ReplyView<'a> {
             ArchivedOpStatus::Absent => OpStatus::Absent,
             ArchivedOpStatus::WrongShard => OpStatus::WrongShard,
             ArchivedOpStatus::Malformed => OpStatus::Malformed,
+            ArchivedOpStatus::TooLarge => OpStatus::TooLarge,
+            ArchivedOpStatus::OutOfMemory => OpStatus::OutOfMemory,
         })
     }
 
@@ -467,29 +517,24 @@ impl<'a> ReplyView<'a> {
             OpStatus::Stored => OpReply::Stored,
             OpStatus::Deleted => OpReply::Deleted,
             OpStatus::Absent => OpReply::Absent,
-            OpStatus::WrongShard => match self.detail(i) {
-                Some(d) => OpReply::WrongShard {
-                    owner: d.owner.to_native(),
-                    nodes: d.nodes.to_native(),
-                },
-                None => OpReply::Malformed("wrong shard without detail"),
-            },
-            OpStatus::Malformed => match self.detail(i) {
-                Some(d) => OpReply::Malformed(d.message.as_str()),
-                None => OpReply::Malformed("malformed op"),
-            },
+            OpStatus::WrongShard => {
+                let (Some(owner), Some(nodes)) = (a.value_offsets.get(i), a.value_lens.get(i)) else {
+                    return OpReply::Malformed("wrong shard without detail");
+                };
+                OpReply::WrongShard {
+                    owner: owner.to_native(),
+                    nodes: nodes.to_native(),
+                }
+            }
+            OpStatus::Malformed => OpReply::Malformed(
+                a.value_offsets
+                    .get(i)
+                    .and_then(|code| MalformedOp::from_code(code.to_native()))
+                    .map_or("malformed op", MalformedOp::as_str),
+            ),
+            OpStatus::TooLarge => OpReply::TooLarge,
+            OpStatus::OutOfMemory => OpReply::OutOfMemory,
         }
-    }
-
-    /// The error detail of op `i`. Servers record details in op order, so this is a binary
-    /// search (a reply with a million failed ops reads in linear time, not quadratic). A
-    /// reply whose details are out of order only loses details (`Malformed`), never panics.
-    fn detail(&self, i: usize) -> Option<&'a ArchivedOpErrorDetail> {
-        let errors = self.archived.errors.as_slice();
-        let at = errors
-            .binary_search_by_key(&(i as u64), |d| u64::from(d.index.to_native()))
-            .ok()?;
-        errors.get(at)
     }
 }
 
@@ -509,6 +554,7 @@ pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
         ArchivedErrorCode::MalformedBody => ErrorCode::MalformedBody,
         ArchivedErrorCode::ShuttingDown => ErrorCode::ShuttingDown,
         ArchivedErrorCode::TooManyConnections => ErrorCode::TooManyConnections,
+        ArchivedErrorCode::OutOfMemory => ErrorCode::OutOfMemory,
     };
     Ok(ErrorReply {
         code,
@@ -582,7 +628,7 @@ mod tests {
         resp.set_found(0, b"zero");
         resp.set(1, OpStatus::Stored);
         resp.set_wrong_shard(2, 1, 3);
-        resp.set_malformed(4, "bad key span");
+        resp.set_malformed(4, MalformedOp::KeySpan);
         let mut frame = AlignedVec::new();
         encode_frame(FrameKind::BatchResponse, 1, &resp, &mut frame).unwrap();
         let body = body_of(&frame);
@@ -591,7 +637,7 @@ mod tests {
         assert_eq!(view.result(1), OpReply::Stored);
         assert_eq!(view.result(2), OpReply::WrongShard { owner: 1, nodes: 3 });
         assert_eq!(view.result(3), OpReply::Found(b"three"));
-        assert_eq!(view.result(4), OpReply::Malformed("bad key span"));
+        assert_eq!(view.result(4), OpReply::Malformed("key span out of bounds"));
         assert!(matches!(view.result(5), OpReply::Malformed(_)));
     }
 
@@ -606,7 +652,7 @@ mod tests {
             if i % 2 == 0 {
                 resp.set_wrong_shard(i, (i % 7) as u32, 9);
             } else {
-                resp.set_malformed(i, "bad key span");
+                resp.set_malformed(i, MalformedOp::KeySpan);
             }
         }
         let mut frame = AlignedVec::new();
@@ -620,7 +666,7 @@ mod tests {
                     nodes: 9,
                 }
             } else {
-                OpReply::Malformed("bad key span")
+                OpReply::Malformed("key span out of bounds")
             };
             assert_eq!(view.result(i), expected);
         }

@@ -86,7 +86,9 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                         let mut map = store.lock().unwrap();
                         match op.kind {
                             OpKind::Get => match map.get(op.key) {
-                                Some(v) => resp.set_found(i, v),
+                                Some(v) => {
+                                    resp.set_found(i, v);
+                                }
                                 None => resp.set(i, OpStatus::NotFound),
                             },
                             OpKind::Put => {

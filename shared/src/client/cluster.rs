@@ -239,7 +239,34 @@ impl Cluster {
     /// Runs `ops` across the cluster: splits them by owner, sends the parts to their nodes
     /// concurrently and returns one result per op, in op order. A node that fails fails only
     /// the ops routed to it.
+    ///
+    /// Gets whose values did not fit in a reply (a node bounds each reply by its frame
+    /// limit) are asked again in further rounds; each round returns at least one value per
+    /// node, so this ends.
     pub async fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Outcome, ClientError>> {
+        let mut results = self.batch_once(ops).await;
+        loop {
+            let left: Vec<usize> = (0..results.len())
+                .filter(|&i| matches!(results[i], Err(ClientError::ReplyTooLarge { .. })))
+                .collect();
+            if left.is_empty() {
+                return results;
+            }
+            let again: Vec<Op<'_>> = left.iter().map(|&i| ops[i]).collect();
+            let retried = self.batch_once(&again).await;
+            let progress = retried
+                .iter()
+                .any(|r| !matches!(r, Err(ClientError::ReplyTooLarge { .. })));
+            for (i, r) in left.into_iter().zip(retried) {
+                results[i] = r;
+            }
+            if !progress {
+                return results;
+            }
+        }
+    }
+
+    async fn batch_once(&self, ops: &[Op<'_>]) -> Vec<Result<Outcome, ClientError>> {
         let mut parts = NodeBatches::new(self.nodes.len());
         let mut index: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, op) in ops.iter().enumerate() {
@@ -310,6 +337,8 @@ impl Cluster {
                 addr: addr(),
                 reason: reason.to_string(),
             }),
+            OpReply::TooLarge => Err(ClientError::ReplyTooLarge { addr: addr() }),
+            OpReply::OutOfMemory => Err(ClientError::OutOfMemory { addr: addr() }),
         }
     }
 

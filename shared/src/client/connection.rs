@@ -22,7 +22,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Mutex as AsyncMutex, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::ClientError;
-use crate::frame::{CONNECTION_ERROR_ID, FrameError, FrameKind, HEADER_LEN, read_frame};
+use crate::frame::{CONNECTION_ERROR_ID, FrameError, FrameKind, HEADER_LEN, MAX_FRAME_LIMIT, read_frame};
 use crate::wire::{ReplyView, WireError, parse_error_reply};
 
 /// Most buffers a connection keeps for reuse, and the largest it keeps.
@@ -201,7 +201,6 @@ impl Connection {
             pending.clone(),
             alive.clone(),
             addr.clone(),
-            max_frame,
             pool.clone(),
         ));
         Ok(Connection {
@@ -370,7 +369,6 @@ async fn read_loop(
     pending: Arc<Mutex<Pending>>,
     alive: Arc<AtomicBool>,
     addr: Arc<str>,
-    max_frame: u32,
     pool: Arc<BufferPool>,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, read);
@@ -378,7 +376,9 @@ async fn read_loop(
     // version of it) is a protocol error; anything else means the node went away.
     let (protocol, reason) = loop {
         let mut body = pool.take();
-        match read_frame(&mut reader, &mut body, max_frame).await {
+        // Replies are read up to the largest limit any server may have: a server bounds its
+        // replies by its own `--max-frame`, which may be above this client's request limit.
+        match read_frame(&mut reader, &mut body, MAX_FRAME_LIMIT).await {
             Ok(Some(header)) => {
                 let waiter = pending.lock().waiters.remove(&header.id);
                 if header.id == CONNECTION_ERROR_ID && header.kind == FrameKind::ErrorResponse {

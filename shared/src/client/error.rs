@@ -31,6 +31,12 @@ pub enum ClientError {
     },
     #[error("wrong shard: {addr} does not own this key; node {owner} of {nodes} does (is --nodes in shard order?)")]
     WrongShard { addr: String, owner: u32, nodes: u32 },
+    #[error(
+        "{addr} found the value but it did not fit in the reply (over the server's frame limit); read it in a smaller batch"
+    )]
+    ReplyTooLarge { addr: String },
+    #[error("{addr} had no memory for the op; it was not run")]
+    OutOfMemory { addr: String },
     #[error("{addr} rejected the op as malformed: {reason}")]
     MalformedOp { addr: String, reason: String },
     #[error("invalid node list: {0}")]
@@ -55,6 +61,8 @@ impl ClientError {
             ClientError::Server { .. } => "server",
             ClientError::WrongShard { .. } => "wrong_shard",
             ClientError::MalformedOp { .. } => "malformed_op",
+            ClientError::ReplyTooLarge { .. } => "reply_too_large",
+            ClientError::OutOfMemory { .. } => "out_of_memory",
             ClientError::BadNodes(_) => "bad_nodes",
         }
     }
@@ -76,6 +84,8 @@ impl ClientError {
             | ClientError::Server { .. }
             | ClientError::WrongShard { .. }
             | ClientError::MalformedOp { .. }
+            | ClientError::ReplyTooLarge { .. }
+            | ClientError::OutOfMemory { .. }
             | ClientError::BadNodes(_) => false,
         }
     }

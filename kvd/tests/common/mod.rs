@@ -1,0 +1,99 @@
+//! Helpers for tests that run the built `kvd` binary.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use kvshared::frame::{AlignedVec, FrameHeader, FrameKind, HEADER_LEN};
+use kvshared::wire::{BatchRequest, encode_frame};
+
+/// A kvd child process that is killed when dropped, so a failing test leaves none behind.
+pub struct Kvd(pub Child);
+
+impl Drop for Kvd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Kvd {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Kvd {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+/// Starts `kvd` on a free port and returns it with the address from its ready line.
+pub fn start(args: &[&str]) -> (Kvd, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", "kvd=info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let ready = lines.next().expect("kvd printed nothing").unwrap();
+    let addr = ready
+        .rsplit("listening on ")
+        .next()
+        .expect("no ready line")
+        .trim()
+        .to_string();
+    assert!(ready.contains("kvd shard"), "{ready}");
+    // Keep draining stderr so kvd never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (Kvd(child), addr)
+}
+
+/// Runs `kvd` with `args` (a client verb, or a bad flag) and waits for it.
+pub fn kvd(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args(args)
+        .env_remove("KV_NODES")
+        .output()
+        .unwrap()
+}
+
+/// kvd's resident memory, from /proc (Linux).
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Writes one frame and reads the one reply frame: its header and its body (aligned).
+pub fn exchange(s: &mut TcpStream, frame: &[u8]) -> (FrameHeader, AlignedVec) {
+    s.write_all(frame).unwrap();
+    read_reply(s)
+}
+
+/// Reads one reply frame from `s` (any length the client would accept).
+pub fn read_reply(s: &mut TcpStream) -> (FrameHeader, AlignedVec) {
+    let mut raw = [0u8; HEADER_LEN];
+    s.read_exact(&mut raw).unwrap();
+    let header = FrameHeader::decode(&raw, kvshared::frame::MAX_FRAME_LIMIT).unwrap();
+    let mut body = AlignedVec::new();
+    body.resize(header.len as usize, 0);
+    s.read_exact(&mut body).unwrap();
+    (header, body)
+}
+
+/// A batch request as one whole frame.
+pub fn batch_frame(id: u64, batch: &BatchRequest) -> AlignedVec {
+    let mut out = AlignedVec::new();
+    encode_frame(FrameKind::BatchRequest, id, batch, &mut out).unwrap();
+    out
+}
