@@ -49,8 +49,12 @@ const REFUSE_MAX: Duration = Duration::from_secs(1);
 /// beyond [`FREE_PER_CONNECTION`] is paid from the node's buffer budget.
 const KEEP_BUFFER_BYTES: usize = 4 << 20;
 
-/// How often a frame waiting for room in the buffer budget looks again.
+/// How often a frame waiting for room in the buffer budget looks again...
 const BUDGET_RETRY: Duration = Duration::from_millis(5);
+/// ...and how long it waits at most (less if `--read-timeout` is shorter) before the
+/// connection is refused: room frees as other frames are answered, within milliseconds
+/// on a healthy node.
+const BUDGET_WAIT: Duration = Duration::from_secs(1);
 
 /// Publish the local counters to the node's at least every this many batches (and whenever
 /// the connection goes idle), so a stats reader is never far behind.
@@ -233,7 +237,7 @@ impl Connection {
 
     /// Reads the next frame into `self.body`, counting the bytes. A frame that has begun
     /// must arrive whole within `--read-timeout` (a client trickling bytes holds nothing),
-    /// and its body must find room in the node's buffer budget within that time too.
+    /// and its body must find room in the node's buffer budget within [`BUDGET_WAIT`].
     async fn read_frame(&mut self) -> Result<Option<FrameHeader>, FrameError> {
         let (max_frame, read_timeout) = (self.node.config.max_frame, self.node.config.read_timeout);
         let deadline = Instant::now() + read_timeout;
@@ -249,7 +253,10 @@ impl Connection {
         let Some(header) = header else { return Ok(None) };
         self.last_request = Instant::now();
         let len = header.len as usize;
-        if !self.room_for_body(len, deadline).await {
+        if !self
+            .room_for_body(len, deadline.min(Instant::now() + BUDGET_WAIT))
+            .await
+        {
             self.tally.buffer_budget_closed += 1;
             let message = format!(
                 "no room for a frame of {len} bytes: the node's connections hold all of its \
@@ -378,6 +385,7 @@ impl Connection {
     /// sends for a moment: closing a socket with unread input makes the kernel send a reset,
     /// which can destroy the error reply before the peer reads it.
     async fn close_after_error(&mut self) {
+        self.publish();
         let _ = self.writer.flush().await;
         let _ = self.writer.shutdown().await;
         let until = Instant::now() + REFUSE_MAX;

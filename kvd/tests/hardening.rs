@@ -123,7 +123,7 @@ async fn replies_stay_within_the_frame_limit_and_the_client_splits() {
 
 /// Twenty connections each send most of a 16 MiB body and stall: without a node-wide
 /// budget they held 320 MiB. With `--max-buffer-memory 48mib`, the ones that find no room
-/// wait, are refused with a reason and closed; memory stays near the budget, and a healthy
+/// wait a second, are refused with a reason and closed; memory stays near the budget, and a healthy
 /// client's small requests (which need no budget) are served throughout.
 #[test]
 fn a_node_wide_budget_bounds_what_connections_hold_in_buffers() {
@@ -134,7 +134,7 @@ fn a_node_wide_budget_bounds_what_connections_hold_in_buffers() {
         "--max-buffer-memory",
         "48mib",
         "--read-timeout",
-        "3s",
+        "6s",
     ]);
     let before = rss_bytes(server.id());
     let attackers: Vec<_> = (0..20)
@@ -177,14 +177,14 @@ fn a_node_wide_budget_bounds_what_connections_hold_in_buffers() {
     }
     let put = kvd(&["put", "--nodes", &addr, "--timeout", "5s", "k", "v"]);
     assert_eq!(put.status.code(), Some(0), "{}", String::from_utf8_lossy(&put.stderr));
-    // The ones left waiting are told why, then closed; the ones that got room time out (and
-    // their room goes to waiters, so how many of each depends on timing).
+    // The ones left waiting are told why within a second, then closed; the three that got
+    // room hold it until their frames time out.
     let told = attackers.into_iter().map(|a| a.join().unwrap()).filter(|&t| t).count();
     let stats = kvd(&["stats", "--nodes", &addr, "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     let closed = json[0]["stats"]["buffer_budget_closed"].as_u64().unwrap();
     assert!(
-        closed >= 10 && told as u64 == closed,
+        closed >= 15 && told as u64 == closed,
         "{told} told why, {closed} closed for lack of room, of 20"
     );
     drop(server);
