@@ -8,7 +8,7 @@ use kvshared::cli::{EXIT_ERROR, exit_code, init_logging};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(Some("warn"));
+    let _logging = init_logging(Some("warn"));
     let threads = match &cli.command {
         Command::Run(a) => a.bench.cluster.threads,
         Command::Sweep(a) => a.bench.cluster.threads,

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use crate::budget::{FREE_PER_CONNECTION, ReplyAllowance};
 use crate::node::Node;
 use crate::store::Scratch;
+use crate::warn_limit::PER_CONNECTION;
 
 /// After shutdown is signalled, a connection keeps answering requests that arrive within
 /// this long of each other (the batches already in flight), then closes...
@@ -101,6 +102,8 @@ pub(crate) struct Connection {
     last_request: Instant,
     /// Bytes this connection has taken from the node's buffer budget.
     held: usize,
+    /// Warnings this connection has caused in the log.
+    warned: u32,
 }
 
 impl Connection {
@@ -124,6 +127,7 @@ impl Connection {
             idle_check: None,
             last_request: Instant::now(),
             held: 0,
+            warned: 0,
         };
         if let Some(limit) = conn.node.config.idle_timeout {
             // Checked four times per timeout: a connection is closed between 1 and 1.25
@@ -134,14 +138,18 @@ impl Connection {
             conn.idle_check = Some((limit, tick));
         }
         let end = conn.run(shutdown).await;
-        conn.publish();
         let _ = conn.writer.flush().await;
         conn.node.buffers.give(conn.held);
-        conn.node.counters.add(conn.id, Counter::ConnsClosed, 1);
         match end {
             End::Clean => tracing::debug!(peer = %conn.peer, "connection closed"),
-            End::Failed(why) => tracing::warn!(peer = %conn.peer, %why, "connection ended"),
+            End::Failed(why) => {
+                if let Some(suppressed) = conn.may_warn() {
+                    tracing::warn!(peer = %conn.peer, %why, suppressed, "connection ended");
+                }
+            }
         }
+        conn.tally.conns_closed += 1;
+        conn.publish();
     }
 
     async fn run(&mut self, mut shutdown: broadcast::Receiver<()>) -> End {
@@ -327,7 +335,9 @@ impl Connection {
                     encode_frame(FrameKind::BatchResponse, header.id, &self.response, &mut self.out)
                 }
                 Err(e) => {
-                    tracing::warn!(peer = %self.peer, id = header.id, error = %e, "rejected a malformed batch");
+                    if let Some(suppressed) = self.may_warn() {
+                        tracing::warn!(peer = %self.peer, id = header.id, error = %e, suppressed, "rejected a malformed batch");
+                    }
                     tracing::debug!(peer = %self.peer, id = header.id, detail = e.detail(), "validation detail");
                     self.tally.malformed_body += 1;
                     self.encode_error(header.id, ErrorCode::MalformedBody, e.to_string())
@@ -454,6 +464,25 @@ impl Connection {
         } else {
             self.node.buffers.give(self.held - keep);
             self.held = keep;
+        }
+    }
+
+    /// Whether this connection may log a warning now (see `warn_limit`): `Some(n)` with
+    /// the number of warnings suppressed node-wide since the last one written.
+    fn may_warn(&mut self) -> Option<u64> {
+        if self.warned >= PER_CONNECTION {
+            self.tally.log_suppressed += 1;
+            return None;
+        }
+        match self.node.warnings.admit() {
+            Some(suppressed) => {
+                self.warned += 1;
+                Some(suppressed)
+            }
+            None => {
+                self.tally.log_suppressed += 1;
+                None
+            }
         }
     }
 

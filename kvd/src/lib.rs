@@ -10,6 +10,7 @@
 //! * `counters`: striped per-connection counters for the hot path.
 //! * [`local`]: in-process nodes on 127.0.0.1 ports for tests and benchmarks.
 //! * `sampler`: the once-a-second sysinfo thread (CPU, memory, network).
+//! * `warn_limit`: rate limits for the warnings a peer can cause.
 //! * [`cli`] and [`client_cmd`]: the command line, and its client verbs.
 //!
 //! Wire types, framing and routing come from `kvshared`; nothing here re-implements them.
@@ -24,6 +25,7 @@ pub mod node;
 mod sampler;
 pub mod server;
 pub mod store;
+mod warn_limit;
 
 #[cfg(test)]
 mod fault_tests;

@@ -9,7 +9,10 @@ use kvshared::cli::{exit_code, init_logging};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(Some("kvd=info,warn"));
+    let logging = init_logging(Some("kvd=info,warn"));
+    if let Some(dropped) = logging.dropped_counter() {
+        kvd::node::report_log_drops(move || dropped.dropped_lines() as u64);
+    }
     let result = match cli.command {
         Some(command) => tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -1,15 +1,17 @@
 //! The state one kvd process shares between its connections.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::routing::ShardId;
-use kvshared::stats::NodeStats;
+use kvshared::stats::{Counts, NodeStats};
 
 use crate::budget::BufferBudget;
 use crate::counters::Counters;
 use crate::sampler::Sampler;
 use crate::store::Store;
+use crate::warn_limit::WarnLimit;
 
 /// Default `--idle-timeout`.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -18,6 +20,14 @@ pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default `--max-buffer-memory` (1 GiB).
 pub const DEFAULT_MAX_BUFFER_MEMORY: usize = 1 << 30;
+
+/// Reads how many log lines the process dropped (set once by the binary that set up logging).
+static LOG_LINES_DROPPED: OnceLock<Box<dyn Fn() -> u64 + Send + Sync>> = OnceLock::new();
+
+/// Tells every node of this process how to read the log's dropped-lines count.
+pub fn report_log_drops(read: impl Fn() -> u64 + Send + Sync + 'static) {
+    let _ = LOG_LINES_DROPPED.set(Box::new(read));
+}
 
 /// How a node is set up (the serving flags of the `kvd` command).
 #[derive(Clone, Debug)]
@@ -76,6 +86,8 @@ pub struct Node {
     pub(crate) counters: Counters,
     /// What the connections' buffers may hold together.
     pub(crate) buffers: BufferBudget,
+    /// How many warnings peers may cause.
+    pub(crate) warnings: WarnLimit,
     sampler: Sampler,
     started: Instant,
 }
@@ -94,6 +106,7 @@ impl Node {
             store,
             counters: Counters::default(),
             buffers: BufferBudget::new(config.max_buffer_memory),
+            warnings: WarnLimit::default(),
             sampler: Sampler::start(config.sample_period),
             started: Instant::now(),
             config,
@@ -117,7 +130,10 @@ impl Node {
             keys: self.store.len(),
             map_shards: self.store.map_shards() as u32,
             worker_threads: self.config.worker_threads as u32,
-            counts: self.counters.totals(),
+            counts: Counts {
+                log_lines_dropped: LOG_LINES_DROPPED.get().map_or(0, |f| f()),
+                ..self.counters.totals()
+            },
             system,
         }
     }

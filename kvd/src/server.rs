@@ -78,7 +78,9 @@ impl Server {
                 }
                 Err(e) => {
                     // e.g. out of file descriptors: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    if let Some(suppressed) = node.warnings.admit() {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{batch_frame, exchange, kvd, rss_bytes, start};
+use common::{batch_frame, exchange, kvd, read_reply, rss_bytes, start, start_logging};
 use kvshared::client::{ClientConfig, Cluster, Op, Outcome};
 use kvshared::frame::{FrameHeader, FrameKind};
 use kvshared::wire::{BatchRequest, OpReply, ReplyView};
@@ -187,5 +187,54 @@ fn a_node_wide_budget_bounds_what_connections_hold_in_buffers() {
         closed >= 15 && told as u64 == closed,
         "{told} told why, {closed} closed for lack of room, of 20"
     );
+    drop(server);
+}
+
+/// 16 MB of malformed bodies used to write 236 MB of warnings, and with nobody reading
+/// kvd's stderr the whole node stopped answering. Now peer-caused warnings are rate-limited
+/// (and counted), and log lines are written off the request path, dropped and counted when
+/// stderr does not keep up: with the log pipe stalled and every frame logging at debug
+/// level, a healthy client is still served.
+#[test]
+fn bad_frames_cannot_flood_or_stall_the_log() {
+    let (server, addr) = start_logging(&[], "kvd=debug", true);
+    let header = FrameHeader {
+        kind: FrameKind::BatchRequest,
+        len: 64,
+        id: 9,
+    }
+    .encode();
+    let mut frames = Vec::new();
+    for _ in 0..100 {
+        frames.extend_from_slice(&header);
+        frames.extend_from_slice(&[0xa5; 64]);
+    }
+    let attackers: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, frames) = (addr.clone(), frames.clone());
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                // 200 rounds of 100 bad frames: 80,000 in all, more than the log queue holds.
+                for _ in 0..200 {
+                    s.write_all(&frames).unwrap();
+                    for _ in 0..100 {
+                        assert_eq!(read_reply(&mut s).0.kind, FrameKind::ErrorResponse);
+                    }
+                }
+            })
+        })
+        .collect();
+    for a in attackers {
+        a.join().unwrap();
+    }
+    let put = kvd(&["put", "--nodes", &addr, "--timeout", "5s", "k", "v"]);
+    assert_eq!(put.status.code(), Some(0), "{}", String::from_utf8_lossy(&put.stderr));
+    let stats = kvd(&["stats", "--nodes", &addr, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let stats = &json[0]["stats"];
+    assert_eq!(stats["malformed_body"], 80_000);
+    assert!(stats["log_suppressed"].as_u64().unwrap() >= 80_000 - 12, "{stats}");
+    assert!(stats["log_lines_dropped"].as_u64().unwrap() > 0, "{stats}");
     drop(server);
 }

@@ -13,7 +13,7 @@ const EXIT_NODE_DOWN: u8 = 1;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Logs would corrupt the full-screen view, so they go nowhere unless RUST_LOG asks.
-    init_logging(None);
+    let _logging = init_logging(None);
     run(cli).unwrap_or_else(|e| exit_code("kvtui", e.as_ref()))
 }
 

@@ -42,19 +42,59 @@ impl NodesArgs {
     }
 }
 
+/// Lines the log may queue for stderr before it drops them (and counts them).
+const LOG_QUEUE_LINES: usize = 16_384;
+
+/// The running log: keep it alive until exit, so queued lines are written.
+pub struct Logging {
+    _guard: Option<tracing_appender::non_blocking::WorkerGuard>,
+    dropped: Option<tracing_appender::non_blocking::ErrorCounter>,
+}
+
+impl Logging {
+    /// Lines dropped because stderr could not keep up.
+    pub fn dropped_lines(&self) -> u64 {
+        self.dropped.as_ref().map_or(0, |c| c.dropped_lines() as u64)
+    }
+
+    /// A handle that reads the dropped-lines count (for a server's stats).
+    pub fn dropped_counter(&self) -> Option<tracing_appender::non_blocking::ErrorCounter> {
+        self.dropped.clone()
+    }
+}
+
 /// Sets up `tracing` to stderr. `default` is the filter without `RUST_LOG` (e.g.
 /// `"kvd=info,warn"`); `None` logs nothing unless `RUST_LOG` is set (a full-screen UI).
-pub fn init_logging(default: Option<&str>) {
+///
+/// Lines are written by a background thread: a request path that logs never waits on a
+/// slow or stalled stderr reader. When the queue is full, lines are dropped and counted
+/// ([`Logging::dropped_lines`]) rather than blocking the caller.
+pub fn init_logging(default: Option<&str>) -> Logging {
     let filter = match (EnvFilter::try_from_default_env(), default) {
         (Ok(f), _) => f,
         (Err(_), Some(d)) => EnvFilter::new(d),
-        (Err(_), None) => return,
+        (Err(_), None) => {
+            return Logging {
+                _guard: None,
+                dropped: None,
+            };
+        }
     };
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .thread_name("log-writer")
+        .finish(std::io::stderr());
+    let dropped = writer.error_counter();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    Logging {
+        _guard: Some(guard),
+        dropped: Some(dropped),
+    }
 }
 
 /// Exit status for usage errors and failures to run at all.

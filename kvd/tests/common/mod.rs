@@ -9,7 +9,8 @@ use kvshared::frame::{AlignedVec, FrameHeader, FrameKind, HEADER_LEN};
 use kvshared::wire::{BatchRequest, encode_frame};
 
 /// A kvd child process that is killed when dropped, so a failing test leaves none behind.
-pub struct Kvd(pub Child);
+/// It may hold kvd's stderr unread (a stalled log reader).
+pub struct Kvd(pub Child, Option<Box<dyn std::any::Any>>);
 
 impl Drop for Kvd {
     fn drop(&mut self) {
@@ -33,10 +34,16 @@ impl std::ops::DerefMut for Kvd {
 
 /// Starts `kvd` on a free port and returns it with the address from its ready line.
 pub fn start(args: &[&str]) -> (Kvd, String) {
+    start_logging(args, "kvd=info", false)
+}
+
+/// Starts `kvd` with `RUST_LOG=log`; with `stall`, nobody reads its stderr after the ready
+/// line (the pipe fills, as with a stuck log collector).
+pub fn start_logging(args: &[&str], log: &str, stall: bool) -> (Kvd, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kvd"))
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
-        .env("RUST_LOG", "kvd=info")
+        .env("RUST_LOG", log)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -50,9 +57,12 @@ pub fn start(args: &[&str]) -> (Kvd, String) {
         .trim()
         .to_string();
     assert!(ready.contains("kvd shard"), "{ready}");
+    if stall {
+        return (Kvd(child, Some(Box::new(lines))), addr);
+    }
     // Keep draining stderr so kvd never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (Kvd(child), addr)
+    (Kvd(child, None), addr)
 }
 
 /// Runs `kvd` with `args` (a client verb, or a bad flag) and waits for it.
