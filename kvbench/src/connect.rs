@@ -8,12 +8,12 @@ use kvshared::client::{ClientConfig, ClientError, Cluster, DEFAULT_NODE};
 use crate::cli::ClusterArgs;
 
 /// The client configuration `args` ask for (connections per node as given, or 1).
-pub fn client_config(args: &ClusterArgs) -> ClientConfig {
-    ClientConfig {
+pub fn client_config(args: &ClusterArgs) -> anyhow::Result<ClientConfig> {
+    Ok(ClientConfig {
         conns_per_node: args.conns.unwrap_or(1).max(1),
         pipeline: args.pipeline.max(1),
-        ..args.nodes.client_config()
-    }
+        ..args.nodes.client_config()?
+    })
 }
 
 /// Most connections per node chosen automatically.
@@ -24,7 +24,7 @@ const MAX_AUTO_CONNS: usize = 16;
 /// at most 16.
 pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
     let nodes = args.nodes.node_list()?;
-    let cluster = Arc::new(connect_with(args, &nodes, client_config(args)).await?);
+    let cluster = Arc::new(connect_with(args, &nodes, client_config(args)?).await?);
     if args.conns.is_some() {
         return Ok(cluster);
     }
@@ -39,7 +39,7 @@ pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
     }
     let config = ClientConfig {
         conns_per_node: threads.min(MAX_AUTO_CONNS),
-        ..client_config(args)
+        ..client_config(args)?
     };
     Ok(Arc::new(connect_with(args, &nodes, config).await?))
 }

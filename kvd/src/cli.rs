@@ -1,6 +1,7 @@
 //! The `kvd` command line: serve a shard, or talk to a running cluster.
 
 use clap::{Args, Parser, Subcommand};
+use kvshared::cli::AuthArgs;
 use kvshared::cli::NodesArgs;
 use kvshared::client::DEFAULT_NODE;
 use kvshared::frame::{DEFAULT_MAX_FRAME, MAX_FRAME_LIMIT};
@@ -74,6 +75,12 @@ pub struct ServeArgs {
     /// --read-timeout and is then refused with a reason. Sizes like 512mb, 2gb, 1gib.
     #[arg(long, default_value = "1gib", value_parser = parse_size, value_name = "SIZE")]
     pub max_buffer_memory: u64,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+    /// Serve clients on other hosts without a token. Without a token and without this flag,
+    /// a kvd bound beyond loopback serves only loopback clients (protected mode).
+    #[arg(long)]
+    pub insecure_no_auth: bool,
     /// Internal map shards, each with its own lock (rounded up to a power of two)
     /// [default: 4 x threads, at least 64].
     #[arg(long)]

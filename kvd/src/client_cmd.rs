@@ -41,7 +41,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn cluster(args: &NodesArgs) -> anyhow::Result<Cluster> {
-    Ok(Cluster::new(&args.node_list()?, args.client_config())?)
+    Ok(Cluster::new(&args.node_list()?, args.client_config()?)?)
 }
 
 async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {

@@ -18,10 +18,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kvshared::auth::MAX_TOKEN_LEN;
 use kvshared::frame::AlignedVec;
 use kvshared::frame::{CONNECTION_ERROR_ID, FrameError, FrameHeader, FrameKind, HEADER_LEN, read_body, read_header};
 use kvshared::stats::{Counter, Counts};
-use kvshared::wire::{BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_frame};
+use kvshared::wire::{BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_empty_frame, encode_frame};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -61,18 +62,26 @@ const BUDGET_WAIT: Duration = Duration::from_secs(1);
 /// the connection goes idle), so a stats reader is never far behind.
 const PUBLISH_EVERY: u64 = 64;
 
-/// Tells a connection over `--max-conns` why it is refused (one error frame for the
-/// connection as a whole), then closes it.
-pub(crate) async fn refuse(mut stream: TcpStream, max_conns: usize) {
-    let reply = ErrorReply {
-        code: ErrorCode::TooManyConnections,
-        message: format!("max connections reached ({max_conns}); try again later"),
-    };
+/// Tells a connection that is not served why (one error frame for the connection as a
+/// whole: over `--max-conns`, or protected mode), then closes it.
+pub(crate) async fn refuse(mut stream: TcpStream, code: ErrorCode, message: String) {
+    let reply = ErrorReply { code, message };
     let mut out = AlignedVec::new();
     if encode_frame(FrameKind::ErrorResponse, CONNECTION_ERROR_ID, &reply, &mut out).is_ok() {
         let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&out)).await;
     }
     let _ = stream.shutdown().await;
+    // Read and drop what the client already sent (at most a little, briefly): closing with
+    // unread input resets the connection, which can destroy the reason before it is read.
+    let mut sink = [0u8; 4096];
+    let until = Instant::now() + LAST_READ;
+    let mut left = 1 << 20;
+    while let Ok(Ok(n)) = tokio::time::timeout_at(until, stream.read(&mut sink)).await
+        && n > 0
+        && left > n
+    {
+        left -= n;
+    }
 }
 
 /// Why serving a connection stopped, for the log.
@@ -104,6 +113,8 @@ pub(crate) struct Connection {
     held: usize,
     /// Warnings this connection has caused in the log.
     warned: u32,
+    /// Whether the peer may send requests: it presented the token, or none is needed.
+    authenticated: bool,
 }
 
 impl Connection {
@@ -128,7 +139,9 @@ impl Connection {
             last_request: Instant::now(),
             held: 0,
             warned: 0,
+            authenticated: false,
         };
+        conn.authenticated = conn.node.config.auth.is_none();
         if let Some(limit) = conn.node.config.idle_timeout {
             // Checked four times per timeout: a connection is closed between 1 and 1.25
             // timeouts after its last request.
@@ -190,11 +203,16 @@ impl Connection {
                     return End::Failed(e.to_string());
                 }
             };
-            if let Err(e) = self.dispatch(header) {
-                return End::Failed(format!("cannot encode a reply: {e}"));
-            }
+            let go_on = match self.dispatch(header) {
+                Ok(go_on) => go_on,
+                Err(e) => return End::Failed(format!("cannot encode a reply: {e}")),
+            };
             if let Err(e) = self.write_out().await {
                 return End::Failed(e.to_string());
+            }
+            if !go_on {
+                self.close_after_error().await;
+                return End::Failed("the client presented a wrong token".into());
             }
             self.settle_buffers();
             if self.tally.batches >= PUBLISH_EVERY {
@@ -261,6 +279,10 @@ impl Connection {
         let Some(header) = header else { return Ok(None) };
         self.last_request = Instant::now();
         let len = header.len as usize;
+        if !self.authenticated && (header.kind != FrameKind::AuthRequest || len > MAX_TOKEN_LEN) {
+            // Before the token, a peer can make the node read one small frame, nothing more.
+            return Err(self.refuse_unauthenticated().await);
+        }
         if !self
             .room_for_body(len, deadline.min(Instant::now() + BUDGET_WAIT))
             .await
@@ -287,6 +309,41 @@ impl Connection {
             .map_err(|_| timed_out())??;
         self.tally.bytes_in += (HEADER_LEN + len) as u64;
         Ok(Some(header))
+    }
+
+    /// Answers a request sent before the token (or a token frame too large to be one) with
+    /// the reason, and ends the connection.
+    async fn refuse_unauthenticated(&mut self) -> FrameError {
+        self.tally.auth_failed += 1;
+        if let Some(suppressed) = self.may_warn() {
+            tracing::warn!(peer = %self.peer, suppressed, "refused a request sent without the token");
+        }
+        let message = "authentication required: this node has a token; give the client the same \
+                       --auth-token-file (or KV_AUTH_TOKEN_FILE)";
+        if self
+            .encode_error(CONNECTION_ERROR_ID, ErrorCode::AuthRequired, message.into())
+            .is_ok()
+        {
+            let _ = self.write_out().await;
+            self.close_after_error().await;
+        }
+        FrameError::Io(std::io::Error::new(std::io::ErrorKind::PermissionDenied, message))
+    }
+
+    /// Checks a presented token: `AuthOk`, or an error reply and false (close).
+    fn authenticate(&mut self, id: u64) -> Result<bool, WireError> {
+        let accepted = self.node.config.auth.as_ref().is_none_or(|t| t.matches(&self.body));
+        if accepted {
+            self.authenticated = true;
+            encode_empty_frame(FrameKind::AuthOk, id, &mut self.out);
+            return Ok(true);
+        }
+        self.tally.auth_failed += 1;
+        if let Some(suppressed) = self.may_warn() {
+            tracing::warn!(peer = %self.peer, suppressed, "refused a wrong token");
+        }
+        self.encode_error(id, ErrorCode::AuthFailed, "wrong token".into())?;
+        Ok(false)
     }
 
     /// Bytes this connection's buffers hold now.
@@ -316,8 +373,9 @@ impl Connection {
         }
     }
 
-    /// Runs one request and leaves its encoded reply in `self.out`.
-    fn dispatch(&mut self, header: FrameHeader) -> Result<(), WireError> {
+    /// Runs one request and leaves its encoded reply in `self.out`; false when the
+    /// connection must be closed after the reply (a wrong token).
+    fn dispatch(&mut self, header: FrameHeader) -> Result<bool, WireError> {
         match header.kind {
             FrameKind::BatchRequest => match BatchView::parse(&self.body) {
                 Ok(batch) => {
@@ -332,7 +390,7 @@ impl Connection {
                     );
                     self.held += room.taken();
                     self.tally.batches += 1;
-                    encode_frame(FrameKind::BatchResponse, header.id, &self.response, &mut self.out)
+                    encode_frame(FrameKind::BatchResponse, header.id, &self.response, &mut self.out).map(|()| true)
                 }
                 Err(e) => {
                     if let Some(suppressed) = self.may_warn() {
@@ -341,19 +399,25 @@ impl Connection {
                     tracing::debug!(peer = %self.peer, id = header.id, detail = e.detail(), "validation detail");
                     self.tally.malformed_body += 1;
                     self.encode_error(header.id, ErrorCode::MalformedBody, e.to_string())
+                        .map(|()| true)
                 }
             },
             FrameKind::StatsRequest => {
                 self.publish();
-                encode_frame(FrameKind::StatsResponse, header.id, &self.node.stats(), &mut self.out)
+                encode_frame(FrameKind::StatsResponse, header.id, &self.node.stats(), &mut self.out).map(|()| true)
             }
-            other @ (FrameKind::BatchResponse | FrameKind::StatsResponse | FrameKind::ErrorResponse) => {
+            FrameKind::AuthRequest => self.authenticate(header.id),
+            other @ (FrameKind::BatchResponse
+            | FrameKind::StatsResponse
+            | FrameKind::ErrorResponse
+            | FrameKind::AuthOk) => {
                 self.tally.bad_frame += 1;
                 self.encode_error(
                     header.id,
                     ErrorCode::BadFrame,
                     format!("a client may not send {other:?} frames"),
                 )
+                .map(|()| true)
             }
         }
     }

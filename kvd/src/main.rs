@@ -39,6 +39,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
         read_timeout: args.read_timeout,
         max_buffer_memory: args.max_buffer_memory as usize,
+        auth: args.auth.token()?,
+        insecure_no_auth: args.insecure_no_auth,
         worker_threads: threads,
         ..NodeConfig::default()
     };

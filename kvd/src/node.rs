@@ -3,6 +3,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use kvshared::auth::AuthToken;
 use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::routing::ShardId;
 use kvshared::stats::{Counts, NodeStats};
@@ -48,6 +49,10 @@ pub struct NodeConfig {
     pub read_timeout: Duration,
     /// Bytes all connections together may hold in buffers beyond a small allowance each.
     pub max_buffer_memory: usize,
+    /// The token clients must present first (`None`: no token).
+    pub auth: Option<AuthToken>,
+    /// Serve clients from other hosts without a token (turns protected mode off).
+    pub insecure_no_auth: bool,
     /// Tokio worker threads, reported in stats.
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
@@ -68,6 +73,8 @@ impl Default for NodeConfig {
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             read_timeout: DEFAULT_READ_TIMEOUT,
             max_buffer_memory: DEFAULT_MAX_BUFFER_MEMORY,
+            auth: None,
+            insecure_no_auth: false,
             worker_threads: 1,
             sample_period: Duration::from_secs(1),
             #[cfg(test)]
@@ -88,6 +95,9 @@ pub struct Node {
     pub(crate) buffers: BufferBudget,
     /// How many warnings peers may cause.
     pub(crate) warnings: WarnLimit,
+    /// Protected mode: no token, bound beyond loopback, and not told `--insecure-no-auth`;
+    /// only loopback peers are served.
+    pub(crate) protected: bool,
     sampler: Sampler,
     started: Instant,
 }
@@ -107,6 +117,7 @@ impl Node {
             counters: Counters::default(),
             buffers: BufferBudget::new(config.max_buffer_memory),
             warnings: WarnLimit::default(),
+            protected: false,
             sampler: Sampler::start(config.sample_period),
             started: Instant::now(),
             config,

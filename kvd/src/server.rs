@@ -17,6 +17,12 @@ use tokio::task::JoinSet;
 use crate::connection::{Connection, refuse};
 use crate::node::{Node, NodeConfig};
 use kvshared::stats::Counter;
+use kvshared::wire::ErrorCode;
+
+/// What a client from another host is told in protected mode.
+const PROTECTED_MODE: &str = "kvd is in protected mode: it has no token and serves only clients on its \
+    own host. Start every kvd with --auth-token-file FILE and give clients the same file (or \
+    KV_AUTH_TOKEN_FILE), or, on a trusted network only, start kvd with --insecure-no-auth";
 
 /// How long shutdown waits for connections to finish their in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -29,10 +35,29 @@ pub struct Server {
 
 impl Server {
     /// Binds `addr` (use port 0 for any free port) and builds the node's store.
+    ///
+    /// Protected mode: bound beyond loopback with no token and without
+    /// `--insecure-no-auth`, the node serves only loopback peers and tells others how to
+    /// configure it (as Redis does), rather than serve the network unauthenticated.
     pub async fn bind(addr: &str, config: NodeConfig) -> std::io::Result<Server> {
-        let node = Arc::new(Node::new(config)?);
         let listener = TcpListener::bind(addr).await?;
-        Ok(Server { listener, node })
+        let local = listener.local_addr()?;
+        let beyond_loopback = !local.ip().to_canonical().is_loopback();
+        let mut node = Node::new(config)?;
+        node.protected = beyond_loopback && node.config.auth.is_none() && !node.config.insecure_no_auth;
+        if node.protected {
+            tracing::warn!(
+                "protected mode: {local} is reachable beyond this host but no token is set, so only \
+                 loopback clients are served; set --auth-token-file (and give clients the same \
+                 token) or pass --insecure-no-auth"
+            );
+        } else if beyond_loopback && node.config.auth.is_none() {
+            tracing::warn!("--insecure-no-auth: anyone who can reach {local} can read and write every key");
+        }
+        Ok(Server {
+            listener,
+            node: Arc::new(node),
+        })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -59,13 +84,21 @@ impl Server {
             // Reap finished connection tasks so the set does not grow without bound.
             while conns.try_join_next().is_some() {}
             match accepted {
+                Ok((stream, peer)) if node.protected && !peer.ip().to_canonical().is_loopback() => {
+                    node.counters.add(0, Counter::ProtectedRefused, 1);
+                    if let Some(suppressed) = node.warnings.admit() {
+                        tracing::warn!(%peer, suppressed, "refused a client from another host (protected mode)");
+                    }
+                    conns.spawn(refuse(stream, ErrorCode::AuthRequired, PROTECTED_MODE.into()));
+                }
                 Ok((stream, peer)) => {
                     // Over the limit: say so at once and close, as Redis does, rather than
                     // leave the client waiting in the accept queue.
                     let Ok(permit) = limit.clone().try_acquire_owned() else {
                         node.counters.add(0, Counter::ConnsRefused, 1);
                         tracing::debug!(%peer, "refused a connection: max connections reached");
-                        conns.spawn(refuse(stream, node.config.max_conns));
+                        let why = format!("max connections reached ({}); try again later", node.config.max_conns);
+                        conns.spawn(refuse(stream, ErrorCode::TooManyConnections, why));
                         continue;
                     };
                     let id = next_id.fetch_add(1, Ordering::Relaxed);

@@ -238,3 +238,143 @@ fn bad_frames_cannot_flood_or_stall_the_log() {
     assert!(stats["log_lines_dropped"].as_u64().unwrap() > 0, "{stats}");
     drop(server);
 }
+
+/// A token file for a test, in Cargo's temporary directory for integration tests.
+fn token_file(name: &str, token: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    path.display().to_string()
+}
+
+/// With `--auth-token-file`, a client gets in only with the same token: without one it is
+/// told what to configure, with a wrong one it is refused, and a peer without the token
+/// cannot make the node read more than a token's worth (a 64 MiB announcement is answered
+/// at once). Stats, with their host details, are behind the token too.
+#[test]
+fn a_token_keeps_out_everyone_without_it() {
+    let good = token_file("good-token", "0123456789abcdef0123456789abcdef");
+    let bad = token_file("bad-token", "fedcba9876543210fedcba9876543210");
+    let (server, addr) = start(&["--auth-token-file", &good]);
+
+    let without = kvd(&["put", "--nodes", &addr, "--timeout", "2s", "k", "v"]);
+    let err = String::from_utf8_lossy(&without.stderr);
+    assert_eq!(without.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("authentication required") && err.contains("--auth-token-file"),
+        "{err}"
+    );
+
+    let wrong = kvd(&["put", "--nodes", &addr, "--auth-token-file", &bad, "k", "v"]);
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(wrong.status.code(), Some(2), "{err}");
+    assert!(err.contains("wrong token"), "{err}");
+
+    let stats_without = kvd(&["stats", "--nodes", &addr, "--timeout", "2s", "--json"]);
+    assert!(!String::from_utf8_lossy(&stats_without.stdout).contains("host_name"));
+
+    // A large announcement before the token is refused unread.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let header = FrameHeader {
+        kind: FrameKind::BatchRequest,
+        len: 64 << 20,
+        id: 1,
+    }
+    .encode();
+    s.write_all(&header).unwrap();
+    let (reply, body) = read_reply(&mut s);
+    assert_eq!(reply.kind, FrameKind::ErrorResponse);
+    let refusal = kvshared::wire::parse_error_reply(&body).unwrap();
+    assert_eq!(refusal.code, kvshared::wire::ErrorCode::AuthRequired);
+
+    let put = kvd(&["put", "--nodes", &addr, "--auth-token-file", &good, "k", "v"]);
+    assert_eq!(put.status.code(), Some(0), "{}", String::from_utf8_lossy(&put.stderr));
+    let stats = std::process::Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args(["stats", "--nodes", &addr, "--json"])
+        .env("KV_AUTH_TOKEN_FILE", &good)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(json[0]["stats"]["auth_failed"], 4, "{json}");
+    assert_eq!(json[0]["stats"]["puts"], 1);
+    drop(server);
+}
+
+/// Runs `ip` with `args`; false if it failed (e.g. not root).
+fn ip(args: &[&str]) -> bool {
+    std::process::Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A network namespace made for one test, removed when dropped.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        ip(&["netns", "del", &self.0]);
+    }
+}
+
+/// Protected mode: bound beyond loopback with no token, kvd serves loopback clients and
+/// tells a client from another address how to configure it; `--insecure-no-auth` turns
+/// that off. Another address needs a host: the test makes one in a network namespace
+/// (10.77.0.1 on its loopback device; root and iproute2 needed, which `.ci/run` has).
+#[test]
+fn protected_mode_serves_only_loopback_clients_without_a_token() {
+    let ns = Netns(format!("kvd-protected-{}", std::process::id()));
+    assert!(
+        ip(&["netns", "add", &ns.0]),
+        "cannot make a network namespace (run as root, with iproute2)"
+    );
+    assert!(ip(&["-n", &ns.0, "link", "set", "lo", "up"]));
+    assert!(ip(&["-n", &ns.0, "addr", "add", "10.77.0.1/32", "dev", "lo"]));
+    let in_ns = |args: &[&str]| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_kvd")])
+            .args(args)
+            .env_remove("KV_NODES")
+            .output()
+            .unwrap()
+    };
+    for (flags, from_other_host_served) in [(&[][..], false), (&["--insecure-no-auth"][..], true)] {
+        let server = common::Kvd::guard(
+            std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &ns.0,
+                    env!("CARGO_BIN_EXE_kvd"),
+                    "--listen",
+                    "0.0.0.0:7301",
+                ])
+                .args(flags)
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let served = |node: &str| {
+            for _ in 0..100 {
+                let out = in_ns(&["put", "--nodes", node, "--timeout", "2s", "k", "v"]);
+                let err = String::from_utf8_lossy(&out.stderr).to_string();
+                if !err.contains("Connection refused") {
+                    return (out.status.success(), err);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (false, "kvd did not start".to_string())
+        };
+        let (local_ok, err) = served("127.0.0.1:7301");
+        assert!(local_ok, "a loopback client is always served: {err}");
+        let (other_ok, err) = served("10.77.0.1:7301");
+        assert_eq!(other_ok, from_other_host_served, "{flags:?}: {err}");
+        if !from_other_host_served {
+            assert!(
+                err.contains("protected mode") && err.contains("--auth-token-file"),
+                "{err}"
+            );
+        }
+        drop(server);
+    }
+}

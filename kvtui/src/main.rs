@@ -19,7 +19,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let nodes = cli.nodes.node_list()?;
-    let client = cli.nodes.client_config();
+    let client = cli.nodes.client_config()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -2,12 +2,14 @@
 //! and turning an error into an exit status. (Feature `cli`; the library proper has no clap.)
 
 use std::error::Error;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
 use tracing_subscriber::EnvFilter;
 
+use crate::auth::{AuthError, AuthToken, TOKEN_FILE_ENV};
 use crate::client::{ClientConfig, ClientError, DEFAULT_NODE, parse_nodes};
 
 /// `--nodes`/`KV_NODES` and `--timeout`, the same in kvd's client verbs, kvbench and kvtui.
@@ -19,6 +21,26 @@ pub struct NodesArgs {
     /// Give up on a request, or on connecting to a node, after this long (e.g. 500ms, 5s).
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub timeout: Duration,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub auth: AuthArgs,
+}
+
+/// `--auth-token-file`, the same for kvd (which requires the token) and every client.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AuthArgs {
+    /// File holding the cluster's shared token (one line; 16 to 1024 bytes, e.g. from
+    /// `openssl rand -hex 32`). Without it, the token is taken from KV_AUTH_TOKEN if set.
+    /// Never pass the token itself as an argument: `ps` shows arguments to every user.
+    #[arg(long, env = TOKEN_FILE_ENV, value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+}
+
+impl AuthArgs {
+    /// The token, if one is configured.
+    pub fn token(&self) -> Result<Option<AuthToken>, AuthError> {
+        AuthToken::load(self.auth_token_file.as_deref())
+    }
 }
 
 impl NodesArgs {
@@ -27,13 +49,14 @@ impl NodesArgs {
         parse_nodes(&self.nodes)
     }
 
-    /// A client configuration with these timeouts and defaults for everything else.
-    pub fn client_config(&self) -> ClientConfig {
-        ClientConfig {
+    /// A client configuration with these timeouts and token, and defaults for the rest.
+    pub fn client_config(&self) -> Result<ClientConfig, AuthError> {
+        Ok(ClientConfig {
             request_timeout: self.timeout,
             connect_timeout: self.timeout,
+            auth: self.auth.token()?,
             ..ClientConfig::default()
-        }
+        })
     }
 
     /// Whether the node list is the default single local node (for hints when it is down).

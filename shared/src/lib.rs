@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //!
+//! * [`auth`]: the shared-secret token: loading it, comparing it in constant time.
 //! * [`routing`]: the one key hash and the functions that pick a key's node and map shard.
 //! * [`frame`]: the 16-byte frame header, the size limit, reading a frame off a stream.
 //! * [`wire`]: the rkyv body types (column-wise batches and results) and checked views over them.
@@ -16,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;

@@ -114,6 +114,8 @@ counters! {
     io / Io : Error, "Connections that ended in the middle of a frame or with an I/O error.";
     reply_too_large / ReplyTooLarge : Error, "Found values left out of a reply that reached the frame limit (answered TooLarge).";
     out_of_memory / OutOfMemory : Error, "Ops refused because memory for them could not be had.";
+    auth_failed / AuthFailed : Error, "Connections closed for a wrong token, or for a request before the token.";
+    protected_refused / ProtectedRefused : Connections, "Non-loopback connections refused in protected mode (no token, no --insecure-no-auth).";
     log_suppressed / LogSuppressed : Error, "Warnings caused by peers that were counted but not logged (rate limits).";
     log_lines_dropped / LogLinesDropped : Error, "Log lines dropped because stderr could not keep up (the log never blocks serving).";
     buffer_budget_closed / BufferBudgetClosed : Error, "Connections closed because --max-buffer-memory had no room for their frame within --read-timeout.";

@@ -280,6 +280,11 @@ pub enum ErrorCode {
     /// The server could not find room for the frame (its buffer budget stayed full);
     /// the connection is closed.
     OutOfMemory = 6,
+    /// The server requires a token (or, in protected mode, a loopback peer) before any
+    /// other request; the connection is closed.
+    AuthRequired = 7,
+    /// The token presented was wrong; the connection is closed.
+    AuthFailed = 8,
 }
 
 /// Why a whole request failed (the body of an `ErrorResponse` frame).
@@ -555,6 +560,8 @@ pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
         ArchivedErrorCode::ShuttingDown => ErrorCode::ShuttingDown,
         ArchivedErrorCode::TooManyConnections => ErrorCode::TooManyConnections,
         ArchivedErrorCode::OutOfMemory => ErrorCode::OutOfMemory,
+        ArchivedErrorCode::AuthRequired => ErrorCode::AuthRequired,
+        ArchivedErrorCode::AuthFailed => ErrorCode::AuthFailed,
     };
     Ok(ErrorReply {
         code,

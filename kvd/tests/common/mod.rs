@@ -12,6 +12,13 @@ use kvshared::wire::{BatchRequest, encode_frame};
 /// It may hold kvd's stderr unread (a stalled log reader).
 pub struct Kvd(pub Child, Option<Box<dyn std::any::Any>>);
 
+impl Kvd {
+    /// Guards a kvd started some other way (e.g. through `ip netns exec`, which execs it).
+    pub fn guard(child: Child) -> Kvd {
+        Kvd(child, None)
+    }
+}
+
 impl Drop for Kvd {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -188,7 +188,8 @@ impl Cluster {
             return Ok(conn.clone());
         }
         let c = &self.config;
-        let conn = Arc::new(Connection::open(&pool.addr, c.pipeline, c.max_frame, c.connect_timeout).await?);
+        let conn =
+            Arc::new(Connection::open(&pool.addr, c.pipeline, c.max_frame, c.connect_timeout, c.auth.as_ref()).await?);
         *guard = Some(conn.clone());
         Ok(conn)
     }

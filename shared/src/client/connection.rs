@@ -22,8 +22,12 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Mutex as AsyncMutex, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::ClientError;
-use crate::frame::{CONNECTION_ERROR_ID, FrameError, FrameKind, HEADER_LEN, MAX_FRAME_LIMIT, read_frame};
+use crate::auth::AuthToken;
+use crate::frame::{CONNECTION_ERROR_ID, FrameError, FrameKind, HEADER_LEN, MAX_FRAME_LIMIT, append_frame, read_frame};
 use crate::wire::{ReplyView, WireError, parse_error_reply};
+
+/// The request id of the token frame (ids of requests start at 1 and never get here).
+const AUTH_REQUEST_ID: u64 = u64::MAX;
 
 /// Most buffers a connection keeps for reuse, and the largest it keeps.
 const POOLED_BUFFERS: usize = 256;
@@ -172,22 +176,28 @@ impl InFlight {
 }
 
 impl Connection {
-    /// Connects to `addr` within `timeout`.
+    /// Connects to `addr` within `timeout`, and presents `auth` if given.
     pub async fn open(
         addr: &str,
         pipeline: usize,
         max_frame: u32,
         timeout: Duration,
+        auth: Option<&AuthToken>,
     ) -> Result<Connection, ClientError> {
         let connect_err = |reason: String| ClientError::Connect {
             addr: addr.to_string(),
             reason,
         };
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| connect_err(format!("timed out after {timeout:?}")))?
             .map_err(|e| connect_err(e.to_string()))?;
         stream.set_nodelay(true).map_err(|e| connect_err(e.to_string()))?;
+        if let Some(token) = auth {
+            tokio::time::timeout(timeout, authenticate(&mut stream, addr, token))
+                .await
+                .map_err(|_| connect_err(format!("no answer to the token within {timeout:?}")))??;
+        }
         let (read, write) = stream.into_split();
         let addr: Arc<str> = addr.into();
         let pending = Arc::new(Mutex::new(Pending {
@@ -364,6 +374,34 @@ fn fail_all(pending: &Mutex<Pending>, alive: &AtomicBool, err: ClientError) {
     }
 }
 
+/// Presents `token` as the connection's first frame and waits for the server's verdict.
+async fn authenticate(stream: &mut TcpStream, addr: &str, token: &AuthToken) -> Result<(), ClientError> {
+    let mut frame = Vec::with_capacity(HEADER_LEN + token.as_bytes().len());
+    append_frame(&mut frame, FrameKind::AuthRequest, AUTH_REQUEST_ID, token.as_bytes());
+    let lost = |e: &dyn std::fmt::Display| ClientError::Connect {
+        addr: addr.to_string(),
+        reason: format!("while presenting the token: {e}"),
+    };
+    stream.write_all(&frame).await.map_err(|e| lost(&e))?;
+    let mut body = AlignedVec::new();
+    let header = read_frame(stream, &mut body, MAX_FRAME_LIMIT)
+        .await
+        .map_err(|e| lost(&e))?
+        .ok_or_else(|| lost(&"the server closed the connection"))?;
+    match header.kind {
+        FrameKind::AuthOk => Ok(()),
+        FrameKind::ErrorResponse => {
+            let refusal = parse_error_reply(&body).map_err(|e| lost(&e))?;
+            Err(ClientError::Server {
+                addr: addr.to_string(),
+                code: refusal.code,
+                message: refusal.message,
+            })
+        }
+        other => Err(lost(&format!("unexpected reply {other:?}"))),
+    }
+}
+
 async fn read_loop(
     read: OwnedReadHalf,
     pending: Arc<Mutex<Pending>>,
@@ -387,7 +425,9 @@ async fn read_loop(
                     let mismatch = refusal.as_ref().is_ok_and(|e| {
                         matches!(
                             e.code,
-                            crate::wire::ErrorCode::VersionMismatch | crate::wire::ErrorCode::BadFrame
+                            crate::wire::ErrorCode::VersionMismatch
+                                | crate::wire::ErrorCode::BadFrame
+                                | crate::wire::ErrorCode::AuthRequired
                         )
                     });
                     let why = refusal.map(|e| e.message).unwrap_or_else(|e| e.to_string());

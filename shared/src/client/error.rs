@@ -58,6 +58,10 @@ impl ClientError {
                 code: ErrorCode::ShuttingDown,
                 ..
             } => "shutting_down",
+            ClientError::Server {
+                code: ErrorCode::AuthRequired | ErrorCode::AuthFailed,
+                ..
+            } => "auth",
             ClientError::Server { .. } => "server",
             ClientError::WrongShard { .. } => "wrong_shard",
             ClientError::MalformedOp { .. } => "malformed_op",

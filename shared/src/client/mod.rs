@@ -14,6 +14,7 @@ pub use error::ClientError;
 pub use node_batches::NodeBatches;
 pub use recording::{RecordConfig, Recording, record};
 
+use crate::auth::AuthToken;
 use crate::frame::DEFAULT_MAX_FRAME;
 
 /// How the client talks to each node.
@@ -29,6 +30,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Largest frame body the client will send or accept.
     pub max_frame: u32,
+    /// The token presented on every new connection (needed when the nodes have one).
+    pub auth: Option<AuthToken>,
 }
 
 impl Default for ClientConfig {
@@ -39,6 +42,7 @@ impl Default for ClientConfig {
             request_timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
+            auth: None,
         }
     }
 }
