@@ -19,7 +19,9 @@ only inside the namespaces this script made, and nothing else is ever addressed.
 
   up N      make the hosts; refuses to touch namespaces or links it did not make
   down      remove everything `up` made (and only that)
-  exec I    run a command on host I (e.g. exec 0 ./target/release/kvd --listen 198.18.77.1:7070)
+  exec I    run a command on host I (e.g. exec 0 ./target/release/kvd --listen 198.18.77.1:7070
+            --auth-token-file FILE: a kvd on a host address needs a token, or --insecure-no-auth,
+            or it serves only its own host's loopback; see docs/SECURITY.md)
   status    list the hosts, their addresses and what listens on them
   addr I    print host I's address
 

@@ -28,11 +28,19 @@ Options:
   --shared-bin       (ssh) the binaries are already at --bin-dir on every host: do not copy
   --logs DIR         where runs are stored (default logs/); each run gets DIR/<timestamp>/ and
                      DIR/latest points to it
+  --auth-token-file FILE
+                     the cluster's token (default: a fresh random one for this run, saved as
+                     token in the run's directory, mode 600); every kvd requires it and every
+                     client presents it. In ssh mode it is copied to --bin-dir on each host.
   --dry-run          print the commands it would run, run nothing
   -h, --help         this help
 
 Every run stores under logs/<timestamp>/: each kvd's and each client's log, client-J.json
 per client, merged.json, summary.txt, stats-end.txt (and history.json with --check).
+
+What it exposes: in ssh mode each kvd listens on 0.0.0.0:PORT, reachable by anyone who can
+reach the host; without the token they are refused, but the traffic is not encrypted (see
+docs/SECURITY.md for TLS and firewalls). --local and --loopback stay on this machine.
 
 Every process this script starts is stopped by PID (on each host) when it exits, on Ctrl-C
 and on failure; with --local the namespaces are removed too.
@@ -54,6 +62,7 @@ BIN_DIR=""
 SHARED_BIN=0
 LOGS=logs
 DRY=0
+TOKEN_FILE=""
 POS=()
 while (($#)); do
   case "$1" in
@@ -68,6 +77,7 @@ while (($#)); do
     --shared-bin) SHARED_BIN=1; shift ;;
     --logs) LOGS=$2; shift 2 ;;
     --dry-run) DRY=1; shift ;;
+    --auth-token-file) TOKEN_FILE=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; POS+=("$@"); break ;;
     -*) [[ ${#POS[@]} -ge 2 ]] && { POS+=("$1"); shift; } || { echo "run-cluster: unknown option $1 (see --help)" >&2; exit 2; } ;;
@@ -218,6 +228,20 @@ if ((!DRY)); then
   ln -sfn "$STAMP" "$LOGS/latest"
   OUT=$(cd "$OUT" && pwd)
 fi
+# The token: given, or made for this run (readable by this user only).
+if [[ -z $TOKEN_FILE ]]; then
+  TOKEN_FILE="$OUT/token"
+  if ((!DRY)); then
+    (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$TOKEN_FILE")
+  fi
+fi
+[[ $DRY -eq 1 || -r $TOKEN_FILE ]] || die "cannot read the token file $TOKEN_FILE"
+((DRY)) || TOKEN_FILE=$(cd "$(dirname "$TOKEN_FILE")" && pwd)/$(basename "$TOKEN_FILE")
+# Where each host finds it.
+HOST_TOKEN=$TOKEN_FILE
+[[ $MODE == ssh ]] && HOST_TOKEN="$BIN_DIR/token"
+AUTH=(--auth-token-file "$HOST_TOKEN")
+
 # Where clients write their results: on the host (ssh) or straight into OUT.
 RESULT_DIR=$OUT
 [[ $MODE == ssh ]] && RESULT_DIR=$BIN_DIR
@@ -238,6 +262,14 @@ if [[ $MODE == ssh && $SHARED_BIN -eq 0 ]]; then
     scp -q -o BatchMode=yes "$ROOT/target/release/kvd" "$ROOT/target/release/kvbench" "${HOSTS[$i]}:$BIN_DIR/"
   done
 fi
+if [[ $MODE == ssh ]]; then
+  say "copying the token to $HOST_TOKEN on each host (mode 600)"
+  for ((i = 0; i < TOTAL; i++)); do
+    if ((DRY)); then echo "[host $i] install -m 600 token $HOST_TOKEN"; continue; fi
+    ssh -o BatchMode=yes "${HOSTS[$i]}" "mkdir -p $(printf '%q' "$BIN_DIR") && umask 077 && cat > $(printf '%q' "$HOST_TOKEN")" <"$TOKEN_FILE"
+  done
+  say "each kvd listens on 0.0.0.0:$PORT: clients need the token; traffic is not encrypted (docs/SECURITY.md)"
+fi
 KVD="$BIN_DIR/kvd"
 KVBENCH="$BIN_DIR/kvbench"
 # Merging runs here, with the local build (which is the same binary outside ssh mode).
@@ -251,7 +283,7 @@ fi
 say "starting $SERVERS kvd"
 for ((i = 0; i < SERVERS; i++)); do
   # shellcheck disable=SC2086 # the kvd args are a list of words by design
-  spawn "$i" "$OUT/kvd-$i.log" "$KVD" --shard "$i/$SERVERS" --listen "$(listen_addr "$i")" $KVD_ARGS
+  spawn "$i" "$OUT/kvd-$i.log" "$KVD" --shard "$i/$SERVERS" --listen "$(listen_addr "$i")" "${AUTH[@]}" $KVD_ARGS
 done
 
 FIRST_CLIENT=$SERVERS
@@ -259,7 +291,7 @@ say "waiting until every kvd answers"
 if ((!DRY)); then
   ready=0
   for _ in $(seq 1 150); do
-    if on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" --timeout 500ms >/dev/null 2>&1; then ready=1; break; fi
+    if on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" --timeout 500ms "${AUTH[@]}" >/dev/null 2>&1; then ready=1; break; fi
     sleep 0.2
   done
   ((ready)) || { tail -n 5 "$OUT"/kvd-*.log >&2 || true; die "the kvd nodes did not all answer within 30 s"; }
@@ -269,7 +301,7 @@ fi
 
 if ((LOAD)); then
   say "loading $RECORDS records"
-  on "$FIRST_CLIENT" "$KVBENCH" load --quiet --nodes "$NODES" --records "$RECORDS" | save "$OUT/load.txt"
+  on "$FIRST_CLIENT" "$KVBENCH" load --quiet --nodes "$NODES" --records "$RECORDS" "${AUTH[@]}" | save "$OUT/load.txt"
 fi
 
 say "running $CLIENTS client(s): kvbench run $BENCH_ARGS"
@@ -277,7 +309,7 @@ CLIENT_PIDS=()
 for ((j = 0; j < CLIENTS; j++)); do
   h=$((SERVERS + j))
   # shellcheck disable=SC2086 # the kvbench args are a list of words by design
-  cmd=("$KVBENCH" run --quiet --nodes "$NODES" --seed "$((j + 1))" --records "$RECORDS" --json "$RESULT_DIR/client-$j.json" $BENCH_ARGS)
+  cmd=("$KVBENCH" run --quiet --nodes "$NODES" --seed "$((j + 1))" --records "$RECORDS" --json "$RESULT_DIR/client-$j.json" "${AUTH[@]}" $BENCH_ARGS)
   if ((DRY)); then echo "[host $h] ${cmd[*]} > $OUT/client-$j.log"; continue; fi
   on "$h" "${cmd[@]}" >"$OUT/client-$j.log" 2>&1 &
   CLIENT_PIDS+=("$!")
@@ -292,7 +324,7 @@ done
 CHECK_STATUS=0
 if [[ -n $CHECK ]]; then
   say "checking linearizability for $CHECK"
-  on "$FIRST_CLIENT" "$KVBENCH" check --nodes "$NODES" --duration "$CHECK" --history "$RESULT_DIR/history.json" \
+  on "$FIRST_CLIENT" "$KVBENCH" check --nodes "$NODES" --duration "$CHECK" --history "$RESULT_DIR/history.json" "${AUTH[@]}" \
     | save "$OUT/check.txt" || CHECK_STATUS=$?
   fetch "$FIRST_CLIENT" "$RESULT_DIR/history.json" "$OUT/history.json" || true
 fi
@@ -300,10 +332,10 @@ fi
 say "merged result"
 if ((DRY)); then
   echo "$MERGE_KVBENCH merge $OUT/client-*.json --json $OUT/merged.json"
-  echo "[host $FIRST_CLIENT] $KVD stats --nodes $NODES"
+  echo "[host $FIRST_CLIENT] $KVD stats --nodes $NODES ${AUTH[*]}"
   exit 0
 fi
 "$MERGE_KVBENCH" merge "$OUT"/client-*.json --json "$OUT/merged.json" | tee "$OUT/summary.txt"
-on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" | tee "$OUT/stats-end.txt"
+on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" "${AUTH[@]}" | tee "$OUT/stats-end.txt"
 echo "results: $OUT"
 if ((CHECK_STATUS != 0)); then die "kvbench check exited $CHECK_STATUS (1: not linearizable, 2: unknown or error)"; fi
