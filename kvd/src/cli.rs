@@ -81,6 +81,13 @@ pub struct ServeArgs {
     /// a kvd bound beyond loopback serves only loopback clients (protected mode).
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Serve TLS only, with this certificate chain (PEM); needs --tls-key. Clients then
+    /// connect with --tls-ca naming the CA (or this certificate, if self-signed).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Internal map shards, each with its own lock (rounded up to a power of two)
     /// [default: 4 x threads, at least 64].
     #[arg(long)]

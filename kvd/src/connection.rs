@@ -20,12 +20,14 @@ use std::time::Duration;
 
 use kvshared::auth::MAX_TOKEN_LEN;
 use kvshared::frame::AlignedVec;
-use kvshared::frame::{CONNECTION_ERROR_ID, FrameError, FrameHeader, FrameKind, HEADER_LEN, read_body, read_header};
+use kvshared::frame::{
+    CONNECTION_ERROR_ID, FrameError, FrameHeader, FrameKind, HEADER_LEN, MAGIC, read_body, read_header,
+};
 use kvshared::stats::{Counter, Counts};
+use kvshared::tls::TlsServer;
 use kvshared::wire::{BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_empty_frame, encode_frame};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -62,21 +64,57 @@ const BUDGET_WAIT: Duration = Duration::from_secs(1);
 /// the connection goes idle), so a stats reader is never far behind.
 const PUBLISH_EVERY: u64 = 64;
 
+/// The two directions of a client connection, plain TCP or TLS.
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// Splits a connection into its two directions, after the TLS handshake when the node
+/// serves TLS (which must finish within `handshake_timeout`).
+async fn open(
+    stream: TcpStream,
+    tls: Option<&TlsServer>,
+    handshake_timeout: Duration,
+) -> std::io::Result<(ReadHalf, WriteHalf)> {
+    let Some(tls) = tls else {
+        let (read, write) = stream.into_split();
+        return Ok((Box::new(read), Box::new(write)));
+    };
+    // A client speaking plain frames to a TLS node is told so, in plain frames, rather
+    // than failing a handshake it never started.
+    let mut first = [0u8; MAGIC.len()];
+    if let Ok(Ok(n)) = tokio::time::timeout(handshake_timeout, stream.peek(&mut first)).await
+        && n == MAGIC.len()
+        && first == MAGIC
+    {
+        let message = "this node serves TLS only: connect with --tls-ca FILE (the CA of its certificate)".to_string();
+        Box::pin(refuse(stream, None, ErrorCode::BadFrame, message.clone())).await;
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message));
+    }
+    let stream = tokio::time::timeout(handshake_timeout, tls.accept(stream))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+    let (read, write) = tokio::io::split(stream);
+    Ok((Box::new(read), Box::new(write)))
+}
+
 /// Tells a connection that is not served why (one error frame for the connection as a
 /// whole: over `--max-conns`, or protected mode), then closes it.
-pub(crate) async fn refuse(mut stream: TcpStream, code: ErrorCode, message: String) {
+pub(crate) async fn refuse(stream: TcpStream, tls: Option<TlsServer>, code: ErrorCode, message: String) {
+    let Ok((mut read, mut write)) = open(stream, tls.as_ref(), LAST_READ * 10).await else {
+        return;
+    };
     let reply = ErrorReply { code, message };
     let mut out = AlignedVec::new();
     if encode_frame(FrameKind::ErrorResponse, CONNECTION_ERROR_ID, &reply, &mut out).is_ok() {
-        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&out)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), write.write_all(&out)).await;
     }
-    let _ = stream.shutdown().await;
+    let _ = write.shutdown().await;
     // Read and drop what the client already sent (at most a little, briefly): closing with
     // unread input resets the connection, which can destroy the reason before it is read.
     let mut sink = [0u8; 4096];
     let until = Instant::now() + LAST_READ;
     let mut left = 1 << 20;
-    while let Ok(Ok(n)) = tokio::time::timeout_at(until, stream.read(&mut sink)).await
+    while let Ok(Ok(n)) = tokio::time::timeout_at(until, read.read(&mut sink)).await
         && n > 0
         && left > n
     {
@@ -97,8 +135,8 @@ pub(crate) struct Connection {
     node: Arc<Node>,
     id: u64,
     peer: String,
-    reader: BufReader<OwnedReadHalf>,
-    writer: BufWriter<OwnedWriteHalf>,
+    reader: BufReader<ReadHalf>,
+    writer: BufWriter<WriteHalf>,
     body: AlignedVec,
     out: AlignedVec,
     response: BatchResponse,
@@ -123,7 +161,15 @@ impl Connection {
         let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
         let _ = stream.set_nodelay(true);
         node.counters.add(id, Counter::ConnsOpened, 1);
-        let (read, write) = stream.into_split();
+        let (read, write) = match open(stream, node.config.tls.as_ref(), node.config.read_timeout).await {
+            Ok(halves) => halves,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                node.counters.add(id, Counter::Io, 1);
+                node.counters.add(id, Counter::ConnsClosed, 1);
+                return;
+            }
+        };
         let mut conn = Connection {
             node,
             id,

@@ -6,6 +6,7 @@ use kvd::cli::{Cli, ServeArgs};
 use kvd::node::NodeConfig;
 use kvd::server::Server;
 use kvshared::cli::{exit_code, init_logging};
+use kvshared::tls::TlsServer;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -41,6 +42,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_buffer_memory: args.max_buffer_memory as usize,
         auth: args.auth.token()?,
         insecure_no_auth: args.insecure_no_auth,
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsServer::from_files(cert, key)?),
+            _ => None,
+        },
         worker_threads: threads,
         ..NodeConfig::default()
     };
@@ -55,6 +60,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot start on {}", args.listen))?;
         let addr = server.local_addr()?;
         tracing::info!("kvd shard {} listening on {addr}", args.shard);
+        if let Some(cert) = &args.tls_cert {
+            tracing::info!("serving TLS only, with the certificate in {}", cert.display());
+        }
         server.run(shutdown_signal()).await;
         tracing::info!("kvd stopped");
         Ok(())

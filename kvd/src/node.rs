@@ -7,6 +7,7 @@ use kvshared::auth::AuthToken;
 use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::routing::ShardId;
 use kvshared::stats::{Counts, NodeStats};
+use kvshared::tls::TlsServer;
 
 use crate::budget::BufferBudget;
 use crate::counters::Counters;
@@ -53,6 +54,8 @@ pub struct NodeConfig {
     pub auth: Option<AuthToken>,
     /// Serve clients from other hosts without a token (turns protected mode off).
     pub insecure_no_auth: bool,
+    /// Serve TLS only (`--tls-cert`, `--tls-key`).
+    pub tls: Option<TlsServer>,
     /// Tokio worker threads, reported in stats.
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
@@ -75,6 +78,7 @@ impl Default for NodeConfig {
             max_buffer_memory: DEFAULT_MAX_BUFFER_MEMORY,
             auth: None,
             insecure_no_auth: false,
+            tls: None,
             worker_threads: 1,
             sample_period: Duration::from_secs(1),
             #[cfg(test)]

@@ -89,7 +89,12 @@ impl Server {
                     if let Some(suppressed) = node.warnings.admit() {
                         tracing::warn!(%peer, suppressed, "refused a client from another host (protected mode)");
                     }
-                    conns.spawn(refuse(stream, ErrorCode::AuthRequired, PROTECTED_MODE.into()));
+                    conns.spawn(refuse(
+                        stream,
+                        node.config.tls.clone(),
+                        ErrorCode::AuthRequired,
+                        PROTECTED_MODE.into(),
+                    ));
                 }
                 Ok((stream, peer)) => {
                     // Over the limit: say so at once and close, as Redis does, rather than
@@ -98,7 +103,12 @@ impl Server {
                         node.counters.add(0, Counter::ConnsRefused, 1);
                         tracing::debug!(%peer, "refused a connection: max connections reached");
                         let why = format!("max connections reached ({}); try again later", node.config.max_conns);
-                        conns.spawn(refuse(stream, ErrorCode::TooManyConnections, why));
+                        conns.spawn(refuse(
+                            stream,
+                            node.config.tls.clone(),
+                            ErrorCode::TooManyConnections,
+                            why,
+                        ));
                         continue;
                     };
                     let id = next_id.fetch_add(1, Ordering::Relaxed);

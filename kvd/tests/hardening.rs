@@ -378,3 +378,61 @@ fn protected_mode_serves_only_loopback_clients_without_a_token() {
         drop(server);
     }
 }
+
+/// A self-signed certificate for 127.0.0.1 and its key, as PEM files.
+fn self_signed(name: &str) -> (String, String) {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    (cert.display().to_string(), key.display().to_string())
+}
+
+/// With `--tls-cert`/`--tls-key`, kvd speaks only TLS: a client with `--tls-ca` (and the
+/// token, presented inside the encrypted stream) is served; a plain client is told to use
+/// TLS; a client that trusts another CA is refused by its own certificate check.
+#[test]
+fn tls_serves_only_clients_that_trust_its_certificate() {
+    let (cert, key) = self_signed("node");
+    let (other_ca, _) = self_signed("other");
+    let token = token_file("tls-token", "0123456789abcdef0123456789abcdef");
+    let (server, addr) = start(&["--tls-cert", &cert, "--tls-key", &key, "--auth-token-file", &token]);
+    let tls = ["--tls-ca", cert.as_str(), "--auth-token-file", token.as_str()];
+
+    let put = kvd(&[&["put", "--nodes", &addr, "k", "over tls"][..], &tls[..]].concat());
+    assert_eq!(put.status.code(), Some(0), "{}", String::from_utf8_lossy(&put.stderr));
+    let get = kvd(&[&["get", "--nodes", &addr, "k"][..], &tls[..]].concat());
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "over tls");
+
+    let plain = kvd(&[
+        "get",
+        "--nodes",
+        &addr,
+        "--auth-token-file",
+        &token,
+        "--timeout",
+        "2s",
+        "k",
+    ]);
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert_eq!(plain.status.code(), Some(2), "{err}");
+    assert!(err.contains("serves TLS only") && err.contains("--tls-ca"), "{err}");
+
+    let untrusted = kvd(&[
+        "get",
+        "--nodes",
+        &addr,
+        "--auth-token-file",
+        &token,
+        "--tls-ca",
+        &other_ca,
+        "--timeout",
+        "2s",
+        "k",
+    ]);
+    let err = String::from_utf8_lossy(&untrusted.stderr);
+    assert_eq!(untrusted.status.code(), Some(2), "{err}");
+    assert!(err.contains("TLS handshake failed"), "{err}");
+    drop(server);
+}

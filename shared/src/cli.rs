@@ -11,6 +11,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::auth::{AuthError, AuthToken, TOKEN_FILE_ENV};
 use crate::client::{ClientConfig, ClientError, DEFAULT_NODE, parse_nodes};
+use crate::tls::{TlsClient, TlsError};
 
 /// `--nodes`/`KV_NODES` and `--timeout`, the same in kvd's client verbs, kvbench and kvtui.
 #[derive(Args, Debug, Clone)]
@@ -24,6 +25,20 @@ pub struct NodesArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub auth: AuthArgs,
+    /// Connect over TLS, trusting the CA certificate(s) in this PEM file (the nodes' own
+    /// certificate, if it is self-signed). Needed when kvd runs with --tls-cert.
+    #[arg(long, env = "KV_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+/// Why a client could not be set up from its flags.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)]
+pub enum SetupError {
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// `--auth-token-file`, the same for kvd (which requires the token) and every client.
@@ -49,12 +64,13 @@ impl NodesArgs {
         parse_nodes(&self.nodes)
     }
 
-    /// A client configuration with these timeouts and token, and defaults for the rest.
-    pub fn client_config(&self) -> Result<ClientConfig, AuthError> {
+    /// A client configuration with these timeouts, token and TLS, and defaults for the rest.
+    pub fn client_config(&self) -> Result<ClientConfig, SetupError> {
         Ok(ClientConfig {
             request_timeout: self.timeout,
             connect_timeout: self.timeout,
             auth: self.auth.token()?,
+            tls: self.tls_ca.as_deref().map(TlsClient::from_ca_file).transpose()?,
             ..ClientConfig::default()
         })
     }

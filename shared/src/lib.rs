@@ -10,6 +10,7 @@
 //! * [`stdout`]: `out!`/`outln!`, printing that ends quietly when the reader closes the pipe.
 //! * [`units`]: human-readable numbers (1.2M op/s, 734 KB/s) for every tool's output.
 //! * [`history`]: recorded histories and the linearizability checker (no network code).
+//! * [`tls`]: TLS set-up for servers (certificate and key) and clients (a CA file).
 //! * [`client`]: the async cluster client (pools, pipelining, routing, merging, timeouts).
 //! * `cli` (feature `cli`): the flags every tool shares, logging setup, exit statuses.
 //!
@@ -26,5 +27,6 @@ pub mod history;
 pub mod routing;
 pub mod stats;
 pub mod stdout;
+pub mod tls;
 pub mod units;
 pub mod wire;

@@ -188,8 +188,17 @@ impl Cluster {
             return Ok(conn.clone());
         }
         let c = &self.config;
-        let conn =
-            Arc::new(Connection::open(&pool.addr, c.pipeline, c.max_frame, c.connect_timeout, c.auth.as_ref()).await?);
+        let conn = Arc::new(
+            Connection::open(
+                &pool.addr,
+                c.pipeline,
+                c.max_frame,
+                c.connect_timeout,
+                c.auth.as_ref(),
+                c.tls.as_ref(),
+            )
+            .await?,
+        );
         *guard = Some(conn.clone());
         Ok(conn)
     }

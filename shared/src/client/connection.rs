@@ -16,15 +16,20 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rkyv::util::AlignedVec;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Mutex as AsyncMutex, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::ClientError;
 use crate::auth::AuthToken;
 use crate::frame::{CONNECTION_ERROR_ID, FrameError, FrameKind, HEADER_LEN, MAX_FRAME_LIMIT, append_frame, read_frame};
+use crate::tls::TlsClient;
 use crate::wire::{ReplyView, WireError, parse_error_reply};
+
+/// The two directions of a connection, plain TCP or TLS.
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// The request id of the token frame (ids of requests start at 1 and never get here).
 const AUTH_REQUEST_ID: u64 = u64::MAX;
@@ -131,7 +136,7 @@ struct Pending {
 /// Frames waiting to be written, and the socket's write half.
 struct Outbox {
     queue: Mutex<Vec<AlignedVec>>,
-    writer: AsyncMutex<OwnedWriteHalf>,
+    writer: AsyncMutex<WriteHalf>,
 }
 
 /// A pipelined connection to one node.
@@ -176,29 +181,50 @@ impl InFlight {
 }
 
 impl Connection {
-    /// Connects to `addr` within `timeout`, and presents `auth` if given.
+    /// Connects to `addr` within `timeout` (over TLS if `tls` is given), and presents
+    /// `auth` if given.
     pub async fn open(
         addr: &str,
         pipeline: usize,
         max_frame: u32,
         timeout: Duration,
         auth: Option<&AuthToken>,
+        tls: Option<&TlsClient>,
     ) -> Result<Connection, ClientError> {
         let connect_err = |reason: String| ClientError::Connect {
             addr: addr.to_string(),
             reason,
         };
-        let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| connect_err(format!("timed out after {timeout:?}")))?
             .map_err(|e| connect_err(e.to_string()))?;
         stream.set_nodelay(true).map_err(|e| connect_err(e.to_string()))?;
-        if let Some(token) = auth {
-            tokio::time::timeout(timeout, authenticate(&mut stream, addr, token))
-                .await
-                .map_err(|_| connect_err(format!("no answer to the token within {timeout:?}")))??;
-        }
-        let (read, write) = stream.into_split();
+        let (read, write): (ReadHalf, WriteHalf) = match tls {
+            None => {
+                let mut stream = stream;
+                if let Some(token) = auth {
+                    tokio::time::timeout(timeout, authenticate(&mut stream, addr, token))
+                        .await
+                        .map_err(|_| connect_err(format!("no answer to the token within {timeout:?}")))??;
+                }
+                let (read, write) = stream.into_split();
+                (Box::new(read), Box::new(write))
+            }
+            Some(tls) => {
+                let mut stream = tokio::time::timeout(timeout, tls.connect(addr, stream))
+                    .await
+                    .map_err(|_| connect_err(format!("TLS handshake timed out after {timeout:?}")))?
+                    .map_err(|e| connect_err(format!("TLS handshake failed: {e}")))?;
+                if let Some(token) = auth {
+                    tokio::time::timeout(timeout, authenticate(&mut stream, addr, token))
+                        .await
+                        .map_err(|_| connect_err(format!("no answer to the token within {timeout:?}")))??;
+                }
+                let (read, write) = tokio::io::split(stream);
+                (Box::new(read), Box::new(write))
+            }
+        };
         let addr: Arc<str> = addr.into();
         let pending = Arc::new(Mutex::new(Pending {
             waiters: HashMap::new(),
@@ -346,7 +372,7 @@ impl Drop for DeadUnlessDone<'_> {
 }
 
 /// Writes all of `frames` with as few vectored writes as the socket allows.
-async fn write_frames(writer: &mut OwnedWriteHalf, frames: &[AlignedVec]) -> std::io::Result<()> {
+async fn write_frames(writer: &mut WriteHalf, frames: &[AlignedVec]) -> std::io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f.as_slice())).collect();
     let mut rest = &mut slices[..];
     while !rest.is_empty() {
@@ -375,7 +401,11 @@ fn fail_all(pending: &Mutex<Pending>, alive: &AtomicBool, err: ClientError) {
 }
 
 /// Presents `token` as the connection's first frame and waits for the server's verdict.
-async fn authenticate(stream: &mut TcpStream, addr: &str, token: &AuthToken) -> Result<(), ClientError> {
+async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    addr: &str,
+    token: &AuthToken,
+) -> Result<(), ClientError> {
     let mut frame = Vec::with_capacity(HEADER_LEN + token.as_bytes().len());
     append_frame(&mut frame, FrameKind::AuthRequest, AUTH_REQUEST_ID, token.as_bytes());
     let lost = |e: &dyn std::fmt::Display| ClientError::Connect {
@@ -403,7 +433,7 @@ async fn authenticate(stream: &mut TcpStream, addr: &str, token: &AuthToken) -> 
 }
 
 async fn read_loop(
-    read: OwnedReadHalf,
+    read: ReadHalf,
     pending: Arc<Mutex<Pending>>,
     alive: Arc<AtomicBool>,
     addr: Arc<str>,

@@ -16,6 +16,7 @@ pub use recording::{RecordConfig, Recording, record};
 
 use crate::auth::AuthToken;
 use crate::frame::DEFAULT_MAX_FRAME;
+use crate::tls::TlsClient;
 
 /// How the client talks to each node.
 #[derive(Debug, Clone)]
@@ -32,6 +33,8 @@ pub struct ClientConfig {
     pub max_frame: u32,
     /// The token presented on every new connection (needed when the nodes have one).
     pub auth: Option<AuthToken>,
+    /// TLS to the nodes, trusting the CA it was made with (needed when they serve TLS).
+    pub tls: Option<TlsClient>,
 }
 
 impl Default for ClientConfig {
@@ -43,6 +46,7 @@ impl Default for ClientConfig {
             connect_timeout: DEFAULT_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
             auth: None,
+            tls: None,
         }
     }
 }
