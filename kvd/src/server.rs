@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{Semaphore, broadcast};
 use tokio::task::JoinSet;
 
@@ -27,6 +27,30 @@ const PROTECTED_MODE: &str = "kvd is in protected mode: it has no token and serv
 /// How long shutdown waits for connections to finish their in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// Connections the kernel may queue before kvd accepts them (capped by `somaxconn`). The
+/// standard library's 128 overflows when hundreds of clients connect at once, and a
+/// client whose handshake is dropped waits a whole second to try again.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the first address `addr` resolves to, with [`LISTEN_BACKLOG`].
+async fn listen(addr: &str) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for candidate in tokio::net::lookup_host(addr).await? {
+        let socket = if candidate.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(candidate).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last
+        .unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr} names no address"))))
+}
+
 /// A bound, not yet running, kvd server.
 pub struct Server {
     listener: TcpListener,
@@ -40,7 +64,7 @@ impl Server {
     /// `--insecure-no-auth`, the node serves only loopback peers and tells others how to
     /// configure it (as Redis does), rather than serve the network unauthenticated.
     pub async fn bind(addr: &str, config: NodeConfig) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(addr).await?;
+        let listener = listen(addr).await?;
         let local = listener.local_addr()?;
         let beyond_loopback = !local.ip().to_canonical().is_loopback();
         let mut node = Node::new(config)?;
