@@ -10,7 +10,11 @@ Runs, for each round and batch size, one kvd + `kvbench load` (1,000,000 records
 then the same with NEW_BIN_DIR, on 127.0.0.1. Prints one line per run: op/s, kvd CPU,
 kvbench CPU. Stops each kvd it started, by PID.
 
-Environment: ROUNDS (2), BATCHES ("64 8192"), PORT (17900), DURATION (8s).
+Environment: ROUNDS (2), BATCHES ("64 8192"), PORT (17900), DURATION (8s); extra
+arguments for each side's kvd and clients: BASE_KVD_ARGS, NEW_KVD_ARGS, BASE_CLIENT_ARGS,
+NEW_CLIENT_ARGS (e.g. to compare plain TCP with TLS using one build:
+  NEW_KVD_ARGS="--tls-cert c.pem --tls-key k.pem" NEW_CLIENT_ARGS="--tls-ca c.pem" \
+  scripts/ab-compare.sh target/release target/release).
 
 Build the old side with e.g.
   git worktree add /tmp/base <commit> && (cd /tmp/base && cargo build --release -p kvd -p kvbench)
@@ -23,14 +27,18 @@ PORT=${PORT:-17900}
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null || true' EXIT
 
-run_one() { # label bindir batch
-  local label=$1 dir=$2 batch=$3 out
-  "$dir/kvd" --listen "127.0.0.1:$PORT" --capacity 1000000 >/dev/null 2>&1 &
+run_one() { # label bindir batch "kvd args" "client args"
+  local label=$1 dir=$2 batch=$3 kvd_args=$4 client_args=$5 out
+  # shellcheck disable=SC2086 # the extra args are lists of words by design
+  "$dir/kvd" --listen "127.0.0.1:$PORT" --capacity 1000000 $kvd_args >/dev/null 2>&1 &
   pid=$!
-  "$dir/kvd" stats --nodes "127.0.0.1:$PORT" --timeout 5s >/dev/null 2>&1 || sleep 1
-  "$dir/kvbench" load --nodes "127.0.0.1:$PORT" --quiet >/dev/null
+  # shellcheck disable=SC2086
+  "$dir/kvd" stats --nodes "127.0.0.1:$PORT" --timeout 5s $client_args >/dev/null 2>&1 || sleep 1
+  # shellcheck disable=SC2086
+  "$dir/kvbench" load --nodes "127.0.0.1:$PORT" --quiet $client_args >/dev/null
+  # shellcheck disable=SC2086
   out=$("$dir/kvbench" run --nodes "127.0.0.1:$PORT" --batch "$batch" --warmup 2s \
-    --duration "${DURATION:-8s}" --quiet 2>/dev/null || true)
+    --duration "${DURATION:-8s}" --quiet $client_args 2>/dev/null || true)
   printf '%-5s batch %-5s %14s op/s   kvd %-9s kvbench CPU %s\n' "$label" "$batch" \
     "$(echo "$out" | awk '/^throughput/ {print $2}')" \
     "$(echo "$out" | grep -o 'CPU [0-9]*%' | head -1)" \
@@ -39,7 +47,7 @@ run_one() { # label bindir batch
 }
 for _ in $(seq 1 "${ROUNDS:-2}"); do
   for batch in ${BATCHES:-64 8192}; do
-    run_one base "$BASE" "$batch"
-    run_one new "$NEW" "$batch"
+    run_one base "$BASE" "$batch" "${BASE_KVD_ARGS:-}" "${BASE_CLIENT_ARGS:-}"
+    run_one new "$NEW" "$batch" "${NEW_KVD_ARGS:-}" "${NEW_CLIENT_ARGS:-}"
   done
 done
