@@ -2,6 +2,8 @@
 
 use clap::{Args, Parser, Subcommand};
 use kvshared::cli::AuthArgs;
+
+use crate::store::Eviction;
 use kvshared::cli::NodesArgs;
 use kvshared::client::DEFAULT_NODE;
 use kvshared::frame::{DEFAULT_MAX_FRAME, MAX_FRAME_LIMIT};
@@ -88,6 +90,14 @@ pub struct ServeArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Cap on the memory the stored data takes (keys, values and their overhead, as
+    /// accounted: see the README), e.g. 100mb, 2gb [default: unlimited].
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub max_memory: Option<u64>,
+    /// What a write does at --max-memory: evict the least recently used of a sample (lru),
+    /// evict at random (random), or be refused (none; reads and deletes go on).
+    #[arg(long, value_enum, default_value = "lru", requires = "max_memory")]
+    pub eviction: Eviction,
     /// Internal map shards, each with its own lock (rounded up to a power of two)
     /// [default: 4 x threads, at least 64].
     #[arg(long)]

@@ -5,6 +5,7 @@ use clap::Parser;
 use kvd::cli::{Cli, ServeArgs};
 use kvd::node::NodeConfig;
 use kvd::server::Server;
+use kvd::store::MemoryLimit;
 use kvshared::cli::{exit_code, init_logging};
 use kvshared::tls::TlsServer;
 
@@ -42,6 +43,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_buffer_memory: args.max_buffer_memory as usize,
         auth: args.auth.token()?,
         insecure_no_auth: args.insecure_no_auth,
+        memory: args.max_memory.map(|max| MemoryLimit {
+            max_bytes: max as usize,
+            eviction: args.eviction,
+        }),
         tls: match (&args.tls_cert, &args.tls_key) {
             (Some(cert), Some(key)) => Some(TlsServer::from_files(cert, key)?),
             _ => None,

@@ -12,7 +12,7 @@ use kvshared::tls::TlsServer;
 use crate::budget::BufferBudget;
 use crate::counters::Counters;
 use crate::sampler::Sampler;
-use crate::store::Store;
+use crate::store::{MemoryLimit, Store};
 use crate::warn_limit::WarnLimit;
 
 /// Default `--idle-timeout`.
@@ -56,6 +56,8 @@ pub struct NodeConfig {
     pub insecure_no_auth: bool,
     /// Serve TLS only (`--tls-cert`, `--tls-key`).
     pub tls: Option<TlsServer>,
+    /// `--max-memory` and `--eviction` (`None`: unlimited).
+    pub memory: Option<MemoryLimit>,
     /// Tokio worker threads, reported in stats.
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
@@ -79,6 +81,7 @@ impl Default for NodeConfig {
             auth: None,
             insecure_no_auth: false,
             tls: None,
+            memory: None,
             worker_threads: 1,
             sample_period: Duration::from_secs(1),
             #[cfg(test)]
@@ -111,7 +114,7 @@ impl Node {
     /// preallocation cannot be had.
     pub fn new(config: NodeConfig) -> std::io::Result<Node> {
         #[allow(unused_mut)]
-        let mut store = Store::new(config.shard, config.map_shards, config.capacity)?;
+        let mut store = Store::with_limit(config.shard, config.map_shards, config.capacity, config.memory)?;
         #[cfg(test)]
         if config.fault_stale_reads {
             store.enable_stale_reads();
@@ -144,6 +147,12 @@ impl Node {
                 .unwrap_or(0),
             keys: self.store.len(),
             map_shards: self.store.map_shards() as u32,
+            memory_used_bytes: self.store.memory_used(),
+            max_memory_bytes: self.store.memory_limit().map_or(0, |l| l.max_bytes as u64),
+            eviction: self
+                .store
+                .memory_limit()
+                .map_or(String::new(), |l| l.eviction.name().to_string()),
             worker_threads: self.config.worker_threads as u32,
             counts: Counts {
                 log_lines_dropped: LOG_LINES_DROPPED.get().map_or(0, |f| f()),

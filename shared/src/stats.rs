@@ -99,6 +99,7 @@ counters! {
     deletes / Deletes : Ops, "Delete ops served.";
     hits / Hits : Ops, "Gets that found their key.";
     misses / Misses : Ops, "Gets that found no value.";
+    evicted / Evicted : Ops, "Keys evicted to stay within --max-memory.";
     batches / Batches : Traffic, "Batch requests executed.";
     bytes_in / BytesIn : Traffic, "Bytes read from client sockets (frames, headers included).";
     bytes_out / BytesOut : Traffic, "Bytes written to client sockets.";
@@ -113,7 +114,7 @@ counters! {
     frame_too_large / FrameTooLarge : Error, "Length prefixes over the frame limit.";
     io / Io : Error, "Connections that ended in the middle of a frame or with an I/O error.";
     reply_too_large / ReplyTooLarge : Error, "Found values left out of a reply that reached the frame limit (answered TooLarge).";
-    out_of_memory / OutOfMemory : Error, "Ops refused because memory for them could not be had.";
+    out_of_memory / OutOfMemory : Error, "Ops refused for lack of memory (a write at --max-memory with nothing to evict, or an allocation that failed).";
     auth_failed / AuthFailed : Error, "Connections closed for a wrong token, or for a request before the token.";
     protected_refused / ProtectedRefused : Connections, "Non-loopback connections refused in protected mode (no token, no --insecure-no-auth).";
     log_suppressed / LogSuppressed : Error, "Warnings caused by peers that were counted but not logged (rate limits).";
@@ -225,6 +226,12 @@ pub struct NodeStats {
     pub keys: u64,
     /// Internal map shards, each with its own lock.
     pub map_shards: u32,
+    /// Bytes the stored data takes as kvd accounts it (keys, values, entries, tables).
+    pub memory_used_bytes: u64,
+    /// `--max-memory` in bytes; 0 when unlimited.
+    pub max_memory_bytes: u64,
+    /// `--eviction` (`lru`, `random`, `none`), or empty when unlimited.
+    pub eviction: String,
     /// Tokio worker threads serving connections.
     pub worker_threads: u32,
     /// Counter totals since the node started.
@@ -245,6 +252,9 @@ impl Default for NodeStats {
             unix_ms: 0,
             keys: 0,
             map_shards: 0,
+            memory_used_bytes: 0,
+            max_memory_bytes: 0,
+            eviction: String::new(),
             worker_threads: 0,
             counts: Counts::default(),
             system: SystemFigures::default(),

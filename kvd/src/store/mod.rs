@@ -16,52 +16,12 @@ use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
 use parking_lot::RwLock;
 
-/// One stored pair: key and value share a single allocation.
-struct Entry {
-    data: Box<[u8]>,
-    key_len: u32,
-}
+mod entry;
+mod memory;
 
-impl Entry {
-    /// A new entry, or `None` when there is no memory for it (refused, not an abort).
-    fn new(key: &[u8], value: &[u8]) -> Option<Entry> {
-        let mut data = Vec::new();
-        data.try_reserve_exact(key.len() + value.len()).ok()?;
-        data.extend_from_slice(key);
-        data.extend_from_slice(value);
-        Some(Entry {
-            data: data.into_boxed_slice(),
-            key_len: key.len() as u32,
-        })
-    }
-
-    fn key(&self) -> &[u8] {
-        self.data.get(..self.key_len as usize).unwrap_or_default()
-    }
-
-    fn value(&self) -> &[u8] {
-        self.data.get(self.key_len as usize..).unwrap_or_default()
-    }
-
-    /// Replaces the value, in place when the length is unchanged (the common YCSB update).
-    /// Returns false, leaving the old value, when there is no memory for the new one.
-    fn set_value(&mut self, value: &[u8]) -> bool {
-        let k = self.key_len as usize;
-        if self.data.len() - k == value.len() {
-            self.data[k..].copy_from_slice(value);
-            return true;
-        }
-        match Entry::new(&self.data[..k], value) {
-            Some(e) => {
-                *self = e;
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-type Shard = HashTable<Entry>;
+use entry::Entry;
+pub use memory::{Eviction, MemoryLimit};
+use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage, entry_cost, growth_cost};
 
 /// Decides whether a found value may join the reply being built (a reply is bounded by the
 /// frame limit and by the node's buffer budget); a value refused is answered `TooLarge`.
@@ -95,12 +55,18 @@ struct Answers<'a, R> {
     out: &'a mut BatchResponse,
     room: &'a mut R,
     tally: &'a mut Counts,
+    /// The LRU clock for this batch.
+    now: u32,
 }
 
 /// The sharded map.
 pub struct Store {
     shards: Box<[CachePadded<RwLock<Shard>>]>,
     me: ShardId,
+    /// Accounted bytes, and `--max-memory` (see `memory`).
+    usage: Usage,
+    /// The LRU clock's zero.
+    started: std::time::Instant,
     #[cfg(test)]
     fault: Option<stale::StaleReads>,
 }
@@ -110,10 +76,22 @@ impl Store {
     /// preallocated for about `capacity` keys in total. Memory that cannot be had is an
     /// error (`OutOfMemory`), not an abort.
     pub fn new(me: ShardId, map_shards: usize, capacity: usize) -> std::io::Result<Store> {
+        Store::with_limit(me, map_shards, capacity, None)
+    }
+
+    /// As [`Store::new`], holding at most `limit` (see `memory`). The preallocated tables
+    /// count against it.
+    pub fn with_limit(
+        me: ShardId,
+        map_shards: usize,
+        capacity: usize,
+        limit: Option<MemoryLimit>,
+    ) -> std::io::Result<Store> {
         let n = map_shards.max(1).next_power_of_two();
         let per_shard = capacity.div_ceil(n);
         let mut shards = Vec::with_capacity(n);
-        for _ in 0..n {
+        let usage = Usage::new(None);
+        for i in 0..n {
             let mut table = HashTable::new();
             table
                 .try_reserve(per_shard, |e: &Entry| key_hash(e.key()))
@@ -123,11 +101,32 @@ impl Store {
                         format!("cannot preallocate room for {capacity} keys ({e:?}); lower --capacity"),
                     )
                 })?;
-            shards.push(CachePadded::new(RwLock::new(table)));
+            usage.add(table.allocation_size());
+            shards.push(CachePadded::new(RwLock::new(Shard::new(
+                table,
+                0x9e37_79b9_7f4a_7c15 ^ i as u64,
+            ))));
         }
+        if let Some(limit) = limit
+            && usage.used() > limit.max_bytes
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "--capacity {capacity} alone takes {} bytes of table, more than --max-memory {}",
+                    usage.used(),
+                    limit.max_bytes
+                ),
+            ));
+        }
+        let used = usage.used();
+        let usage = Usage::new(limit);
+        usage.add(used);
         Ok(Store {
             shards: shards.into_boxed_slice(),
             me,
+            usage,
+            started: std::time::Instant::now(),
             #[cfg(test)]
             fault: None,
         })
@@ -146,7 +145,33 @@ impl Store {
 
     /// Keys stored now (takes each shard's lock briefly; for stats, not the hot path).
     pub fn len(&self) -> u64 {
-        self.shards.iter().map(|s| s.read().len() as u64).sum()
+        self.shards.iter().map(|s| s.read().table.len() as u64).sum()
+    }
+
+    /// Accounted bytes the store holds now (keys, values, entries and tables).
+    pub fn memory_used(&self) -> u64 {
+        self.usage.used() as u64
+    }
+
+    /// `--max-memory` and `--eviction`, if set.
+    pub fn memory_limit(&self) -> Option<MemoryLimit> {
+        self.usage.limit
+    }
+
+    /// Adds up the shards' own accounts (takes each lock; for tests and checks).
+    pub fn memory_recount(&self) -> u64 {
+        self.shards.iter().map(|s| s.read().bytes() as u64).sum()
+    }
+
+    /// The LRU clock (milliseconds since start; 0 when nothing evicts by age).
+    fn now(&self) -> u32 {
+        match self.usage.limit {
+            Some(MemoryLimit {
+                eviction: Eviction::Lru,
+                ..
+            }) => self.started.elapsed().as_millis() as u32,
+            _ => 0,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -200,7 +225,12 @@ impl Store {
             shard_count,
         );
         let order = &scratch.order;
-        let mut ans = Answers { out, room, tally };
+        let mut ans = Answers {
+            out,
+            room,
+            tally,
+            now: self.now(),
+        };
         let mut start = 0;
         while start < order.len() {
             let shard = (order[start] >> 32) as usize;
@@ -252,23 +282,7 @@ impl Store {
             match op.kind {
                 OpKind::Get => self.get(shard, &table, hash, op.key, i, ans),
                 OpKind::Put => {
-                    let stored = match table.find_mut(hash, |e| e.key() == op.key) {
-                        Some(entry) => {
-                            #[cfg(test)]
-                            if let Some(f) = &self.fault {
-                                f.remember(shard, op.key, entry.value());
-                            }
-                            entry.set_value(op.value)
-                        }
-                        None => match Entry::new(op.key, op.value) {
-                            Some(entry) if table.try_reserve(1, |e| key_hash(e.key())).is_ok() => {
-                                table.insert_unique(hash, entry, |e| key_hash(e.key()));
-                                true
-                            }
-                            _ => false,
-                        },
-                    };
-                    if stored {
+                    if self.put(shard, &mut table, hash, op.key, op.value, ans) {
                         ans.tally.puts += 1;
                         ans.out.set(i, OpStatus::Stored);
                     } else {
@@ -278,9 +292,12 @@ impl Store {
                 }
                 OpKind::Delete => {
                     ans.tally.deletes += 1;
-                    let existed = match table.find_entry(hash, |e| e.key() == op.key) {
+                    let existed = match table.table.find_entry(hash, |e| e.key() == op.key) {
                         Ok(found) => {
+                            let freed = entry_cost(found.get().len());
                             found.remove();
+                            table.entry_bytes -= freed;
+                            self.usage.give(freed);
                             true
                         }
                         Err(_) => false,
@@ -294,6 +311,104 @@ impl Store {
 }
 
 impl Store {
+    /// Stores `value` under `key` in `shard` (locked for writing as `s`): takes the bytes
+    /// it will need first, making room at the cap as the eviction policy says; false (and
+    /// nothing changed) when they cannot be had.
+    fn put(
+        &self,
+        shard: usize,
+        s: &mut Shard,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        ans: &mut Answers<'_, impl ReplyRoom>,
+    ) -> bool {
+        let now = ans.now;
+        let capacity = s.table.capacity();
+        let old = s.table.find(hash, |e| e.key() == key).map(|e| entry_cost(e.len()));
+        let grow = match old {
+            None if s.table.len() == capacity => growth_cost(s.table.allocation_size()),
+            _ => 0,
+        };
+        let need = (entry_cost(key.len() + value.len()) + grow).saturating_sub(old.unwrap_or(0));
+        if !self.take_bytes(shard, s, need, key, ans.tally) {
+            return false;
+        }
+        let before = s.bytes();
+        let stored = match s.table.find_mut(hash, |e| e.key() == key) {
+            Some(entry) => {
+                #[cfg(test)]
+                if let Some(f) = &self.fault {
+                    f.remember(shard, key, entry.value());
+                }
+                let old = entry_cost(entry.len());
+                let ok = entry.set_value(value, now);
+                s.entry_bytes = s.entry_bytes - old + entry_cost(entry.len());
+                ok
+            }
+            None => match Entry::new(key, value, now) {
+                Some(entry) if s.table.try_reserve(1, |e| key_hash(e.key())).is_ok() => {
+                    s.entry_bytes += entry_cost(entry.len());
+                    s.table.insert_unique(hash, entry, |e| key_hash(e.key()));
+                    true
+                }
+                _ => false,
+            },
+        };
+        // Settle the estimate against what the shard now really holds.
+        let grew = s.bytes().saturating_sub(before);
+        let shrank = before.saturating_sub(s.bytes());
+        match grew.cmp(&need) {
+            std::cmp::Ordering::Less => self.usage.give(need - grew),
+            std::cmp::Ordering::Greater => self.usage.add(grew - need),
+            std::cmp::Ordering::Equal => {}
+        }
+        self.usage.give(shrank);
+        stored
+    }
+
+    /// Takes `need` accounted bytes for a write of `keep` into `shard`, evicting first as
+    /// the policy says. The first entry goes from this shard (a put of one entry evicts
+    /// one entry where it already holds the lock); a larger need (a table that doubles) takes
+    /// its next entries from the other shards in turn (those whose lock is free at once),
+    /// so that no one shard is emptied of its recently used keys. False when the bytes
+    /// cannot be had.
+    fn take_bytes(&self, shard: usize, s: &mut Shard, need: usize, keep: &[u8], tally: &mut Counts) -> bool {
+        if need == 0 || self.usage.try_take(need) {
+            return true;
+        }
+        let Some(limit) = self.usage.limit else { return false };
+        if limit.eviction == Eviction::None {
+            return false;
+        }
+        let n = self.shards.len();
+        let mut misses = 0;
+        for step in 0..MAX_EVICTIONS_PER_WRITE {
+            let at = (shard + step) % n;
+            let freed = if at == shard {
+                s.evict_one(limit.eviction, keep)
+            } else {
+                self.shards[at]
+                    .try_write()
+                    .and_then(|mut other| other.evict_one(limit.eviction, &[]))
+            };
+            let Some(freed) = freed else {
+                misses += 1;
+                if misses >= n {
+                    break;
+                }
+                continue;
+            };
+            misses = 0;
+            self.usage.give(freed);
+            tally.evicted += 1;
+            if self.usage.try_take(need) {
+                return true;
+            }
+        }
+        false
+    }
+
     #[inline]
     fn get(
         &self,
@@ -305,9 +420,10 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         ans.tally.gets += 1;
-        match table.find(hash, |e| e.key() == key) {
+        match table.table.find(hash, |e| e.key() == key) {
             Some(entry) => {
                 ans.tally.hits += 1;
+                entry.touch(ans.now);
                 #[cfg(test)]
                 if let Some(f) = &self.fault
                     && f.answer_stale(_shard, key, |v| {
@@ -431,6 +547,110 @@ mod tests {
         let mut rbody: AlignedVec = AlignedVec::new();
         rbody.extend_from_slice(&resp[HEADER_LEN..]);
         (rbody, tally)
+    }
+
+    fn limited(max_bytes: usize, eviction: Eviction) -> Store {
+        Store::with_limit(ShardId::SOLO, 8, 0, Some(MemoryLimit { max_bytes, eviction })).unwrap()
+    }
+
+    /// Under a flood of writes of very different sizes the accounted total never passes
+    /// the cap after a batch returns, and always equals what the shards hold (no drift, no
+    /// leak); room is made by eviction, so no write is refused.
+    #[test]
+    fn the_cap_holds_under_a_write_flood() {
+        let cap = 1 << 20;
+        let store = limited(cap, Eviction::Lru);
+        let mut state = 12345u64;
+        let mut evicted = 0;
+        for round in 0..200 {
+            let mut req = BatchRequest::new();
+            for i in 0..100 {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let size = [1, 16, 128, 1000, 4000, 20_000][(state >> 33) as usize % 6];
+                req.push_put(format!("k{}", (round * 100 + i) % 3000).as_bytes(), &vec![7u8; size]);
+            }
+            let (_, tally) = run(&store, &req);
+            assert_eq!(tally.out_of_memory, 0);
+            evicted += tally.evicted;
+            assert!(
+                store.memory_used() as usize <= cap,
+                "{} over {cap}",
+                store.memory_used()
+            );
+            assert_eq!(store.memory_used(), store.memory_recount());
+        }
+        assert!(evicted > 1000, "{evicted} evictions");
+    }
+
+    /// With `none`, writes past the cap are refused per op (reads and deletes go on), and
+    /// succeed again once deletes made room.
+    #[test]
+    fn none_refuses_writes_at_the_cap_and_recovers_after_deletes() {
+        let store = limited(64 << 10, Eviction::None);
+        let mut req = BatchRequest::new();
+        for i in 0..1000 {
+            req.push_put(format!("k{i}").as_bytes(), &[1u8; 100]);
+        }
+        let (reply, tally) = run(&store, &req);
+        assert!(tally.out_of_memory > 0 && tally.puts > 0, "{tally:?}");
+        assert_eq!(tally.evicted, 0);
+        let stored = tally.puts;
+        let view = ReplyView::parse(&reply).unwrap();
+        let kept = (0..1000).find(|&i| view.result(i) == OpReply::Stored).unwrap();
+        assert!((0..1000).any(|i| view.result(i) == OpReply::OutOfMemory));
+        let mut reads = BatchRequest::new();
+        reads.push_get(format!("k{kept}").as_bytes());
+        let (reply, _) = run(&store, &reads);
+        assert!(matches!(ReplyView::parse(&reply).unwrap().result(0), OpReply::Found(_)));
+        let mut dels = BatchRequest::new();
+        for i in 0..100 {
+            dels.push_delete(format!("k{i}").as_bytes());
+        }
+        let (reply, _) = run(&store, &dels);
+        let view = ReplyView::parse(&reply).unwrap();
+        let removed = (0..100).filter(|&i| view.result(i) == OpReply::Deleted).count() as u64;
+        assert!(removed > 0);
+        let mut again = BatchRequest::new();
+        again.push_put(b"new", &[1u8; 100]);
+        let (reply, _) = run(&store, &again);
+        assert_eq!(ReplyView::parse(&reply).unwrap().result(0), OpReply::Stored);
+        assert_eq!(store.len(), stored - removed + 1);
+        assert_eq!(store.memory_used(), store.memory_recount());
+    }
+
+    /// Approximate LRU: keys read all along survive a scan of many cold keys written
+    /// through a cache that holds a fraction of them.
+    #[test]
+    fn recently_read_keys_survive_a_scan_of_cold_keys() {
+        let store = limited(512 << 10, Eviction::Lru);
+        let hot: Vec<String> = (0..500).map(|i| format!("hot{i}")).collect();
+        let mut req = BatchRequest::new();
+        for k in &hot {
+            req.push_put(k.as_bytes(), &[1u8; 100]);
+        }
+        run(&store, &req);
+        for round in 0..50 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            let mut reads = BatchRequest::new();
+            for k in &hot {
+                reads.push_get(k.as_bytes());
+            }
+            run(&store, &reads);
+            let mut cold = BatchRequest::new();
+            for i in 0..200 {
+                cold.push_put(format!("cold{round}-{i}").as_bytes(), &[2u8; 100]);
+            }
+            run(&store, &cold);
+        }
+        let mut reads = BatchRequest::new();
+        for k in &hot {
+            reads.push_get(k.as_bytes());
+        }
+        let (_, tally) = run(&store, &reads);
+        assert!(tally.hits >= 475, "only {} of 500 hot keys survived", tally.hits);
+        assert!(store.len() < 500 + 50 * 200, "nothing was evicted");
     }
 
     /// Error replies cost nine bytes per op like any other (the owner rides in the value

@@ -1,0 +1,247 @@
+//! What the stored data costs in memory, and what happens at `--max-memory`.
+//!
+//! Accounting counts what the store really holds, as the allocator hands it out: each
+//! entry's key and value in one allocation (glibc malloc: 8 bytes of header, 16-byte steps,
+//! 32 bytes at least), and each map shard's hash table allocation, whose every bucket (full
+//! or not) holds one `Entry` (24 bytes) and one control byte. The total is kept in one counter,
+//! and a write takes its bytes from it *before* it stores anything, so the accounted total
+//! never exceeds the cap after a write returns.
+//!
+//! At the cap a write first makes room in its own map shard, one entry at a time, in its
+//! own write path (never a sweep), taking another shard's lock only with `try_write` when its
+//! own shard has nothing left to give:
+//!
+//! * `lru`: sample 16 entries at random and evict the one used longest ago. Each entry
+//!   carries the store's millisecond clock from its last read or write (a read writes it
+//!   only when the clock has moved), so reads stay as cheap as before, as in Redis's
+//!   approximate LRU;
+//! * `random`: evict one entry at random;
+//! * `none`: evict nothing; the write is refused (`OutOfMemory`), reads and deletes go on.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hashbrown::HashTable;
+use kvshared::routing::key_hash;
+
+use super::entry::Entry;
+
+/// What happens when a write needs memory beyond `--max-memory`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Eviction {
+    /// Evict the least recently used of a random sample.
+    Lru,
+    /// Evict at random.
+    Random,
+    /// Evict nothing: refuse the write.
+    None,
+}
+
+impl Eviction {
+    /// The policy's name, as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Eviction::Lru => "lru",
+            Eviction::Random => "random",
+            Eviction::None => "none",
+        }
+    }
+}
+
+/// `--max-memory` and `--eviction`.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryLimit {
+    /// Accounted bytes the store may hold.
+    pub max_bytes: usize,
+    /// What a write does at the cap.
+    pub eviction: Eviction,
+}
+
+/// Entries sampled per eviction under `lru` (Redis samples 5; more is closer to exact LRU
+/// and costs only at the cap).
+const LRU_SAMPLES: usize = 16;
+/// Random probes per sampled entry before giving up on a nearly empty table.
+const PROBES: usize = 256;
+/// Most entries one write may evict; past it, the write is refused rather than stall.
+pub(super) const MAX_EVICTIONS_PER_WRITE: usize = 128;
+
+/// What an entry holding `data_len` bytes of key and value costs.
+pub(super) fn entry_cost(data_len: usize) -> usize {
+    ((data_len + 8 + 15) & !15).max(32)
+}
+
+/// What the next growth of a table of `allocated` bytes adds (it doubles; the first
+/// allocation is small). An estimate taken before the insert; the write settles it against
+/// the table's real allocation afterwards.
+pub(super) fn growth_cost(allocated: usize) -> usize {
+    allocated.max(256)
+}
+
+/// One internal shard: its table and what its entries cost.
+pub(super) struct Shard {
+    pub(super) table: HashTable<Entry>,
+    /// Accounted bytes of the entries (the table's own cost follows from its capacity).
+    pub(super) entry_bytes: usize,
+    /// State of the sampling generator (xorshift), per shard so it needs no other lock.
+    rng: u64,
+}
+
+impl Shard {
+    pub(super) fn new(table: HashTable<Entry>, seed: u64) -> Shard {
+        Shard {
+            table,
+            entry_bytes: 0,
+            rng: seed | 1,
+        }
+    }
+
+    /// Accounted bytes of the whole shard: its entries and its table's allocation (every
+    /// bucket, full, empty or deleted).
+    pub(super) fn bytes(&self) -> usize {
+        self.entry_bytes + self.table.allocation_size()
+    }
+
+    fn next_random(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A random entry other than `keep`: its key's hash, its allocation (to find it again)
+    /// and when it was last used. Probes the table at random hashes (hashbrown has no
+    /// index access), which lands on a random occupied bucket.
+    fn sample(&mut self, keep: &[u8]) -> Option<(u64, usize, u32)> {
+        for _ in 0..PROBES {
+            let probe = self.next_random();
+            if let Some(e) = self.table.find(probe, |e| e.key() != keep) {
+                return Some((key_hash(e.key()), e.key().as_ptr() as usize, e.touched()));
+            }
+        }
+        self.table
+            .iter()
+            .find(|e| e.key() != keep)
+            .map(|e| (key_hash(e.key()), e.key().as_ptr() as usize, e.touched()))
+    }
+
+    /// Evicts one entry (not `keep`) as `policy` says; returns the bytes freed, or `None`
+    /// when the policy evicts nothing or the shard has nothing else.
+    pub(super) fn evict_one(&mut self, policy: Eviction, keep: &[u8]) -> Option<usize> {
+        let samples = match policy {
+            Eviction::Lru => LRU_SAMPLES,
+            Eviction::Random => 1,
+            Eviction::None => return None,
+        };
+        let mut victim: Option<(u64, usize, u32)> = None;
+        for _ in 0..samples.min(self.table.len()) {
+            let Some(candidate) = self.sample(keep) else { break };
+            if victim.is_none_or(|v| candidate.2 < v.2) {
+                victim = Some(candidate);
+            }
+        }
+        let (hash, at, _) = victim?;
+        let entry = self.table.find_entry(hash, |e| e.key().as_ptr() as usize == at).ok()?;
+        let freed = entry_cost(entry.get().len());
+        entry.remove();
+        self.entry_bytes -= freed;
+        Some(freed)
+    }
+}
+
+/// The store-wide total of accounted bytes, and the cap.
+pub(super) struct Usage {
+    used: AtomicUsize,
+    pub(super) limit: Option<MemoryLimit>,
+}
+
+impl Usage {
+    pub(super) fn new(limit: Option<MemoryLimit>) -> Usage {
+        Usage {
+            used: AtomicUsize::new(0),
+            limit,
+        }
+    }
+
+    /// Accounted bytes now.
+    pub(super) fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Takes `bytes` if the cap allows them (always, without a cap).
+    pub(super) fn try_take(&self, bytes: usize) -> bool {
+        match self.limit {
+            None => {
+                self.used.fetch_add(bytes, Ordering::Relaxed);
+                true
+            }
+            Some(limit) => self
+                .used
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                    u.checked_add(bytes).filter(|&t| t <= limit.max_bytes)
+                })
+                .is_ok(),
+        }
+    }
+
+    /// Adds bytes whatever the cap (a reconciliation after an estimate fell short).
+    pub(super) fn add(&self, bytes: usize) {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Gives bytes back.
+    pub(super) fn give(&self, bytes: usize) {
+        if bytes > 0 {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn costs_follow_the_allocator_and_the_table() {
+        assert_eq!(entry_cost(0), 32);
+        assert_eq!(entry_cost(24), 32);
+        assert_eq!(entry_cost(25), 48);
+        assert_eq!(entry_cost(135), 144);
+        let mut table: HashTable<Entry> = HashTable::new();
+        table.reserve(1000, |e| key_hash(e.key()));
+        // 7 of 8 buckets usable: 1,000 entries need 2,048 buckets of 24 + 1 bytes.
+        assert!(table.allocation_size() >= 2048 * 25, "{}", table.allocation_size());
+        assert_eq!(growth_cost(0), 256);
+    }
+
+    #[test]
+    fn lru_evicts_what_was_used_longest_ago() {
+        let mut shard = Shard::new(HashTable::new(), 7);
+        for i in 0..64u32 {
+            let key = i.to_string();
+            // Keys 0..8 were used recently (clock 1000), the rest long ago.
+            let when = if i < 8 { 1000 } else { i };
+            let e = Entry::new(key.as_bytes(), b"v", when).unwrap();
+            shard.entry_bytes += entry_cost(e.len());
+            shard
+                .table
+                .insert_unique(key_hash(key.as_bytes()), e, |e| key_hash(e.key()));
+        }
+        for _ in 0..40 {
+            shard.evict_one(Eviction::Lru, b"").unwrap();
+        }
+        let recent = (0..8)
+            .filter(|i: &u32| {
+                let k = i.to_string();
+                shard
+                    .table
+                    .find(key_hash(k.as_bytes()), |e| e.key() == k.as_bytes())
+                    .is_some()
+            })
+            .count();
+        assert_eq!(recent, 8, "a recently used key was evicted before older ones");
+        assert_eq!(shard.table.len(), 24);
+        assert_eq!(shard.entry_bytes, 24 * 32);
+        assert_eq!(shard.evict_one(Eviction::None, b""), None);
+    }
+}
