@@ -71,8 +71,8 @@ async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
 
 fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
     let mut out = format!(
-        "{:<22} {:>5} {:>9} {:>12} {:>12} {:>12} {:>6} {:>6} {:>9} {:>8}\n",
-        "NODE", "SHARD", "UPTIME", "KEYS", "GETS", "PUTS", "HIT%", "CONNS", "RSS", "ERRORS"
+        "{:<22} {:>5} {:>9} {:>12} {:>12} {:>12} {:>6} {:>6} {:>19} {:>9} {:>8}\n",
+        "NODE", "SHARD", "UPTIME", "KEYS", "GETS", "PUTS", "HIT%", "CONNS", "DATA", "RSS", "ERRORS"
     );
     for (addr, r) in rows {
         match r {
@@ -82,7 +82,7 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                     .hit_ratio()
                     .map_or_else(|| "-".to_string(), |h| format!("{:.1}", 100.0 * h));
                 out.push_str(&format!(
-                    "{:<22} {:>5} {:>8}s {:>12} {:>12} {:>12} {:>6} {:>6} {:>9} {:>8}\n",
+                    "{:<22} {:>5} {:>8}s {:>12} {:>12} {:>12} {:>6} {:>6} {:>19} {:>9} {:>8}\n",
                     addr,
                     s.shard.to_string(),
                     s.uptime_ms / 1000,
@@ -91,6 +91,7 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                     grouped(c.puts),
                     hit,
                     c.connections_open(),
+                    s.memory_summary(),
                     bytes(s.system.process_rss_bytes as f64),
                     grouped(c.errors())
                 ));

@@ -263,6 +263,15 @@ impl Default for NodeStats {
 }
 
 impl NodeStats {
+    /// The stored data's memory, for tables: `12.3 MB`, or `12.3 MB/100 MB` under a cap.
+    pub fn memory_summary(&self) -> String {
+        let used = crate::units::bytes(self.memory_used_bytes as f64);
+        match self.max_memory_bytes {
+            0 => used,
+            cap => format!("{used}/{}", crate::units::bytes(cap as f64)),
+        }
+    }
+
     /// Whether `self` comes from a later process than `before` (a restart between the two).
     pub fn restarted_since(&self, before: &NodeStats) -> bool {
         self.uptime_ms < before.uptime_ms || self.pid != before.pid

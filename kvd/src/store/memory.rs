@@ -61,8 +61,10 @@ pub struct MemoryLimit {
 const LRU_SAMPLES: usize = 16;
 /// Random probes per sampled entry before giving up on a nearly empty table.
 const PROBES: usize = 256;
-/// Most entries one write may evict; past it, the write is refused rather than stall.
-pub(super) const MAX_EVICTIONS_PER_WRITE: usize = 128;
+/// Most entries one write may evict; past it, the write is refused rather than stall. A put
+/// usually evicts one entry; the write that makes a map shard's table double pays for the
+/// new table at once (a few hundred KB: a thousand or two entries, well under a millisecond).
+pub(super) const MAX_EVICTIONS_PER_WRITE: usize = 4096;
 
 /// What an entry holding `data_len` bytes of key and value costs.
 pub(super) fn entry_cost(data_len: usize) -> usize {

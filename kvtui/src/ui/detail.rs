@@ -60,6 +60,16 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     grouped(c.deletes),
                     per(|r| r.deletes_per_sec)
                 )),
+                Line::from(format!(
+                    "data {}{}   evicted {}   refused for memory {}",
+                    s.memory_summary(),
+                    match s.eviction.as_str() {
+                        "" => String::new(),
+                        policy => format!(" (evicts {policy})"),
+                    },
+                    grouped(c.evicted),
+                    grouped(c.out_of_memory)
+                )),
                 Line::from(format!("hits      {:>16}", grouped(c.hits))),
                 Line::from(format!("misses    {:>16}", grouped(c.misses))),
                 Line::from(format!("batches   {:>16}", grouped(c.batches))),
