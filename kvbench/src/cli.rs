@@ -192,6 +192,13 @@ pub struct SweepArgs {
     /// Batch sizes to try.
     #[arg(long, value_delimiter = ',', default_value = "1,8,64,512,8192")]
     pub batch: Vec<usize>,
+    /// Sweep over cache sizes instead of the tasks x batch grid: at each size (the cluster's
+    /// total, split over the nodes) every node is FLUSHED and capped, and the workload runs
+    /// cache-aside (a missed get is filled with a put); prints and charts the hit ratio
+    /// next to an exact LRU's on the same key sequence. Runs at the last --tasks and
+    /// --batch values. E.g. --cache-sizes 20mb,40mb,80mb -w c.
+    #[arg(long, value_delimiter = ',', value_parser = kvshared::cli::parse_size, value_name = "SIZE,...")]
+    pub cache_sizes: Vec<u64>,
     /// Directory for sweep.csv, the charts and each point's JSON.
     #[arg(long, default_value = "sweep")]
     pub out: PathBuf,

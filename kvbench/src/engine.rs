@@ -35,6 +35,9 @@ pub struct EngineConfig {
     pub rate: Option<f64>,
     /// Seed of the op generators.
     pub seed: u64,
+    /// Use the cluster as a cache in front of a database: a get that misses is followed by
+    /// a put of the value (the fill), as the seed reports' cache-aside clients do.
+    pub cache_aside: bool,
 }
 
 /// Counters the engine updates as it goes, for progress displays. Cheap to read at any time.
@@ -127,6 +130,10 @@ pub struct EngineOutput {
     /// ops (a read-modify-write is a get and a put): what the servers' own counters see.
     pub wire_ops_completed: u64,
     pub read_misses: u64,
+    /// Gets that missed inside the measured window (for hit ratios after warm-up).
+    pub measured_read_misses: u64,
+    /// Puts sent to fill misses (cache-aside), warm-up included.
+    pub fills: u64,
     pub failed_ops: u64,
     pub errors: BTreeMap<String, u64>,
     /// Ops completed in each second since start (warm-up included).
@@ -200,6 +207,11 @@ impl BatchFiller {
         }
     }
 
+    /// Bytes of each value written.
+    pub fn value_size(&self) -> usize {
+        self.value.len()
+    }
+
     /// Node `node`'s pending batch.
     pub fn request(&self, node: usize) -> &BatchRequest {
         self.pending.batch(node)
@@ -220,6 +232,8 @@ struct TaskOutput {
     per_node_ops: Vec<u64>,
     wire_ops_completed: u64,
     read_misses: u64,
+    measured_read_misses: u64,
+    fills: u64,
     failed_ops: u64,
     errors: BTreeMap<String, u64>,
     pauses: u64,
@@ -234,6 +248,8 @@ impl TaskOutput {
             per_node_ops: vec![0; nodes],
             wire_ops_completed: 0,
             read_misses: 0,
+            measured_read_misses: 0,
+            fills: 0,
             failed_ops: 0,
             errors: BTreeMap::new(),
             pauses: 0,
@@ -285,6 +301,8 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
         per_node_ops: out.per_node_ops,
         wire_ops_completed: out.wire_ops_completed,
         read_misses: out.read_misses,
+        measured_read_misses: out.measured_read_misses,
+        fills: out.fills,
         failed_ops: out.failed_ops,
         errors: out.errors,
         per_second,
@@ -304,6 +322,8 @@ fn merge_task(into: &mut TaskOutput, t: TaskOutput) {
     }
     into.wire_ops_completed += t.wire_ops_completed;
     into.read_misses += t.read_misses;
+    into.measured_read_misses += t.measured_read_misses;
+    into.fills += t.fills;
     into.failed_ops += t.failed_ops;
     into.pauses += t.pauses;
     for (k, v) in t.errors {
@@ -338,6 +358,10 @@ async fn task_loop(
     let per_task_rate = cfg.rate.map(|r| (r / cfg.tasks.max(1) as f64).max(1e-3));
     let mut recent = new_hist();
     let mut recent_since = Instant::now();
+    let mut misses = Vec::new();
+    let mut sent = BatchRequest::new();
+    let mut fill = BatchRequest::new();
+    let fill_value = vec![0x5a_u8; filler.value_size()];
     while !live.stop.load(Ordering::Relaxed) {
         let node = filler.fill(&prefix);
         // Open loop: the batch was due when its last op was scheduled; latency counts from then,
@@ -349,20 +373,38 @@ async fn task_loop(
                 break;
             }
         }
-        let sent = Instant::now();
+        let sent_at = Instant::now();
         let result = cluster.send_batch(node, filler.request(node)).await;
         let done = Instant::now();
         let wire_ops = filler.request(node).len() as u64;
+        // Cache-aside needs the keys of the misses once the reply is in (the batch is reused).
+        if cfg.cache_aside {
+            sent.clone_from(filler.request(node));
+        }
         let counts = filler.take_counts(node);
         let ops: u64 = counts.iter().sum();
         match result {
             Ok(reply) => {
-                let failed = check_reply(&reply, wire_ops, &mut out);
+                let in_window = done >= live.measure_start && done <= live.measure_end;
+                misses.clear();
+                let failed = check_reply(&reply, wire_ops, &mut out, in_window, &mut misses);
+                drop(reply);
+                if cfg.cache_aside && !misses.is_empty() {
+                    fill.clear();
+                    for &i in &misses {
+                        if let Some(key) = sent.key(i) {
+                            fill.push_put(key, &fill_value);
+                        }
+                    }
+                    if cluster.send_batch(node, &fill).await.is_ok() {
+                        out.fills += fill.len() as u64;
+                    }
+                }
                 let ok_counts = without_failures(counts, failed);
                 let ok: u64 = ok_counts.iter().sum();
                 out.wire_ops_completed += wire_ops.saturating_sub(failed);
                 live.completed.fetch_add(ok, Ordering::Relaxed);
-                let latency = (done.saturating_duration_since(intended.unwrap_or(sent)).as_nanos() as u64).max(1);
+                let latency = (done.saturating_duration_since(intended.unwrap_or(sent_at)).as_nanos() as u64).max(1);
                 let tracking = live.track_recent_latency.load(Ordering::Relaxed);
                 if tracking {
                     let _ = recent.record(latency);
@@ -411,8 +453,9 @@ fn without_failures(mut counts: [u64; 4], mut failed: u64) -> [u64; 4] {
     counts
 }
 
-/// Counts per-op errors and read misses in a reply; returns the number of failed ops.
-fn check_reply(reply: &Reply, wire_ops: u64, out: &mut TaskOutput) -> u64 {
+/// Counts per-op errors and read misses in a reply (and collects the misses' op indexes);
+/// returns the number of failed ops.
+fn check_reply(reply: &Reply, wire_ops: u64, out: &mut TaskOutput, in_window: bool, misses: &mut Vec<usize>) -> u64 {
     let view = match reply.batch() {
         Ok(v) => v,
         Err(e) => {
@@ -427,7 +470,11 @@ fn check_reply(reply: &Reply, wire_ops: u64, out: &mut TaskOutput) -> u64 {
     let mut failed = 0;
     for i in 0..view.len() {
         match view.status(i) {
-            Some(OpStatus::NotFound) => out.read_misses += 1,
+            Some(OpStatus::NotFound) => {
+                out.read_misses += 1;
+                out.measured_read_misses += u64::from(in_window);
+                misses.push(i);
+            }
             Some(OpStatus::WrongShard) => {
                 out.error("wrong_shard", 1);
                 failed += 1;

@@ -7,12 +7,14 @@
 //! * [`hist`]: HDR histograms, their summaries and their portable (mergeable) encoding.
 //! * [`result`]: the self-describing result of a run, and merging results of several clients.
 //! * [`report`]: the summary table and CSV rows; [`chart`]: PNG/SVG charts.
-//! * [`run`], [`load`], [`sweep`], [`merge`], [`check`]: the subcommands; [`cli`]: their flags.
+//! * [`run`], [`load`], [`sweep`] (and [`cache_sweep`]), [`merge`], [`check`]: the
+//!   subcommands; [`cli`]: their flags.
 //! * [`progress`], [`tui`], [`cpu`], [`connect`], [`interrupt`]: progress lines, the embedded
 //!   dashboard, own CPU time, connecting with hints, Ctrl-C that keeps the partial result.
 //!
 //! The wire protocol, routing and client come from `kvshared`; nothing here re-implements them.
 
+pub mod cache_sweep;
 pub mod chart;
 pub mod check;
 pub mod cli;

@@ -125,6 +125,12 @@ pub struct RunResult {
     /// Ops the servers acknowledged over the whole run, warm-up included, as wire ops.
     pub wire_ops_completed: u64,
     pub read_misses: u64,
+    /// Gets that missed inside the measured window.
+    #[serde(default)]
+    pub measured_read_misses: u64,
+    /// Puts that filled misses (cache-aside runs).
+    #[serde(default)]
+    pub fills: u64,
     pub failed_ops: u64,
     pub errors: BTreeMap<String, u64>,
     pub per_node: Vec<NodeResult>,
@@ -195,6 +201,8 @@ impl RunResult {
             ops_by_type,
             wire_ops_completed: out.wire_ops_completed,
             read_misses: out.read_misses,
+            measured_read_misses: out.measured_read_misses,
+            fills: out.fills,
             failed_ops: out.failed_ops,
             errors: out.errors.clone(),
             per_node,
@@ -220,6 +228,8 @@ impl RunResult {
         m.ops_by_type.clear();
         m.wire_ops_completed = 0;
         m.read_misses = 0;
+        m.measured_read_misses = 0;
+        m.fills = 0;
         m.failed_ops = 0;
         m.errors.clear();
         m.per_second.clear();
@@ -236,6 +246,8 @@ impl RunResult {
             m.ops_per_sec += r.ops_per_sec;
             m.wire_ops_completed += r.wire_ops_completed;
             m.read_misses += r.read_misses;
+            m.measured_read_misses += r.measured_read_misses;
+            m.fills += r.fills;
             m.failed_ops += r.failed_ops;
             m.client_cpu_percent += r.client_cpu_percent;
             m.elapsed_s = m.elapsed_s.max(r.elapsed_s);

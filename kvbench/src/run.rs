@@ -57,6 +57,7 @@ impl RunPlan {
                 ops_limit: timing.ops,
                 rate: timing.rate,
                 seed: timing.seed,
+                cache_aside: false,
             },
             workload: WorkloadSpec::new(bench.workload.workload, &bench.workload.spec_options()),
             client_threads: bench.cluster.threads.unwrap_or_else(default_threads),

@@ -24,6 +24,9 @@ pub async fn command(args: SweepArgs, interrupt: Interrupt) -> anyhow::Result<Ex
         std::fs::remove_file(&csv)?;
     }
     let cluster = connect::cluster(&args.bench.cluster).await?;
+    if !args.cache_sizes.is_empty() {
+        return cache_command(&args, cluster, interrupt).await;
+    }
     let points = args.tasks.len() * args.batch.len();
     eprintln!(
         "kvbench sweep: {points} points x ({:?} warm-up + {:?}), results in {}",
@@ -62,6 +65,40 @@ pub async fn command(args: SweepArgs, interrupt: Interrupt) -> anyhow::Result<Ex
     );
     if interrupt.is_set() {
         eprintln!("kvbench sweep: interrupted after {} of {points} points", results.len());
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    let failed: u64 = results.iter().map(|r| r.failed_ops).sum();
+    if failed > 0 && !args.allow_failures {
+        eprintln!("kvbench sweep: {failed} ops failed; exit status {EXIT_FAILURES} (--allow-failures to accept)");
+        return Ok(ExitCode::from(EXIT_FAILURES));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The cache-size sweep (see `cache_sweep`).
+async fn cache_command(
+    args: &SweepArgs,
+    cluster: std::sync::Arc<kvshared::client::Cluster>,
+    interrupt: Interrupt,
+) -> anyhow::Result<ExitCode> {
+    let tasks = args.tasks.last().copied().unwrap_or(32);
+    let batch = args.batch.last().copied().unwrap_or(64);
+    eprintln!(
+        "kvbench sweep: {} cache sizes x ({:?} warm-up + {:?}), {tasks} tasks, batch {batch}; \
+         every node is flushed at each size; results in {}",
+        args.cache_sizes.len(),
+        args.bench.timing.warmup,
+        args.bench.timing.duration,
+        args.out.display()
+    );
+    let plan = RunPlan::new(&args.bench, tasks, batch, false);
+    let (points, results) = crate::cache_sweep::run(cluster, &plan, &args.cache_sizes, &args.out, &interrupt).await?;
+    std::fs::write(args.out.join("cache.json"), serde_json::to_vec_pretty(&points)?)?;
+    eprintln!(
+        "kvbench sweep: wrote {} and hit-ratio-vs-cache-size (.png, .svg)",
+        args.out.join("cache.csv").display()
+    );
+    if interrupt.is_set() {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
     let failed: u64 = results.iter().map(|r| r.failed_ops).sum();

@@ -96,6 +96,7 @@ mod tests {
             ops_limit: None,
             rate: None,
             seed: 1,
+            cache_aside: false,
         });
         live.completed.store(1234, Ordering::Relaxed);
         live.failed.store(5, Ordering::Relaxed);

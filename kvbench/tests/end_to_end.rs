@@ -184,6 +184,7 @@ async fn a_dead_node_does_not_stall_the_ops_for_live_nodes() {
         ops_limit: Some(20_000),
         rate: None,
         seed: 3,
+        cache_aside: false,
     };
     let live = Live::new(&cfg);
     let out = engine::run(cluster, Shared::new(spec, 3), cfg, live).await;
@@ -285,6 +286,63 @@ async fn a_two_by_two_sweep_writes_csv_and_charts() {
         assert!(out.join(format!("{chart}.svg")).exists());
     }
     assert!(out.join("point-t4-b32.json").exists());
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// A cache-size sweep flushes and caps the node at each size, runs cache-aside, and finds
+/// the hit ratio of kvd's sampled LRU close to an exact LRU's on the same keys (uniform over
+/// 100 keys: the ratio is the fraction of the keys the cache holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_sweep_compares_hit_ratios_with_exact_lru() {
+    let nodes = LocalCluster::start(1, |_| {}).await.unwrap();
+    let list = nodes.addrs().join(",");
+    let out = std::env::temp_dir().join(format!("kvbench-cache-sweep-test-{}", std::process::id()));
+    let Command::Sweep(args) = parse(&[
+        "sweep",
+        "--nodes",
+        &list,
+        "-w",
+        "getpopular",
+        "--cache-sizes",
+        "12kb,18kb,64kb",
+        "--tasks",
+        "4",
+        "--batch",
+        "16",
+        "--warmup",
+        "300ms",
+        "--duration",
+        "500ms",
+        "--out",
+        out.to_str().unwrap(),
+    ]) else {
+        unreachable!()
+    };
+    let code = kvbench::sweep::command(args, Interrupt::default()).await.unwrap();
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    let points: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(out.join("cache.json")).unwrap()).unwrap();
+    assert_eq!(points.len(), 3);
+    for p in &points {
+        let (kvd, exact) = (
+            p["hit_ratio"].as_f64().unwrap(),
+            p["exact_lru_hit_ratio"].as_f64().unwrap(),
+        );
+        assert!((kvd - exact).abs() < 0.05, "{p}");
+    }
+    assert!(
+        points[0]["keys_held"].as_u64().unwrap() < 100,
+        "the smallest cache holds some keys"
+    );
+    assert!(points[0]["evicted"].as_u64().unwrap() > 0);
+    assert_eq!(points[2]["keys_held"], 100, "the largest cache holds them all");
+    assert!(out.join("hit-ratio-vs-cache-size.png").exists());
+    assert!(std::fs::read_to_string(out.join("cache.csv")).unwrap().lines().count() == 4);
+    // The node is left uncapped, as it was.
+    let client = kvshared::client::Cluster::connect(&nodes.addrs(), ClientConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(client.stats(0).await.unwrap().max_memory_bytes, 0);
     std::fs::remove_dir_all(&out).unwrap();
 }
 

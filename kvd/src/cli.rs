@@ -1,7 +1,7 @@
 //! The `kvd` command line: serve a shard, or talk to a running cluster.
 
 use clap::{Args, Parser, Subcommand};
-use kvshared::cli::AuthArgs;
+use kvshared::cli::{AuthArgs, parse_size};
 
 use crate::store::Eviction;
 use kvshared::cli::NodesArgs;
@@ -152,11 +152,6 @@ impl ServeArgs {
     }
 }
 
-/// Parses a size such as `512mb`, `2gb`, `1gib` or a plain number of bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    parse_size::parse_size(s).map_err(|e| format!("{e} (try 512mb, 2gb, 1gib or a number of bytes)"))
-}
-
 /// The client verbs.
 #[derive(Subcommand, Debug)]
 pub enum Command {
@@ -182,6 +177,18 @@ pub enum Command {
         nodes: NodesArgs,
         /// The key.
         key: String,
+    },
+    /// Change settings of every node at run time: the memory cap (as Redis's CONFIG SET
+    /// maxmemory), and/or remove every key.
+    Config {
+        #[command(flatten)]
+        nodes: NodesArgs,
+        /// The cluster's new --max-memory, split evenly over the nodes; `none` removes it.
+        #[arg(long, value_name = "SIZE|none")]
+        max_memory: Option<String>,
+        /// Remove every key first (asks nothing: this is for benchmarks and tests).
+        #[arg(long)]
+        flush: bool,
     },
     /// Show each node's statistics (exit 1 if a node does not answer).
     Stats {

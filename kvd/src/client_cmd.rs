@@ -1,11 +1,12 @@
-//! The client verbs of the `kvd` binary: get, put, del, stats.
+//! The client verbs of the `kvd` binary: get, put, del, stats, config.
 
 use std::process::ExitCode;
 
-use kvshared::cli::NodesArgs;
+use kvshared::cli::{NodesArgs, parse_size};
 use kvshared::client::{ClientError, Cluster};
 use kvshared::stats::NodeStats;
 use kvshared::units::{bytes, grouped};
+use kvshared::wire::ConfigRequest;
 
 use crate::cli::Command;
 
@@ -36,6 +37,30 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             0
         }
         Command::Stats { nodes, json } => stats(&nodes, json).await?,
+        Command::Config {
+            nodes,
+            max_memory,
+            flush,
+        } => {
+            let per_node = match max_memory.as_deref() {
+                None => None,
+                Some("none") => Some(0),
+                Some(size) => {
+                    let total = parse_size(size).map_err(anyhow::Error::msg)?;
+                    Some((total / nodes.node_list()?.len() as u64).max(1))
+                }
+            };
+            let cluster = cluster(&nodes)?;
+            let change = ConfigRequest {
+                max_memory_bytes: per_node,
+                flush,
+            };
+            for node in 0..cluster.node_count() {
+                cluster.configure(node, &change).await?;
+            }
+            kvshared::outln!("OK")?;
+            0
+        }
     };
     Ok(ExitCode::from(code))
 }

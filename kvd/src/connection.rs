@@ -25,7 +25,9 @@ use kvshared::frame::{
 };
 use kvshared::stats::{Counter, Counts};
 use kvshared::tls::TlsServer;
-use kvshared::wire::{BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_empty_frame, encode_frame};
+use kvshared::wire::{
+    BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_empty_frame, encode_frame, parse_config_request,
+};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
@@ -453,10 +455,23 @@ impl Connection {
                 encode_frame(FrameKind::StatsResponse, header.id, &self.node.stats(), &mut self.out).map(|()| true)
             }
             FrameKind::AuthRequest => self.authenticate(header.id),
+            FrameKind::ConfigRequest => match parse_config_request(&self.body) {
+                Ok(change) => {
+                    self.node.configure(&change);
+                    encode_empty_frame(FrameKind::ConfigOk, header.id, &mut self.out);
+                    Ok(true)
+                }
+                Err(e) => {
+                    self.tally.malformed_body += 1;
+                    self.encode_error(header.id, ErrorCode::MalformedBody, e.to_string())
+                        .map(|()| true)
+                }
+            },
             other @ (FrameKind::BatchResponse
             | FrameKind::StatsResponse
             | FrameKind::ErrorResponse
-            | FrameKind::AuthOk) => {
+            | FrameKind::AuthOk
+            | FrameKind::ConfigOk) => {
                 self.tally.bad_frame += 1;
                 self.encode_error(
                     header.id,

@@ -8,6 +8,7 @@ use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::routing::ShardId;
 use kvshared::stats::{Counts, NodeStats};
 use kvshared::tls::TlsServer;
+use kvshared::wire::ConfigRequest;
 
 use crate::budget::BufferBudget;
 use crate::counters::Counters;
@@ -129,6 +130,19 @@ impl Node {
             started: Instant::now(),
             config,
         })
+    }
+
+    /// Applies a change of settings at run time (flush first, then the cap).
+    pub fn configure(&self, change: &ConfigRequest) {
+        if change.flush {
+            self.store.flush();
+            tracing::info!("flushed every key (config request)");
+        }
+        if let Some(max) = change.max_memory_bytes {
+            let max = (max > 0).then_some(max as usize);
+            self.store.set_max_memory(max);
+            tracing::info!(max_memory_bytes = ?max, "memory cap changed (config request)");
+        }
     }
 
     /// A snapshot of every figure the node reports.

@@ -136,6 +136,11 @@ pub fn init_logging(default: Option<&str>) -> Logging {
     }
 }
 
+/// Parses a size such as `512mb`, `2gb`, `1gib` or a plain number of bytes (for flags).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    parse_size::parse_size(s).map_err(|e| format!("{e} (try 512mb, 2gb, 1gib or a number of bytes)"))
+}
+
 /// Exit status for usage errors and failures to run at all.
 pub const EXIT_ERROR: u8 = 2;
 

@@ -27,7 +27,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// Protocol version; bumped on any incompatible change of the header or the body types.
 /// 2: `NodeStats` carries `Counts` and `SystemFigures` (one definition of each counter).
 /// 3: batch responses carry error details in the op's value slots (no error list), the
-/// statuses `TooLarge` and `OutOfMemory`, and the `AuthRequest`/`AuthOk` handshake.
+/// statuses `TooLarge` and `OutOfMemory`, the `AuthRequest`/`AuthOk` handshake, and
+/// `ConfigRequest`/`ConfigOk`.
 pub const VERSION: u8 = 3;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
@@ -52,12 +53,16 @@ pub enum FrameKind {
     /// Body: the token's bytes (see [`crate::auth`]); a client's first frame when the
     /// server requires a token.
     AuthRequest = 0x03,
+    /// Body: [`crate::wire::ConfigRequest`]; a change to the node's settings at run time.
+    ConfigRequest = 0x04,
     /// Body: [`crate::wire::BatchResponse`].
     BatchResponse = 0x81,
     /// Body: [`crate::stats::NodeStats`].
     StatsResponse = 0x82,
     /// Body: empty; the token was accepted.
     AuthOk = 0x83,
+    /// Body: empty; the settings were changed.
+    ConfigOk = 0x84,
     /// Body: [`crate::wire::ErrorReply`]; the request with this id failed as a whole.
     ErrorResponse = 0xFF,
 }
@@ -68,9 +73,11 @@ impl FrameKind {
             0x01 => FrameKind::BatchRequest,
             0x02 => FrameKind::StatsRequest,
             0x03 => FrameKind::AuthRequest,
+            0x04 => FrameKind::ConfigRequest,
             0x81 => FrameKind::BatchResponse,
             0x82 => FrameKind::StatsResponse,
             0x83 => FrameKind::AuthOk,
+            0x84 => FrameKind::ConfigOk,
             0xFF => FrameKind::ErrorResponse,
             _ => return None,
         })

@@ -90,6 +90,15 @@ impl BatchRequest {
         self.value_ends.push(self.values.len() as u32);
     }
 
+    /// The key of op `i`.
+    pub fn key(&self, i: usize) -> Option<&[u8]> {
+        let start = match i {
+            0 => 0,
+            _ => *self.key_ends.get(i - 1)? as usize,
+        };
+        self.keys.get(start..*self.key_ends.get(i)? as usize)
+    }
+
     /// Appends a get.
     pub fn push_get(&mut self, key: &[u8]) {
         self.push(OpKind::Get, key, &[]);
@@ -258,6 +267,23 @@ impl BatchResponse {
         self.status[i] = OpStatus::Malformed;
         self.value_offsets[i] = why as u32;
     }
+}
+
+/// A change to a node's settings at run time (the body of a `ConfigRequest` frame), as
+/// Redis's `CONFIG SET maxmemory` and `FLUSHALL`: what a cache benchmark needs between points.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ConfigRequest {
+    /// The new `--max-memory` in bytes; `Some(0)` removes the cap, `None` leaves it.
+    pub max_memory_bytes: Option<u64>,
+    /// Remove every key first.
+    pub flush: bool,
+}
+
+/// Validates and reads a config request body.
+pub fn parse_config_request(body: &[u8]) -> Result<ConfigRequest, WireError> {
+    let archived = rkyv::access::<ArchivedConfigRequest, rancor::BoxedError>(body).map_err(invalid)?;
+    rkyv::deserialize::<ConfigRequest, rancor::BoxedError>(archived).map_err(invalid)
 }
 
 /// The kind of failure of a whole request.

@@ -18,7 +18,7 @@
 //! * `random`: evict one entry at random;
 //! * `none`: evict nothing; the write is refused (`OutOfMemory`), reads and deletes go on.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use hashbrown::HashTable;
 use kvshared::routing::key_hash;
@@ -37,6 +37,12 @@ pub enum Eviction {
 }
 
 impl Eviction {
+    const ALL: [Eviction; 3] = [Eviction::Lru, Eviction::Random, Eviction::None];
+
+    fn from_index(i: u8) -> Eviction {
+        Eviction::ALL.get(usize::from(i)).copied().unwrap_or(Eviction::Lru)
+    }
+
     /// The policy's name, as on the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -151,18 +157,48 @@ impl Shard {
     }
 }
 
-/// The store-wide total of accounted bytes, and the cap.
+/// The store-wide total of accounted bytes, and the cap (which can change at run time,
+/// as Redis's `CONFIG SET maxmemory`; atomics, as every write reads it).
 pub(super) struct Usage {
     used: AtomicUsize,
-    pub(super) limit: Option<MemoryLimit>,
+    /// The cap; `usize::MAX` when there is none.
+    max: AtomicUsize,
+    eviction: AtomicU8,
 }
 
 impl Usage {
     pub(super) fn new(limit: Option<MemoryLimit>) -> Usage {
-        Usage {
+        let usage = Usage {
             used: AtomicUsize::new(0),
-            limit,
+            max: AtomicUsize::new(usize::MAX),
+            eviction: AtomicU8::new(0),
+        };
+        usage.set_limit(limit);
+        usage
+    }
+
+    /// The cap and policy now.
+    pub(super) fn limit(&self) -> Option<MemoryLimit> {
+        match self.max.load(Ordering::Relaxed) {
+            usize::MAX => None,
+            max_bytes => Some(MemoryLimit {
+                max_bytes,
+                eviction: Eviction::from_index(self.eviction.load(Ordering::Relaxed)),
+            }),
         }
+    }
+
+    /// Sets (or, with `None`, removes) the cap. A lower cap is reached by the writes that
+    /// follow, as they evict.
+    pub(super) fn set_limit(&self, limit: Option<MemoryLimit>) {
+        if let Some(l) = limit {
+            let index = Eviction::ALL.iter().position(|&e| e == l.eviction).unwrap_or(0);
+            self.eviction.store(index as u8, Ordering::Relaxed);
+        }
+        self.max.store(
+            limit.map_or(usize::MAX, |l| l.max_bytes.min(usize::MAX - 1)),
+            Ordering::Relaxed,
+        );
     }
 
     /// Accounted bytes now.
@@ -172,15 +208,15 @@ impl Usage {
 
     /// Takes `bytes` if the cap allows them (always, without a cap).
     pub(super) fn try_take(&self, bytes: usize) -> bool {
-        match self.limit {
-            None => {
+        match self.max.load(Ordering::Relaxed) {
+            usize::MAX => {
                 self.used.fetch_add(bytes, Ordering::Relaxed);
                 true
             }
-            Some(limit) => self
+            max => self
                 .used
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
-                    u.checked_add(bytes).filter(|&t| t <= limit.max_bytes)
+                    u.checked_add(bytes).filter(|&t| t <= max)
                 })
                 .is_ok(),
         }

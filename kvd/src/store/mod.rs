@@ -67,6 +67,8 @@ pub struct Store {
     usage: Usage,
     /// The LRU clock's zero.
     started: std::time::Instant,
+    /// The policy a cap set at run time uses when none was configured.
+    configured_eviction: Eviction,
     #[cfg(test)]
     fault: Option<stale::StaleReads>,
 }
@@ -127,6 +129,7 @@ impl Store {
             me,
             usage,
             started: std::time::Instant::now(),
+            configured_eviction: limit.map_or(Eviction::Lru, |l| l.eviction),
             #[cfg(test)]
             fault: None,
         })
@@ -155,7 +158,24 @@ impl Store {
 
     /// `--max-memory` and `--eviction`, if set.
     pub fn memory_limit(&self) -> Option<MemoryLimit> {
-        self.usage.limit
+        self.usage.limit()
+    }
+
+    /// Sets (or removes) the cap at run time, keeping the configured eviction policy (lru
+    /// if none was configured).
+    pub fn set_max_memory(&self, max_bytes: Option<usize>) {
+        let eviction = self.usage.limit().map_or(self.configured_eviction, |l| l.eviction);
+        self.usage
+            .set_limit(max_bytes.map(|max_bytes| MemoryLimit { max_bytes, eviction }));
+    }
+
+    /// Removes every key (a benchmark's fresh start): each shard gets a new, empty table.
+    pub fn flush(&self) {
+        for (i, shard) in self.shards.iter().enumerate() {
+            let mut s = shard.write();
+            self.usage.give(s.bytes());
+            *s = Shard::new(hashbrown::HashTable::new(), 0x9e37_79b9_7f4a_7c15 ^ i as u64);
+        }
     }
 
     /// Adds up the shards' own accounts (takes each lock; for tests and checks).
@@ -165,7 +185,7 @@ impl Store {
 
     /// The LRU clock (milliseconds since start; 0 when nothing evicts by age).
     fn now(&self) -> u32 {
-        match self.usage.limit {
+        match self.usage.limit() {
             Some(MemoryLimit {
                 eviction: Eviction::Lru,
                 ..
@@ -377,7 +397,7 @@ impl Store {
         if need == 0 || self.usage.try_take(need) {
             return true;
         }
-        let Some(limit) = self.usage.limit else { return false };
+        let Some(limit) = self.usage.limit() else { return false };
         if limit.eviction == Eviction::None {
             return false;
         }

@@ -11,7 +11,9 @@ use super::connection::{Connection, InFlight, Reply};
 use super::{ClientConfig, ClientError, NodeBatches};
 use crate::frame::FrameKind;
 use crate::stats::NodeStats;
-use crate::wire::{BatchRequest, ErrorCode, OpKind, OpReply, decode_stats, encode_empty_frame, encode_frame};
+use crate::wire::{
+    BatchRequest, ConfigRequest, ErrorCode, OpKind, OpReply, decode_stats, encode_empty_frame, encode_frame,
+};
 
 /// One operation for [`Cluster::batch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -403,6 +405,20 @@ impl Cluster {
             addr: self.addr(node).to_string(),
             reason: e.to_string(),
         })
+    }
+
+    /// Changes node `node`'s settings at run time (see [`ConfigRequest`]).
+    pub async fn configure(&self, node: usize, change: &ConfigRequest) -> Result<(), ClientError> {
+        let conn = self.connection_in(node, self.next_slot(node)).await?;
+        let reply = conn
+            .start(|id, buf| encode_frame(FrameKind::ConfigRequest, id, change, buf))
+            .await?
+            .wait(self.config.request_timeout)
+            .await?;
+        match reply.kind {
+            FrameKind::ConfigOk => Ok(()),
+            _ => Err(reply.unexpected()),
+        }
     }
 
     /// Waits until every node answers a stats request, or `within` passes.
