@@ -177,6 +177,11 @@ impl Usage {
         usage
     }
 
+    /// Whether a cap is set.
+    pub(super) fn is_capped(&self) -> bool {
+        self.max.load(Ordering::Relaxed) != usize::MAX
+    }
+
     /// The cap and policy now.
     pub(super) fn limit(&self) -> Option<MemoryLimit> {
         match self.max.load(Ordering::Relaxed) {

@@ -344,13 +344,19 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) -> bool {
         let now = ans.now;
-        let capacity = s.table.capacity();
-        let old = s.table.find(hash, |e| e.key() == key).map(|e| entry_cost(e.len()));
-        let grow = match old {
-            None if s.table.len() == capacity => growth_cost(s.table.allocation_size()),
-            _ => 0,
+        // Under a cap, take the bytes first (an estimate, settled below); without one, only
+        // the settling counts them (no second lookup on the fast path).
+        let need = if self.usage.is_capped() {
+            let capacity = s.table.capacity();
+            let old = s.table.find(hash, |e| e.key() == key).map(|e| entry_cost(e.len()));
+            let grow = match old {
+                None if s.table.len() == capacity => growth_cost(s.table.allocation_size()),
+                _ => 0,
+            };
+            (entry_cost(key.len() + value.len()) + grow).saturating_sub(old.unwrap_or(0))
+        } else {
+            0
         };
-        let need = (entry_cost(key.len() + value.len()) + grow).saturating_sub(old.unwrap_or(0));
         if !self.take_bytes(shard, s, need, key, ans.tally) {
             return false;
         }
