@@ -5,6 +5,7 @@
 //! * [`server`]: binds the listener, limits connections, runs the graceful shutdown.
 //! * `connection`: one client connection's loop: frame in, execute, frame out.
 //! * [`store`]: the sharded map and batch execution (knows nothing of sockets).
+//! * [`durable`]: the on-disk log segments and snapshot files (not yet serving: issue 12).
 //! * `budget`: the node-wide budget for connection buffers, and each reply's share of it.
 //! * [`node`]: what connections share: config, store, counters, sampler; builds stats.
 //! * `counters`: striped per-connection counters for the hot path.
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod client_cmd;
 mod connection;
 mod counters;
+pub mod durable;
 pub mod local;
 pub mod node;
 mod sampler;

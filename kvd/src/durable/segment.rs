@@ -1,0 +1,387 @@
+//! Log segment files: a header, then records of
+//! `[payload length u32][payload crc32 u32][crc32 of those 8 bytes u32][payload]`.
+//!
+//! A segment is appended to and fsynced by one writer; many records go in one `write` and one
+//! `fdatasync` (group commit is the caller's: it hands over everything queued at once).
+//! Reading a segment back validates the header and every record; see [`read`] for what
+//! counts as a torn tail and what as corruption.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Bytes that open every segment file.
+pub const MAGIC: [u8; 8] = *b"KVDLOG\0\0";
+/// The segment format this kvd writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Size of the file header: magic, version, reserved.
+pub const HEADER_LEN: usize = 16;
+/// Size of a record's header: payload length, payload checksum, and the header's own
+/// checksum (so that a damaged length is seen as damage, not as a record cut short).
+pub const RECORD_HEADER_LEN: usize = 12;
+/// A last record whose checksum fails is a torn tail only if its payload ends in at least
+/// this many zero bytes (blocks allocated but never written by a crash); otherwise it is
+/// damage, refused.
+const ZERO_TAIL: usize = 16;
+/// The largest payload a record may have (a batch of writes is far smaller).
+pub const MAX_PAYLOAD: usize = 1 << 30;
+
+/// Why a segment could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    /// The file system failed.
+    #[error("{path}: cannot {what}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Not a segment file at all.
+    #[error("{path}: not a kvd log segment (bad magic); is --data-dir the right directory?")]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Written by another format version.
+    #[error(
+        "{path}: log format version {found}; this kvd reads version {FORMAT_VERSION}: run the kvd that wrote it, or start from an empty data directory"
+    )]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+    },
+    /// Damage that is not a torn tail: refusing is the only safe answer.
+    #[error(
+        "{path}: corrupt log record at byte {offset} ({why}), with data after it: the log is damaged before its end. kvd will not serve a shortened history. Restore this data directory from a copy, or move it away to start this shard empty (losing its data)"
+    )]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Where the bad record starts.
+        offset: u64,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> SegmentError + 'a {
+    move |source| SegmentError::Io {
+        path: path.to_path_buf(),
+        what,
+        source,
+    }
+}
+
+/// A segment open for appending.
+pub struct Segment {
+    path: PathBuf,
+    file: File,
+    len: u64,
+    buf: Vec<u8>,
+}
+
+impl Segment {
+    /// Creates a new, empty segment (its header fsynced, and the directory entry too).
+    pub fn create(path: &Path) -> Result<Segment, SegmentError> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(io(path, "create the segment"))?;
+        let mut header = [0u8; HEADER_LEN];
+        header[..8].copy_from_slice(&MAGIC);
+        header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        file.write_all(&header).map_err(io(path, "write the header"))?;
+        file.sync_all().map_err(io(path, "fsync the header"))?;
+        if let Some(dir) = path.parent() {
+            super::sync_dir(dir).map_err(io(dir, "fsync the directory"))?;
+        }
+        Ok(Segment {
+            path: path.to_path_buf(),
+            file,
+            len: HEADER_LEN as u64,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Opens an existing segment for appending at `len` (its valid length, from [`read`]).
+    pub fn open_at(path: &Path, len: u64) -> Result<Segment, SegmentError> {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(io(path, "open the segment"))?;
+        file.set_len(len).map_err(io(path, "cut the segment"))?;
+        let mut seg = Segment {
+            path: path.to_path_buf(),
+            file,
+            len,
+            buf: Vec::new(),
+        };
+        seg.seek_end()?;
+        Ok(seg)
+    }
+
+    fn seek_end(&mut self) -> Result<(), SegmentError> {
+        use std::io::Seek;
+        self.file
+            .seek(std::io::SeekFrom::Start(self.len))
+            .map_err(io(&self.path, "seek"))?;
+        Ok(())
+    }
+
+    /// Bytes in the segment.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the segment holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len == HEADER_LEN as u64
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one record per payload with a single write (not yet durable: see [`Segment::sync`]).
+    pub fn append<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<(), SegmentError> {
+        self.buf.clear();
+        for p in payloads {
+            let p = p.as_ref();
+            assert!(
+                !p.is_empty() && p.len() <= MAX_PAYLOAD,
+                "log payloads are 1 byte to 1 GiB (a caller bug)"
+            );
+            let mut head = [0u8; RECORD_HEADER_LEN];
+            head[..4].copy_from_slice(&(p.len() as u32).to_le_bytes());
+            head[4..8].copy_from_slice(&crc32fast::hash(p).to_le_bytes());
+            let head_crc = crc32fast::hash(&head[..8]);
+            head[8..].copy_from_slice(&head_crc.to_le_bytes());
+            self.buf.extend_from_slice(&head);
+            self.buf.extend_from_slice(p);
+        }
+        self.file
+            .write_all(&self.buf)
+            .map_err(io(&self.path, "append records"))?;
+        self.len += self.buf.len() as u64;
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable (one `fdatasync`).
+    pub fn sync(&self) -> Result<(), SegmentError> {
+        self.file.sync_data().map_err(io(&self.path, "fsync"))
+    }
+}
+
+/// The records of a segment, and whether a torn tail was found (and must be cut).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Contents {
+    /// Every valid record's payload, in order.
+    pub records: Vec<Vec<u8>>,
+    /// The length of the valid part; shorter than the file when a tail was torn.
+    pub valid_len: u64,
+    /// Where a torn tail starts (the last segment only).
+    pub torn_at: Option<u64>,
+}
+
+/// Reads and checks a whole segment.
+///
+/// In the `last` segment, what a crash in the middle of an append leaves is a torn tail:
+/// a record header cut short, a whole header whose record runs past the end of the file,
+/// zeros from a record's start to the end, or a final record whose checksum fails and whose
+/// payload ends in zeros (blocks allocated, never written). It held no acknowledged data (a
+/// record is acknowledged only after its fsync), so it is reported in `torn_at` and left out.
+/// Anything else (a damaged header, a checksum that fails with data after it, any bad
+/// record in an earlier segment) is [`SegmentError::Corrupt`].
+pub fn read(path: &Path, last: bool) -> Result<Contents, SegmentError> {
+    let mut file = File::open(path).map_err(io(path, "open the segment"))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io(path, "read the segment"))?;
+    let header = bytes.get(..HEADER_LEN).ok_or(SegmentError::BadMagic {
+        path: path.to_path_buf(),
+    })?;
+    if header.get(..8) != Some(&MAGIC[..]) {
+        return Err(SegmentError::BadMagic {
+            path: path.to_path_buf(),
+        });
+    }
+    let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+    if version != FORMAT_VERSION {
+        return Err(SegmentError::Version {
+            path: path.to_path_buf(),
+            found: version,
+        });
+    }
+    let mut records = Vec::new();
+    let mut at = HEADER_LEN;
+    let end = bytes.len();
+    let corrupt = |offset: usize, why: &'static str| SegmentError::Corrupt {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        why,
+    };
+    while at < end {
+        let torn = |records: Vec<Vec<u8>>| Contents {
+            records,
+            valid_len: at as u64,
+            torn_at: Some(at as u64),
+        };
+        if last && bytes[at..].iter().all(|&b| b == 0) {
+            return Ok(torn(records));
+        }
+        let Some(head) = bytes.get(at..at + RECORD_HEADER_LEN) else {
+            return if last {
+                Ok(torn(records))
+            } else {
+                Err(corrupt(at, "record header cut short"))
+            };
+        };
+        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        if crc32fast::hash(&head[..8]) != word(8) {
+            return Err(corrupt(at, "record header checksum mismatch"));
+        }
+        let len = word(0) as usize;
+        if len == 0 || len > MAX_PAYLOAD {
+            return Err(corrupt(at, "impossible record length"));
+        }
+        let body = at + RECORD_HEADER_LEN;
+        let Some(payload) = bytes.get(body..body + len) else {
+            return if last {
+                Ok(torn(records))
+            } else {
+                Err(corrupt(at, "record runs past the end of the file"))
+            };
+        };
+        if crc32fast::hash(payload) != word(4) {
+            let unwritten = payload.len() >= ZERO_TAIL && payload[payload.len() - ZERO_TAIL..].iter().all(|&b| b == 0);
+            return if last && body + len == end && unwritten {
+                Ok(torn(records))
+            } else {
+                Err(corrupt(at, "record checksum mismatch"))
+            };
+        }
+        records.push(payload.to_vec());
+        at = body + len;
+    }
+    Ok(Contents {
+        records,
+        valid_len: end as u64,
+        torn_at: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("kvd-segment-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    fn written(payloads: &[Vec<u8>]) -> (PathBuf, Vec<u64>) {
+        let path = scratch("log-1.seg");
+        let mut seg = Segment::create(&path).unwrap();
+        let mut ends = Vec::new();
+        for p in payloads {
+            seg.append(&[p]).unwrap();
+            ends.push(seg.len());
+        }
+        seg.sync().unwrap();
+        (path, ends)
+    }
+
+    fn payloads() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        prop::collection::vec(prop::collection::vec(any::<u8>(), 1..300), 1..20)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn records_round_trip(payloads in payloads()) {
+            let (path, _) = written(&payloads);
+            let back = read(&path, true).unwrap();
+            prop_assert_eq!(back.records, payloads);
+            prop_assert_eq!(back.torn_at, None);
+            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+        }
+
+        /// A log cut at any byte (a crash mid-append) keeps every record before the cut
+        /// and reports the cut.
+        #[test]
+        fn a_cut_keeps_every_whole_record_before_it(payloads in payloads(), cut in any::<prop::sample::Index>()) {
+            let (path, ends) = written(&payloads);
+            let full = std::fs::metadata(&path).unwrap().len();
+            let at = HEADER_LEN as u64 + cut.index((full - HEADER_LEN as u64) as usize) as u64;
+            std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(at).unwrap();
+            let back = read(&path, true).unwrap();
+            let whole = ends.iter().filter(|&&e| e <= at).count();
+            prop_assert_eq!(&back.records[..], &payloads[..whole]);
+            let expect_torn = !ends.contains(&at) && at != HEADER_LEN as u64;
+            prop_assert_eq!(back.torn_at.is_some(), expect_torn);
+            // Reopened at the valid length, appending goes on after the last whole record.
+            let mut seg = Segment::open_at(&path, back.valid_len).unwrap();
+            seg.append(&[b"after".to_vec()]).unwrap();
+            let again = read(&path, true).unwrap();
+            prop_assert_eq!(again.records.len(), whole + 1);
+            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+        }
+
+        /// A flipped byte anywhere (bit rot, not a crash) is refused with the file's name
+        /// and the record's offset, never read as a shorter log.
+        #[test]
+        fn a_flipped_byte_is_refused_naming_the_file(payloads in payloads(), pick in any::<prop::sample::Index>()) {
+            let (path, _) = written(&payloads);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let at = HEADER_LEN + pick.index(bytes.len() - HEADER_LEN);
+            bytes[at] ^= 0x40;
+            std::fs::write(&path, &bytes).unwrap();
+            for last in [true, false] {
+                let e = read(&path, last).unwrap_err().to_string();
+                prop_assert!(e.contains(&path.display().to_string()) && e.contains("corrupt"), "{}", e);
+            }
+            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+        }
+
+        /// Zeros after the last record (blocks a crash allocated but never wrote) are a torn
+        /// tail; the records before them are kept.
+        #[test]
+        fn trailing_zeros_are_a_torn_tail(payloads in payloads(), zeros in 1usize..5000) {
+            let (path, _) = written(&payloads);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let valid = bytes.len() as u64;
+            bytes.extend(std::iter::repeat_n(0u8, zeros));
+            std::fs::write(&path, &bytes).unwrap();
+            let back = read(&path, true).unwrap();
+            prop_assert_eq!(back.records, payloads);
+            prop_assert_eq!(back.torn_at, Some(valid));
+            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+        }
+    }
+
+    #[test]
+    fn other_files_and_versions_are_named_and_refused() {
+        let path = scratch("log-1.seg");
+        std::fs::write(&path, b"hello, this is not a log").unwrap();
+        let e = read(&path, true).unwrap_err().to_string();
+        assert!(e.contains("not a kvd log segment") && e.contains("log-1.seg"), "{e}");
+        let mut header = [0u8; HEADER_LEN];
+        header[..8].copy_from_slice(&MAGIC);
+        header[8..12].copy_from_slice(&7u32.to_le_bytes());
+        std::fs::write(&path, header).unwrap();
+        let e = read(&path, true).unwrap_err().to_string();
+        assert!(e.contains("version 7"), "{e}");
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+}

@@ -1,0 +1,178 @@
+//! Snapshot files: the whole store at one log index, written so that a crash at any moment
+//! leaves either the old snapshot or the new one, never half of one.
+//!
+//! Layout: `[magic 8][version u32][reserved u32][meta length u32][meta][data length u64][data]
+//! [crc32 of everything before u32]`. Written to `NAME.tmp`, fsynced, renamed to `NAME`, and
+//! the directory fsynced.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Bytes that open every snapshot file.
+pub const MAGIC: [u8; 8] = *b"KVDSNAP\0";
+/// The snapshot format this kvd writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Why a snapshot could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The file system failed.
+    #[error("{path}: cannot {what}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file is not a whole, valid snapshot of a version this kvd reads.
+    #[error(
+        "{path}: not a valid snapshot ({why}); kvd falls back to an older snapshot if there is one, and refuses to start otherwise"
+    )]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// What a snapshot holds: opaque metadata (the log position it stands for) and the data.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Metadata (e.g. the last log id and membership), encoded by the caller.
+    pub meta: Vec<u8>,
+    /// The store's contents, encoded by the caller.
+    pub data: Vec<u8>,
+}
+
+/// Writes `snapshot` as `path` atomically (temporary file, fsync, rename, fsync directory).
+pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), SnapshotError> {
+    let tmp = path.with_extension("tmp");
+    let fail = |p: &Path, what: &'static str| {
+        let p = p.to_path_buf();
+        move |source| SnapshotError::Io { path: p, what, source }
+    };
+    let mut hasher = crc32fast::Hasher::new();
+    let mut file = File::create(&tmp).map_err(fail(&tmp, "create"))?;
+    let mut put = |bytes: &[u8]| -> Result<(), SnapshotError> {
+        hasher.update(bytes);
+        file.write_all(bytes).map_err(fail(&tmp, "write"))
+    };
+    put(&MAGIC)?;
+    put(&FORMAT_VERSION.to_le_bytes())?;
+    put(&0u32.to_le_bytes())?;
+    put(&(snapshot.meta.len() as u32).to_le_bytes())?;
+    put(&snapshot.meta)?;
+    put(&(snapshot.data.len() as u64).to_le_bytes())?;
+    put(&snapshot.data)?;
+    let crc = hasher.finalize();
+    file.write_all(&crc.to_le_bytes()).map_err(fail(&tmp, "write"))?;
+    file.sync_all().map_err(fail(&tmp, "fsync"))?;
+    drop(file);
+    std::fs::rename(&tmp, path).map_err(fail(path, "rename into place"))?;
+    if let Some(dir) = path.parent() {
+        super::sync_dir(dir).map_err(fail(dir, "fsync the directory"))?;
+    }
+    Ok(())
+}
+
+/// Reads and checks a snapshot; every length is checked against the file before use.
+pub fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
+    let invalid = |why: String| SnapshotError::Invalid {
+        path: path.to_path_buf(),
+        why,
+    };
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|source| SnapshotError::Io {
+            path: path.to_path_buf(),
+            what: "read",
+            source,
+        })?;
+    let (body, crc) = bytes
+        .split_last_chunk::<4>()
+        .ok_or_else(|| invalid("shorter than a header".into()))?;
+    if body.get(..8) != Some(&MAGIC[..]) {
+        return Err(invalid("bad magic: not a kvd snapshot".into()));
+    }
+    let u32_at = |at: usize| {
+        body.get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let version = u32_at(8).ok_or_else(|| invalid("cut short".into()))?;
+    if version != FORMAT_VERSION {
+        return Err(invalid(format!(
+            "format version {version}; this kvd reads version {FORMAT_VERSION}"
+        )));
+    }
+    if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
+        return Err(invalid(
+            "checksum mismatch: the file is damaged or was cut short".into(),
+        ));
+    }
+    let meta_len = u32_at(16).ok_or_else(|| invalid("cut short".into()))? as usize;
+    let meta = body
+        .get(20..20 + meta_len)
+        .ok_or_else(|| invalid("metadata runs past the end".into()))?;
+    let at = 20 + meta_len;
+    let data_len = body
+        .get(at..at + 8)
+        .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        .ok_or_else(|| invalid("cut short".into()))?;
+    let data = usize::try_from(data_len)
+        .ok()
+        .and_then(|len| body.get(at + 8..(at + 8).checked_add(len)?))
+        .ok_or_else(|| invalid("data runs past the end".into()))?;
+    if at + 8 + data.len() != body.len() {
+        return Err(invalid("bytes after the data".into()));
+    }
+    Ok(Snapshot {
+        meta: meta.to_vec(),
+        data: data.to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn scratch() -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("kvd-snapshot-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("snap-1.snap")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn snapshots_round_trip_and_any_damage_is_refused(
+            meta in prop::collection::vec(any::<u8>(), 0..100),
+            data in prop::collection::vec(any::<u8>(), 0..3000),
+            pick in any::<prop::sample::Index>(),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let path = scratch();
+            let snap = Snapshot { meta, data };
+            write(&path, &snap).unwrap();
+            prop_assert!(!path.with_extension("tmp").exists());
+            prop_assert_eq!(read(&path).unwrap(), snap);
+            let good = std::fs::read(&path).unwrap();
+            let mut flipped = good.clone();
+            flipped[pick.index(good.len())] ^= 0x01;
+            std::fs::write(&path, &flipped).unwrap();
+            let e = read(&path).unwrap_err().to_string();
+            prop_assert!(e.contains("snap-1.snap"), "{}", e);
+            std::fs::write(&path, &good[..cut.index(good.len())]).unwrap();
+            prop_assert!(read(&path).is_err());
+            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+        }
+    }
+}
