@@ -10,7 +10,9 @@
 //! Not yet wired into serving: the openraft log storage and state machine built over these
 //! files, group commit and `--data-dir` come next (see the closing note).
 
+pub mod log;
 pub mod segment;
+// `log` groups segments into a numbered log with a group-commit writer thread.
 pub mod snapshot;
 
 use std::path::Path;

@@ -116,6 +116,7 @@ impl Segment {
             .open(path)
             .map_err(io(path, "open the segment"))?;
         file.set_len(len).map_err(io(path, "cut the segment"))?;
+        file.sync_all().map_err(io(path, "fsync the cut"))?;
         let mut seg = Segment {
             path: path.to_path_buf(),
             file,

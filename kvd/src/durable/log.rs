@@ -1,0 +1,450 @@
+//! The log on disk: numbered records in a directory of segment files, appended with group
+//! commit by one writer thread.
+//!
+//! Records have consecutive indexes; a segment is named after its first index
+//! (`log-<index, 20 digits>.seg`) and a new one starts when the active one passes
+//! [`SEGMENT_BYTES`], so that dropping the log before a snapshot deletes whole files.
+//!
+//! Group commit: callers hand appends to [`GroupCommit`]; its thread takes everything queued
+//! while the previous fsync ran, writes it with one `write`, makes it durable with one
+//! `fdatasync` (`--fsync always`), and only then completes every caller. With `1s`, callers
+//! complete after the write and a sync runs at least once a second; with `never`, the OS
+//! decides.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::segment::{self, Segment, SegmentError};
+
+/// A segment is closed and a new one started past this size.
+pub const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// When an acknowledged append is durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FsyncPolicy {
+    /// Before it is acknowledged: survives `kill -9` and a power loss.
+    Always,
+    /// Within a second (as Redis's `appendfsync everysec`): survives `kill -9` of the process;
+    /// a power loss may take the last second.
+    #[value(name = "1s")]
+    EverySecond,
+    /// When the OS writes it back: survives `kill -9`, not a power loss.
+    Never,
+}
+
+/// Why the log could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// A segment failed.
+    #[error(transparent)]
+    Segment(#[from] SegmentError),
+    /// The directory failed.
+    #[error("{dir}: cannot {what}: {source}")]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Segments do not follow each other.
+    #[error(
+        "{path}: starts at record {found} but the segment before ends at {expected}: a segment is missing or does not belong here"
+    )]
+    Gap {
+        /// The segment.
+        path: PathBuf,
+        /// Its first index.
+        found: u64,
+        /// Where the previous one ended.
+        expected: u64,
+    },
+    /// A caller asked for something the log cannot do.
+    #[error("{0}")]
+    Misuse(String),
+}
+
+struct SegmentFile {
+    first: u64,
+    path: PathBuf,
+    /// End offset of each record, in order.
+    ends: Vec<u64>,
+}
+
+/// The log's files (owned by the writer thread once group commit starts).
+pub struct LogFiles {
+    dir: PathBuf,
+    /// Rotation size ([`SEGMENT_BYTES`]; smaller in tests).
+    segment_bytes: u64,
+    closed: Vec<SegmentFile>,
+    active: Segment,
+    active_info: SegmentFile,
+}
+
+/// What opening the log found.
+pub struct Recovered {
+    /// Every record, with its index, in order.
+    pub records: Vec<(u64, Vec<u8>)>,
+    /// A torn tail that was cut off: the file and the offset.
+    pub torn: Option<(PathBuf, u64)>,
+}
+
+fn segment_name(first: u64) -> String {
+    format!("log-{first:020}.seg")
+}
+
+impl LogFiles {
+    /// Opens the log in `dir` (creating it, starting at index `start`, if it has no segment),
+    /// reading back and checking every record; a torn tail is cut off and reported.
+    pub fn open(dir: &Path, start: u64) -> Result<(LogFiles, Recovered), LogError> {
+        let dir_err = |what| {
+            let dir = dir.to_path_buf();
+            move |source| LogError::Dir { dir, what, source }
+        };
+        std::fs::create_dir_all(dir).map_err(dir_err("create"))?;
+        let mut firsts: Vec<u64> = std::fs::read_dir(dir)
+            .map_err(dir_err("list"))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_prefix("log-")?.strip_suffix(".seg")?.parse().ok()
+            })
+            .collect();
+        firsts.sort_unstable();
+        let mut records = Vec::new();
+        let mut closed = Vec::new();
+        let mut torn = None;
+        let mut expected = firsts.first().copied().unwrap_or(start);
+        for (n, &first) in firsts.iter().enumerate() {
+            let path = dir.join(segment_name(first));
+            if first != expected {
+                return Err(LogError::Gap {
+                    path,
+                    found: first,
+                    expected,
+                });
+            }
+            let last = n + 1 == firsts.len();
+            let contents = segment::read(&path, last)?;
+            if let Some(at) = contents.torn_at {
+                tracing::warn!(file = %path.display(), offset = at, "cut a torn tail off the log (a crash during an append; it held no acknowledged write)");
+                torn = Some((path.clone(), at));
+            }
+            let mut ends = Vec::with_capacity(contents.records.len());
+            let mut end = segment::HEADER_LEN as u64;
+            for (i, r) in contents.records.into_iter().enumerate() {
+                end += (segment::RECORD_HEADER_LEN + r.len()) as u64;
+                ends.push(end);
+                records.push((first + i as u64, r));
+            }
+            expected = first + ends.len() as u64;
+            let info = SegmentFile { first, path, ends };
+            if last {
+                let active = Segment::open_at(&info.path, contents.valid_len)?;
+                return Ok((
+                    LogFiles {
+                        dir: dir.to_path_buf(),
+                        segment_bytes: SEGMENT_BYTES,
+                        closed,
+                        active,
+                        active_info: info,
+                    },
+                    Recovered { records, torn },
+                ));
+            }
+            closed.push(info);
+        }
+        let path = dir.join(segment_name(start));
+        let active = Segment::create(&path)?;
+        Ok((
+            LogFiles {
+                dir: dir.to_path_buf(),
+                segment_bytes: SEGMENT_BYTES,
+                closed,
+                active,
+                active_info: SegmentFile {
+                    first: start,
+                    path,
+                    ends: Vec::new(),
+                },
+            },
+            Recovered { records, torn },
+        ))
+    }
+
+    /// Starts a new segment past `bytes` instead of [`SEGMENT_BYTES`] (tests).
+    #[cfg(test)]
+    fn with_segment_bytes(mut self, bytes: u64) -> LogFiles {
+        self.segment_bytes = bytes;
+        self
+    }
+
+    /// The index the next record gets.
+    pub fn next_index(&self) -> u64 {
+        self.active_info.first + self.active_info.ends.len() as u64
+    }
+
+    /// Bytes on disk, over every segment.
+    pub fn bytes(&self) -> u64 {
+        self.closed
+            .iter()
+            .map(|s| s.ends.last().copied().unwrap_or(segment::HEADER_LEN as u64))
+            .sum::<u64>()
+            + self.active.len()
+    }
+
+    /// Appends records `first..first + payloads.len()` (not yet durable: see [`LogFiles::sync`]).
+    pub fn append(&mut self, first: u64, payloads: &[Vec<u8>]) -> Result<(), LogError> {
+        if first != self.next_index() {
+            return Err(LogError::Misuse(format!(
+                "append at {first}, but the log's next index is {}",
+                self.next_index()
+            )));
+        }
+        if self.active.len() >= self.segment_bytes {
+            self.rotate()?;
+        }
+        self.active.append(payloads)?;
+        let mut end = self
+            .active_info
+            .ends
+            .last()
+            .copied()
+            .unwrap_or(segment::HEADER_LEN as u64);
+        for p in payloads {
+            end += (segment::RECORD_HEADER_LEN + p.len()) as u64;
+            self.active_info.ends.push(end);
+        }
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> Result<(), LogError> {
+        self.active.sync()?;
+        let first = self.next_index();
+        let path = self.dir.join(segment_name(first));
+        let next = Segment::create(&path)?;
+        let old = std::mem::replace(
+            &mut self.active_info,
+            SegmentFile {
+                first,
+                path,
+                ends: Vec::new(),
+            },
+        );
+        self.closed.push(old);
+        self.active = next;
+        Ok(())
+    }
+
+    /// Makes every appended record durable.
+    pub fn sync(&self) -> Result<(), LogError> {
+        Ok(self.active.sync()?)
+    }
+
+    /// Deletes the segments whose records all have indexes up to `index` (they are in a
+    /// snapshot); the active segment stays.
+    pub fn purge_through(&mut self, index: u64) -> Result<(), LogError> {
+        while let Some(s) = self.closed.first() {
+            let last = s.first + s.ends.len() as u64;
+            if last == 0 || last - 1 > index {
+                break;
+            }
+            let s = self.closed.remove(0);
+            std::fs::remove_file(&s.path).map_err(|source| LogError::Dir {
+                dir: s.path.clone(),
+                what: "remove a purged segment",
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// One append waiting for the writer thread.
+struct Job {
+    first: u64,
+    payloads: Vec<Vec<u8>>,
+    done: Box<dyn FnOnce(Result<(), String>) + Send>,
+}
+
+/// What the writer has done, for stats.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WriterFigures {
+    /// Fsyncs so far.
+    pub fsyncs: u64,
+    /// Records appended so far.
+    pub records: u64,
+    /// Appends (calls) so far.
+    pub appends: u64,
+}
+
+/// The writer thread: group commit over [`LogFiles`].
+pub struct GroupCommit {
+    jobs: mpsc::Sender<Job>,
+    figures: std::sync::Arc<parking_lot::Mutex<WriterFigures>>,
+}
+
+impl GroupCommit {
+    /// Starts the writer thread over `files`.
+    pub fn start(mut files: LogFiles, policy: FsyncPolicy) -> GroupCommit {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let figures = std::sync::Arc::new(parking_lot::Mutex::new(WriterFigures::default()));
+        let shared = figures.clone();
+        std::thread::Builder::new()
+            .name("log-writer".into())
+            .spawn(move || {
+                let mut last_sync = Instant::now();
+                let mut dirty = false;
+                loop {
+                    let first = match policy {
+                        FsyncPolicy::EverySecond if dirty => match rx.recv_timeout(Duration::from_millis(200)) {
+                            Ok(job) => Some(job),
+                            Err(mpsc::RecvTimeoutError::Timeout) => None,
+                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                        },
+                        _ => match rx.recv() {
+                            Ok(job) => Some(job),
+                            Err(_) => break,
+                        },
+                    };
+                    // Everything queued while the last fsync ran goes into this one.
+                    let batch: Vec<Job> = first.into_iter().chain(rx.try_iter()).collect();
+                    let mut outcome = Ok(());
+                    for job in &batch {
+                        if let Err(e) = files.append(job.first, &job.payloads) {
+                            outcome = Err(e.to_string());
+                            break;
+                        }
+                    }
+                    let sync_now = match policy {
+                        FsyncPolicy::Always => !batch.is_empty(),
+                        FsyncPolicy::EverySecond => {
+                            dirty |= !batch.is_empty();
+                            dirty && last_sync.elapsed() >= Duration::from_secs(1)
+                        }
+                        FsyncPolicy::Never => false,
+                    };
+                    if sync_now && outcome.is_ok() {
+                        outcome = files.sync().map_err(|e| e.to_string());
+                        last_sync = Instant::now();
+                        dirty = false;
+                    }
+                    {
+                        let mut f = shared.lock();
+                        f.fsyncs += u64::from(sync_now);
+                        f.appends += batch.len() as u64;
+                        f.records += batch.iter().map(|j| j.payloads.len() as u64).sum::<u64>();
+                    }
+                    for job in batch {
+                        (job.done)(outcome.clone());
+                    }
+                }
+                let _ = files.sync();
+            })
+            .expect("cannot start the log writer thread");
+        GroupCommit { jobs, figures }
+    }
+
+    /// Queues records `first..` and calls `done` once they are written (and durable, under
+    /// `--fsync always`).
+    pub fn append(&self, first: u64, payloads: Vec<Vec<u8>>, done: impl FnOnce(Result<(), String>) + Send + 'static) {
+        let job = Job {
+            first,
+            payloads,
+            done: Box::new(done),
+        };
+        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
+            (job.done)(Err("the log writer has stopped".into()));
+        }
+    }
+
+    /// What the writer has done so far.
+    pub fn figures(&self) -> WriterFigures {
+        *self.figures.lock()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch() -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::env::temp_dir().join(format!("kvd-log-{}-{n}", std::process::id()))
+    }
+
+    #[test]
+    fn records_survive_a_reopen_across_segments_and_purges_drop_whole_files() {
+        let dir = scratch();
+        let (log, rec) = LogFiles::open(&dir, 1).unwrap();
+        let mut log = log.with_segment_bytes(64 << 10);
+        assert!(rec.records.is_empty());
+        let big = vec![7u8; 5 << 10];
+        for i in 1..=30u64 {
+            log.append(i, &[big.clone()]).unwrap();
+        }
+        log.sync().unwrap();
+        let segments = std::fs::read_dir(&dir).unwrap().count();
+        assert!(segments >= 2, "{segments} segments for 150 KB");
+        drop(log);
+        let (mut log, rec) = LogFiles::open(&dir, 1).unwrap();
+        assert_eq!(rec.records.len(), 30);
+        assert_eq!(rec.records.last().unwrap().0, 30);
+        assert_eq!(log.next_index(), 31);
+        log.purge_through(20).unwrap();
+        drop(log);
+        let (log, rec) = LogFiles::open(&dir, 1).unwrap();
+        assert!(rec.records.first().unwrap().0 > 1, "purged records are gone");
+        assert!(
+            rec.records.first().unwrap().0 <= 21,
+            "records after the purge point stay"
+        );
+        assert_eq!(log.next_index(), 31);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn group_commit_completes_every_append_with_fewer_fsyncs_than_appends() {
+        let dir = scratch();
+        let (log, _) = LogFiles::open(&dir, 1).unwrap();
+        let writer = GroupCommit::start(log, FsyncPolicy::Always);
+        let (tx, rx) = mpsc::channel();
+        for i in 1..=2000u64 {
+            let tx = tx.clone();
+            writer.append(i, vec![i.to_le_bytes().to_vec()], move |r| tx.send(r).unwrap());
+        }
+        for _ in 0..2000 {
+            rx.recv().unwrap().unwrap();
+        }
+        let f = writer.figures();
+        assert_eq!((f.records, f.appends), (2000, 2000));
+        assert!(f.fsyncs < 2000, "{} fsyncs for 2000 appends: no grouping", f.fsyncs);
+        drop(writer);
+        std::thread::sleep(Duration::from_millis(100));
+        let (_, rec) = LogFiles::open(&dir, 1).unwrap();
+        assert_eq!(rec.records.len(), 2000);
+        assert_eq!(rec.records[1999], (2000, 2000u64.to_le_bytes().to_vec()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_missing_segment_is_refused() {
+        let dir = scratch();
+        let (log, _) = LogFiles::open(&dir, 1).unwrap();
+        let mut log = log.with_segment_bytes(64 << 10);
+        for i in 1..=30u64 {
+            log.append(i, &[vec![1u8; 10 << 10]]).unwrap();
+        }
+        drop(log);
+        let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+        names.sort();
+        assert!(names.len() >= 3);
+        std::fs::remove_file(&names[1]).unwrap();
+        let e = LogFiles::open(&dir, 1).err().unwrap().to_string();
+        assert!(e.contains("missing"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
