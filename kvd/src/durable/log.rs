@@ -384,7 +384,7 @@ mod tests {
         assert!(rec.records.is_empty());
         let big = vec![7u8; 5 << 10];
         for i in 1..=30u64 {
-            log.append(i, &[big.clone()]).unwrap();
+            log.append(i, std::slice::from_ref(&big)).unwrap();
         }
         log.sync().unwrap();
         let segments = std::fs::read_dir(&dir).unwrap().count();
