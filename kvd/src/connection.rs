@@ -429,7 +429,7 @@ impl Connection {
                 Ok(batch) => {
                     let node = &self.node;
                     let mut room = ReplyAllowance::new(&node.buffers, batch.len(), node.config.max_frame as usize);
-                    node.store.execute(
+                    node.execute(
                         &batch,
                         &mut self.response,
                         &mut room,

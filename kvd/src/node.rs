@@ -8,12 +8,12 @@ use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::routing::ShardId;
 use kvshared::stats::{Counts, NodeStats};
 use kvshared::tls::TlsServer;
-use kvshared::wire::ConfigRequest;
+use kvshared::wire::{BatchResponse, BatchView, ConfigRequest};
 
 use crate::budget::BufferBudget;
 use crate::counters::Counters;
 use crate::sampler::Sampler;
-use crate::store::{MemoryLimit, Store};
+use crate::store::{MemoryLimit, ReplyRoom, Scratch, Store};
 use crate::warn_limit::WarnLimit;
 
 /// Default `--idle-timeout`.
@@ -130,6 +130,21 @@ impl Node {
             started: Instant::now(),
             config,
         })
+    }
+
+    /// Runs a batch: the one entry point into the node for every front (the binary protocol
+    /// today; RESP and HTTP later), so that what a batch does is decided here, per mode. In
+    /// memory, the store runs it at once. (A durable or replicated node will send batches
+    /// with writes through its log here, and no front will need to know.)
+    pub fn execute(
+        &self,
+        batch: &BatchView<'_>,
+        out: &mut BatchResponse,
+        room: &mut impl ReplyRoom,
+        scratch: &mut Scratch,
+        tally: &mut Counts,
+    ) {
+        self.store.execute(batch, out, room, scratch, tally);
     }
 
     /// Applies a change of settings at run time (flush first, then the cap).
