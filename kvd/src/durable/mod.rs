@@ -11,6 +11,7 @@
 //! files, group commit and `--data-dir` come next (see the closing note).
 
 pub mod log;
+pub mod raft;
 pub mod segment;
 // `log` groups segments into a numbered log with a group-commit writer thread.
 pub mod snapshot;
