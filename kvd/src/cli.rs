@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use kvshared::cli::{AuthArgs, parse_size};
 
+use crate::durable::log::FsyncPolicy;
 use crate::store::Eviction;
 use kvshared::cli::NodesArgs;
 use kvshared::client::DEFAULT_NODE;
@@ -90,6 +91,16 @@ pub struct ServeArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Keep the shard durable in DIR: every batch with writes goes through the shard's log
+    /// (an openraft log) before it is answered, and a restart replays it. Without it, the
+    /// shard lives in memory only and a restart loses every key.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// When an answered write is durable: always (fsync before answering, many writes per
+    /// fsync; survives kill -9 and power loss), 1s (fsync every second; survives kill -9,
+    /// a power loss may take the last second), never (the OS decides; survives kill -9).
+    #[arg(long, value_enum, default_value = "always", requires = "data_dir")]
+    pub fsync: FsyncPolicy,
     /// Cap on the memory the stored data takes (keys, values and their overhead, as
     /// accounted: see the README), e.g. 100mb, 2gb [default: unlimited].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]

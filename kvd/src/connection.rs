@@ -26,7 +26,8 @@ use kvshared::frame::{
 use kvshared::stats::{Counter, Counts};
 use kvshared::tls::TlsServer;
 use kvshared::wire::{
-    BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_empty_frame, encode_frame, parse_config_request,
+    BatchResponse, BatchView, ErrorCode, ErrorReply, OpKind, WireError, encode_empty_frame, encode_frame,
+    parse_config_request,
 };
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
@@ -122,6 +123,12 @@ pub(crate) async fn refuse(stream: TcpStream, tls: Option<TlsServer>, code: Erro
     {
         left -= n;
     }
+}
+
+/// Whether a batch body holds a put or a delete (so, with a data dir, goes through the log).
+/// A body that does not validate has none: it is answered as malformed on the usual path.
+fn has_writes(body: &[u8]) -> bool {
+    BatchView::parse(body).is_ok_and(|b| (0..b.len()).any(|i| b.op(i).is_ok_and(|op| op.kind != OpKind::Get)))
 }
 
 /// Why serving a connection stopped, for the log.
@@ -251,7 +258,7 @@ impl Connection {
                     return End::Failed(e.to_string());
                 }
             };
-            let go_on = match self.dispatch(header) {
+            let go_on = match self.dispatch(header).await {
                 Ok(go_on) => go_on,
                 Err(e) => return End::Failed(format!("cannot encode a reply: {e}")),
             };
@@ -423,8 +430,30 @@ impl Connection {
 
     /// Runs one request and leaves its encoded reply in `self.out`; false when the
     /// connection must be closed after the reply (a wrong token).
-    fn dispatch(&mut self, header: FrameHeader) -> Result<bool, WireError> {
+    async fn dispatch(&mut self, header: FrameHeader) -> Result<bool, WireError> {
         match header.kind {
+            FrameKind::BatchRequest if self.node.logs_writes() && has_writes(&self.body) => {
+                // Through the shard's log: answered once the batch is committed and applied.
+                match self.node.write_through_log(self.body.to_vec()).await {
+                    Ok(reply) => {
+                        self.tally.batches += 1;
+                        self.out.clear();
+                        self.out.extend_from_slice(
+                            &FrameHeader {
+                                kind: FrameKind::BatchResponse,
+                                len: reply.len() as u32,
+                                id: header.id,
+                            }
+                            .encode(),
+                        );
+                        self.out.extend_from_slice(&reply);
+                        Ok(true)
+                    }
+                    // The batch may have been logged: say nothing rather than a wrong answer;
+                    // the client sees the connection end and counts the outcome as unknown.
+                    Err(e) => Err(WireError::unavailable(&e)),
+                }
+            }
             FrameKind::BatchRequest => match BatchView::parse(&self.body) {
                 Ok(batch) => {
                     let node = &self.node;

@@ -43,6 +43,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_buffer_memory: args.max_buffer_memory as usize,
         auth: args.auth.token()?,
         insecure_no_auth: args.insecure_no_auth,
+        data_dir: args.data_dir.clone(),
+        fsync: args.fsync,
         memory: args.max_memory.map(|max| MemoryLimit {
             max_bytes: max as usize,
             eviction: args.eviction,

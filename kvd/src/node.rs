@@ -1,6 +1,6 @@
 //! The state one kvd process shares between its connections.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kvshared::auth::AuthToken;
@@ -12,6 +12,8 @@ use kvshared::wire::{BatchResponse, BatchView, ConfigRequest};
 
 use crate::budget::BufferBudget;
 use crate::counters::Counters;
+use crate::durable::log::FsyncPolicy;
+use crate::durable::raft::DurableShard;
 use crate::sampler::Sampler;
 use crate::store::{MemoryLimit, ReplyRoom, Scratch, Store};
 use crate::warn_limit::WarnLimit;
@@ -20,6 +22,31 @@ use crate::warn_limit::WarnLimit;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default `--read-timeout`.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The file in a data directory that says which shard it holds.
+const SHARD_FILE: &str = "shard";
+
+/// Refuses a data directory written for another shard; marks a new one as this shard's.
+fn check_shard_file(dir: &std::path::Path, me: ShardId) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(SHARD_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(found) if found.trim() == me.to_string() => Ok(()),
+        Ok(found) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} holds shard {} but this kvd serves --shard {me}: point --data-dir at this shard's directory",
+                dir.display(),
+                found.trim()
+            ),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::write(&path, format!("{me}\n"))?;
+            crate::durable::sync_dir(dir)
+        }
+        Err(e) => Err(e),
+    }
+}
 
 /// Default `--max-buffer-memory` (1 GiB).
 pub const DEFAULT_MAX_BUFFER_MEMORY: usize = 1 << 30;
@@ -59,6 +86,10 @@ pub struct NodeConfig {
     pub tls: Option<TlsServer>,
     /// `--max-memory` and `--eviction` (`None`: unlimited).
     pub memory: Option<MemoryLimit>,
+    /// `--data-dir`: keep the shard durable there (`None`: in memory only).
+    pub data_dir: Option<std::path::PathBuf>,
+    /// `--fsync`: when a logged write is durable.
+    pub fsync: FsyncPolicy,
     /// Tokio worker threads, reported in stats.
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
@@ -83,6 +114,8 @@ impl Default for NodeConfig {
             insecure_no_auth: false,
             tls: None,
             memory: None,
+            data_dir: None,
+            fsync: FsyncPolicy::Always,
             worker_threads: 1,
             sample_period: Duration::from_secs(1),
             #[cfg(test)]
@@ -96,9 +129,11 @@ pub struct Node {
     /// How it was set up.
     pub config: NodeConfig,
     /// The data.
-    pub store: Store,
+    pub store: Arc<Store>,
     /// What it has done.
-    pub(crate) counters: Counters,
+    pub(crate) counters: Arc<Counters>,
+    /// The shard's log, with `--data-dir`: batches with writes go through it.
+    durable: Option<DurableShard>,
     /// What the connections' buffers may hold together.
     pub(crate) buffers: BufferBudget,
     /// How many warnings peers may cause.
@@ -121,8 +156,9 @@ impl Node {
             store.enable_stale_reads();
         }
         Ok(Node {
-            store,
-            counters: Counters::default(),
+            store: Arc::new(store),
+            counters: Arc::new(Counters::default()),
+            durable: None,
             buffers: BufferBudget::new(config.max_buffer_memory),
             warnings: WarnLimit::default(),
             protected: false,
@@ -130,6 +166,51 @@ impl Node {
             started: Instant::now(),
             config,
         })
+    }
+
+    /// With `--data-dir`: opens the shard's log there (creating it on first start, refusing a
+    /// directory of another shard), replays it into the store, and logs what was recovered.
+    pub async fn open_data_dir(&mut self) -> std::io::Result<()> {
+        let Some(dir) = self.config.data_dir.clone() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        check_shard_file(&dir, self.config.shard)?;
+        let shard = DurableShard::open(&dir, self.store.clone(), self.counters.clone(), self.config.fsync)
+            .await
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", dir.display())))?;
+        tracing::info!(
+            dir = %dir.display(),
+            keys = self.store.len(),
+            entries_replayed = shard.applied_index(),
+            took_ms = started.elapsed().as_millis() as u64,
+            fsync = ?self.config.fsync,
+            "recovered the shard from its log"
+        );
+        self.durable = Some(shard);
+        Ok(())
+    }
+
+    /// Whether batches with writes must go through the log ([`Node::write_through_log`]).
+    pub fn logs_writes(&self) -> bool {
+        self.durable.is_some()
+    }
+
+    /// Commits a batch with writes through the shard's log and applies it; returns the
+    /// encoded response body. An error means the outcome is unknown (the batch may have
+    /// been logged).
+    pub async fn write_through_log(&self, body: Vec<u8>) -> Result<Vec<u8>, String> {
+        match &self.durable {
+            Some(log) => log.write(body).await.map_err(|e| e.to_string()),
+            None => Err("this node has no log".into()),
+        }
+    }
+
+    /// Stops the shard's log (at shutdown, after the connections are done).
+    pub async fn close(&self) {
+        if let Some(log) = &self.durable {
+            log.shutdown().await;
+        }
     }
 
     /// Runs a batch: the one entry point into the node for every front (the binary protocol

@@ -68,6 +68,7 @@ impl Server {
         let local = listener.local_addr()?;
         let beyond_loopback = !local.ip().to_canonical().is_loopback();
         let mut node = Node::new(config)?;
+        node.open_data_dir().await?;
         node.protected = beyond_loopback && node.config.auth.is_none() && !node.config.insecure_no_auth;
         if node.protected {
             tracing::warn!(
@@ -164,5 +165,6 @@ impl Server {
             );
             conns.abort_all();
         }
+        node.close().await;
     }
 }

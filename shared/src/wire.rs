@@ -343,6 +343,14 @@ impl WireError {
         }
     }
 
+    /// A request that could not be run for a reason on the server's side (for its log).
+    pub fn unavailable(reason: &str) -> WireError {
+        WireError {
+            message: format!("the node could not run the request: {reason}"),
+            detail: None,
+        }
+    }
+
     /// What the validator or serializer said, for a debug log (never for a peer).
     pub fn detail(&self) -> &str {
         self.detail.as_deref().unwrap_or(&self.message)

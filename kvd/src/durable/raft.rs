@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::log::{FsyncPolicy, GroupCommit, LogFiles};
 use super::snapshot;
+use crate::counters::Counters;
 use crate::store::{Scratch, Store, Unbounded};
 
 /// A batch with writes, as its frame body.
@@ -187,6 +188,7 @@ impl RaftLogStorage<ShardRaft> for LogStore {
 /// The state machine: the node's store, and how far it has applied.
 pub struct StateMachine {
     store: Arc<Store>,
+    counters: Arc<Counters>,
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
     scratch: Scratch,
@@ -196,9 +198,10 @@ pub struct StateMachine {
 
 impl StateMachine {
     /// A state machine that applies to `store` (empty: the log is replayed into it).
-    pub fn new(store: Arc<Store>) -> StateMachine {
+    pub fn new(store: Arc<Store>, counters: Arc<Counters>) -> StateMachine {
         StateMachine {
             store,
+            counters,
             last_applied: None,
             membership: StoredMembership::default(),
             scratch: Scratch::default(),
@@ -223,6 +226,7 @@ impl StateMachine {
             &mut self.scratch,
             &mut tally,
         );
+        self.counters.add_counts(0, &tally);
         let mut frame = AlignedVec::new();
         match encode_frame(FrameKind::BatchResponse, 0, &self.response, &mut frame) {
             Ok(()) => Applied(frame.get(HEADER_LEN..).unwrap_or_default().to_vec()),
@@ -362,6 +366,7 @@ impl DurableShard {
     pub async fn open(
         dir: &Path,
         store: Arc<Store>,
+        counters: Arc<Counters>,
         fsync: FsyncPolicy,
     ) -> Result<DurableShard, Box<dyn std::error::Error + Send + Sync>> {
         let log = LogStore::open(dir, fsync)?;
@@ -373,7 +378,14 @@ impl DurableShard {
             snapshot_policy: openraft::SnapshotPolicy::Never,
             ..Default::default()
         };
-        let raft = openraft::Raft::new(ME, Arc::new(config.validate()?), Alone, log, StateMachine::new(store)).await?;
+        let raft = openraft::Raft::new(
+            ME,
+            Arc::new(config.validate()?),
+            Alone,
+            log,
+            StateMachine::new(store, counters),
+        )
+        .await?;
         if fresh {
             let mut members = BTreeMap::new();
             members.insert(ME, BasicNode::default());
@@ -399,6 +411,11 @@ impl DurableShard {
     pub async fn write(&self, batch_body: Vec<u8>) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
         let written = self.raft.client_write(WriteBatch(batch_body)).await?;
         Ok(written.data.0)
+    }
+
+    /// The index of the last applied entry.
+    pub fn applied_index(&self) -> u64 {
+        self.raft.metrics().borrow().last_applied.map_or(0, |l| l.index)
     }
 
     /// Stops the group.
@@ -432,7 +449,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kvd-raft-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = Arc::new(Store::new(ShardId::SOLO, 8, 0).unwrap());
-        let shard = DurableShard::open(&dir, store.clone(), FsyncPolicy::Always)
+        let shard = DurableShard::open(&dir, store.clone(), Arc::default(), FsyncPolicy::Always)
             .await
             .unwrap();
         for i in 0..50 {
@@ -449,7 +466,7 @@ mod tests {
         assert_eq!(store.len(), 50);
 
         let again = Arc::new(Store::new(ShardId::SOLO, 8, 0).unwrap());
-        let shard = DurableShard::open(&dir, again.clone(), FsyncPolicy::Always)
+        let shard = DurableShard::open(&dir, again.clone(), Arc::default(), FsyncPolicy::Always)
             .await
             .unwrap();
         assert_eq!(again.len(), 50, "the log was replayed into the new store");

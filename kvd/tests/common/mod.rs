@@ -55,8 +55,16 @@ pub fn start_logging(args: &[&str], log: &str, stall: bool) -> (Kvd, String) {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
+    // Guard the child first, so a failed start does not leave it running.
+    let guard = Kvd(child, None);
     let mut lines = BufReader::new(stderr).lines();
-    let ready = lines.next().expect("kvd printed nothing").unwrap();
+    // Lines before the ready line (e.g. what a data directory recovered) are skipped.
+    let ready = lines
+        .by_ref()
+        .take(50)
+        .map_while(Result::ok)
+        .find(|l| l.contains("listening on"))
+        .expect("kvd printed no ready line");
     let addr = ready
         .rsplit("listening on ")
         .next()
@@ -64,12 +72,14 @@ pub fn start_logging(args: &[&str], log: &str, stall: bool) -> (Kvd, String) {
         .trim()
         .to_string();
     assert!(ready.contains("kvd shard"), "{ready}");
+    let mut guard = guard;
     if stall {
-        return (Kvd(child, Some(Box::new(lines))), addr);
+        guard.1 = Some(Box::new(lines));
+        return (guard, addr);
     }
     // Keep draining stderr so kvd never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (Kvd(child, None), addr)
+    (guard, addr)
 }
 
 /// Runs `kvd` with `args` (a client verb, or a bad flag) and waits for it.
