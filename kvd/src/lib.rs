@@ -5,7 +5,7 @@
 //! * [`server`]: binds the listener, limits connections, runs the graceful shutdown.
 //! * `connection`: one client connection's loop: frame in, execute, frame out.
 //! * [`store`]: the sharded map and batch execution (knows nothing of sockets).
-//! * [`durable`]: the on-disk log segments and snapshot files (not yet serving: issue 12).
+//! * [`durable`]: `--data-dir`: the shard's log (openraft, one voter) over checked segment files.
 //! * `budget`: the node-wide budget for connection buffers, and each reply's share of it.
 //! * [`node`]: what connections share: config, store, counters, sampler; builds stats.
 //! * `counters`: striped per-connection counters for the hot path.

@@ -6,9 +6,9 @@
 //! batch through the store, reads included, so ops on one key keep batch order; the reply
 //! comes back as the encoded response body. Read-only batches do not touch the log.
 //!
-//! Status (issue 12, second part): works for one voter (write, restart, replay), tested in
-//! [`tests`]. Not yet: snapshots (policy off), purging and truncating the log on disk, the
-//! serving path behind `--data-dir`.
+//! Status (issue 12): serves `--data-dir` for one voter (write, restart, replay; the crash
+//! test is `kvd/tests/durability.rs`). Not yet: snapshots (policy off), purging and
+//! truncating the log on disk, coalescing many batches into one entry.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
