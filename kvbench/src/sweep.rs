@@ -65,14 +65,21 @@ pub async fn command(args: SweepArgs, interrupt: Interrupt) -> anyhow::Result<Ex
     );
     if interrupt.is_set() {
         eprintln!("kvbench sweep: interrupted after {} of {points} points", results.len());
-        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    Ok(exit_status(&results, &interrupt, args.allow_failures))
+}
+
+/// A sweep's exit status: interrupted, some ops failed (unless allowed), or success.
+fn exit_status(results: &[RunResult], interrupt: &Interrupt, allow_failures: bool) -> ExitCode {
+    if interrupt.is_set() {
+        return ExitCode::from(EXIT_INTERRUPTED);
     }
     let failed: u64 = results.iter().map(|r| r.failed_ops).sum();
-    if failed > 0 && !args.allow_failures {
+    if failed > 0 && !allow_failures {
         eprintln!("kvbench sweep: {failed} ops failed; exit status {EXIT_FAILURES} (--allow-failures to accept)");
-        return Ok(ExitCode::from(EXIT_FAILURES));
+        return ExitCode::from(EXIT_FAILURES);
     }
-    Ok(ExitCode::SUCCESS)
+    ExitCode::SUCCESS
 }
 
 /// The cache-size sweep (see `cache_sweep`).
@@ -98,15 +105,7 @@ async fn cache_command(
         "kvbench sweep: wrote {} and hit-ratio-vs-cache-size (.png, .svg)",
         args.out.join("cache.csv").display()
     );
-    if interrupt.is_set() {
-        return Ok(ExitCode::from(EXIT_INTERRUPTED));
-    }
-    let failed: u64 = results.iter().map(|r| r.failed_ops).sum();
-    if failed > 0 && !args.allow_failures {
-        eprintln!("kvbench sweep: {failed} ops failed; exit status {EXIT_FAILURES} (--allow-failures to accept)");
-        return Ok(ExitCode::from(EXIT_FAILURES));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(exit_status(&results, &interrupt, args.allow_failures))
 }
 
 /// Draws the three sweep charts from the results of a grid (in tasks-major order).
