@@ -32,13 +32,19 @@ use super::snapshot;
 use crate::counters::Counters;
 use crate::store::{Scratch, Store, Unbounded};
 
-/// A batch with writes, as its frame body.
+/// The batches with writes of one log entry, as their frame bodies: the proposer puts every
+/// batch that arrived while the previous entries were being committed into one entry.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct WriteBatch(pub Vec<u8>);
+pub struct WriteBatch(pub Vec<Vec<u8>>);
 
-/// The encoded response body of an applied batch (empty for raft's own entries).
+/// The encoded response bodies of an entry's batches, in order (none for raft's own entries).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Applied(pub Vec<u8>);
+pub struct Applied(pub Vec<Vec<u8>>);
+
+/// Most batches in one entry.
+const MAX_BATCHES_PER_ENTRY: usize = 1024;
+/// Entries proposed and not yet applied at once (so commits overlap with the next fsync).
+const PROPOSALS_IN_FLIGHT: usize = 4;
 
 openraft::declare_raft_types!(
     /// The raft types of a shard group.
@@ -210,13 +216,13 @@ impl StateMachine {
         }
     }
 
-    fn apply_batch(&mut self, bytes: &[u8]) -> Applied {
+    fn apply_batch(&mut self, bytes: &[u8]) -> Vec<u8> {
         self.body.clear();
         self.body.extend_from_slice(bytes);
         let Ok(batch) = BatchView::parse(&self.body) else {
             // Validated before it was proposed; a log that does not decode is refused on
             // open. Nothing to run.
-            return Applied::default();
+            return Vec::new();
         };
         let mut tally = Counts::default();
         self.store.execute(
@@ -229,8 +235,8 @@ impl StateMachine {
         self.counters.add_counts(0, &tally);
         let mut frame = AlignedVec::new();
         match encode_frame(FrameKind::BatchResponse, 0, &self.response, &mut frame) {
-            Ok(()) => Applied(frame.get(HEADER_LEN..).unwrap_or_default().to_vec()),
-            Err(_) => Applied::default(),
+            Ok(()) => frame.get(HEADER_LEN..).unwrap_or_default().to_vec(),
+            Err(_) => Vec::new(),
         }
     }
 }
@@ -261,7 +267,9 @@ impl RaftStateMachine<ShardRaft> for StateMachine {
             self.last_applied = Some(entry.log_id);
             out.push(match entry.payload {
                 EntryPayload::Blank => Applied::default(),
-                EntryPayload::Normal(WriteBatch(bytes)) => self.apply_batch(&bytes),
+                EntryPayload::Normal(WriteBatch(batches)) => {
+                    Applied(batches.iter().map(|b| self.apply_batch(b)).collect())
+                }
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), m);
                     Applied::default()
@@ -354,6 +362,47 @@ impl openraft::network::RaftNetwork<ShardRaft> for NoPeer {
 /// A shard's raft group of one voter over `dir`, applying to `store`.
 pub struct DurableShard {
     raft: openraft::Raft<ShardRaft>,
+    proposals: tokio::sync::mpsc::UnboundedSender<Proposal>,
+}
+
+/// A batch waiting for the proposer, and where its answer goes.
+type Proposal = (Vec<u8>, tokio::sync::oneshot::Sender<Result<Vec<u8>, String>>);
+
+/// Group commit above the log: takes every batch queued while earlier entries were being
+/// committed, proposes them as one entry (up to [`PROPOSALS_IN_FLIGHT`] entries at once), and
+/// hands each batch its own answer.
+async fn propose(raft: openraft::Raft<ShardRaft>, mut queue: tokio::sync::mpsc::UnboundedReceiver<Proposal>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(PROPOSALS_IN_FLIGHT));
+    while let Some(first) = queue.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut waiting = vec![first];
+        while waiting.len() < MAX_BATCHES_PER_ENTRY {
+            match queue.try_recv() {
+                Ok(p) => waiting.push(p),
+                Err(_) => break,
+            }
+        }
+        let (bodies, answers): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let result = raft.client_write(WriteBatch(bodies)).await;
+            drop(slot);
+            match result {
+                Ok(written) => {
+                    for (answer, reply) in answers.into_iter().zip(written.data.0) {
+                        let _ = answer.send(Ok(reply));
+                    }
+                }
+                Err(e) => {
+                    for answer in answers {
+                        let _ = answer.send(Err(e.to_string()));
+                    }
+                }
+            }
+        });
+    }
 }
 
 /// This node's id in its group of one.
@@ -391,7 +440,9 @@ impl DurableShard {
             members.insert(ME, BasicNode::default());
             raft.initialize(members).await?;
         }
-        let shard = DurableShard { raft };
+        let (proposals, queue) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(propose(raft.clone(), queue));
+        let shard = DurableShard { raft, proposals };
         shard
             .raft
             .wait(Some(std::time::Duration::from_secs(10)))
@@ -406,11 +457,14 @@ impl DurableShard {
         Ok(shard)
     }
 
-    /// Commits a batch with writes (durably, as `--fsync` says) and applies it; returns the
-    /// encoded response body.
+    /// Commits a batch with writes (durably, as `--fsync` says, together with the batches
+    /// that arrive meanwhile) and applies it; returns the encoded response body.
     pub async fn write(&self, batch_body: Vec<u8>) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
-        let written = self.raft.client_write(WriteBatch(batch_body)).await?;
-        Ok(written.data.0)
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.proposals
+            .send((batch_body, tx))
+            .map_err(|_| "the shard's log has stopped")?;
+        Ok(rx.await.map_err(|_| "the shard's log has stopped")??)
     }
 
     /// The index of the last applied entry.
