@@ -186,15 +186,6 @@ impl LogFiles {
         self.active_info.first + self.active_info.ends.len() as u64
     }
 
-    /// Bytes on disk, over every segment.
-    pub fn bytes(&self) -> u64 {
-        self.closed
-            .iter()
-            .map(|s| s.ends.last().copied().unwrap_or(segment::HEADER_LEN as u64))
-            .sum::<u64>()
-            + self.active.len()
-    }
-
     /// Appends records `first..first + payloads.len()` (not yet durable: see [`LogFiles::sync`]).
     pub fn append(&mut self, first: u64, payloads: &[Vec<u8>]) -> Result<(), LogError> {
         if first != self.next_index() {
@@ -203,7 +194,7 @@ impl LogFiles {
                 self.next_index()
             )));
         }
-        if self.active.len() >= self.segment_bytes {
+        if self.active.bytes() >= self.segment_bytes {
             self.rotate()?;
         }
         self.active.append(payloads)?;

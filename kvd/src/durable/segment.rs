@@ -136,18 +136,8 @@ impl Segment {
     }
 
     /// Bytes in the segment.
-    pub fn len(&self) -> u64 {
+    pub fn bytes(&self) -> u64 {
         self.len
-    }
-
-    /// Whether the segment holds no record.
-    pub fn is_empty(&self) -> bool {
-        self.len == HEADER_LEN as u64
-    }
-
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Appends one record per payload with a single write (not yet durable: see [`Segment::sync`]).
@@ -296,7 +286,7 @@ mod tests {
         let mut ends = Vec::new();
         for p in payloads {
             seg.append(&[p]).unwrap();
-            ends.push(seg.len());
+            ends.push(seg.bytes());
         }
         seg.sync().unwrap();
         (path, ends)

@@ -178,8 +178,9 @@ impl Store {
         }
     }
 
-    /// Adds up the shards' own accounts (takes each lock; for tests and checks).
-    pub fn memory_recount(&self) -> u64 {
+    /// Adds up the shards' own accounts (takes each lock), to check the running total.
+    #[cfg(test)]
+    fn memory_recount(&self) -> u64 {
         self.shards.iter().map(|s| s.read().bytes() as u64).sum()
     }
 
