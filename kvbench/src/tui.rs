@@ -33,6 +33,7 @@ impl BenchSource for LiveBench {
             warmup: live.measure_start.saturating_duration_since(live.started),
             total: live.measure_end.saturating_duration_since(live.started),
             completed_ops: live.completed.load(Ordering::Relaxed),
+            measured_ops: live.measured.load(Ordering::Relaxed),
             failed_ops: live.failed.load(Ordering::Relaxed),
             recent_latency_us: recent,
             done: live.stop.load(Ordering::Relaxed),
@@ -99,6 +100,7 @@ mod tests {
             cache_aside: false,
         });
         live.completed.store(1234, Ordering::Relaxed);
+        live.measured.store(1000, Ordering::Relaxed);
         live.failed.store(5, Ordering::Relaxed);
         for ns in [100_000u64, 200_000, 300_000] {
             live.recent_latency.lock().record(ns).unwrap();
@@ -109,6 +111,7 @@ mod tests {
         };
         let p = source.progress();
         assert_eq!((p.completed_ops, p.failed_ops, p.done), (1234, 5, false));
+        assert_eq!(p.measured_ops, 1000, "the summary's count, without the warm-up");
         assert_eq!((p.warmup, p.total), (Duration::from_secs(2), Duration::from_secs(12)));
         let (p50, p99) = p.recent_latency_us.unwrap();
         assert!((p50 - 200.0).abs() < 1.0 && (p99 - 300.0).abs() < 1.0, "{p50} {p99}");

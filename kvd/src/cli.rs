@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use kvshared::cli::{AuthArgs, parse_size};
 
+use crate::durable::SnapshotEvery;
 use crate::durable::log::FsyncPolicy;
 use crate::store::Eviction;
 use kvshared::cli::NodesArgs;
@@ -92,8 +93,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
     /// Keep the shard durable in DIR: every batch with writes goes through the shard's log
-    /// (an openraft log) before it is answered, and a restart replays it. Without it, the
-    /// shard lives in memory only and a restart loses every key.
+    /// (an openraft log) before it is answered, and a restart loads the newest snapshot and
+    /// replays the log after it. Without it, the shard lives in memory only and a restart
+    /// loses every key.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<std::path::PathBuf>,
     /// When an answered write is durable: always (fsync before answering, many writes per
@@ -101,6 +103,12 @@ pub struct ServeArgs {
     /// a power loss may take the last second), never (the OS decides; survives kill -9).
     #[arg(long, value_enum, default_value = "always", requires = "data_dir")]
     pub fsync: FsyncPolicy,
+    /// Write a snapshot of the store (and drop the log before the previous one) when the log
+    /// has grown by this much since the last: a size (64mib, 1gb; and at least the last
+    /// snapshot's size, so snapshots never write more than the log) or a number of entries
+    /// (100000entries). Smaller: faster restarts, more snapshot writing.
+    #[arg(long, value_name = "SIZE|Nentries", default_value = crate::durable::DEFAULT_SNAPSHOT_EVERY, requires = "data_dir")]
+    pub snapshot_every: SnapshotEvery,
     /// Cap on the memory the stored data takes (keys, values and their overhead, as
     /// accounted: see the README), e.g. 100mb, 2gb [default: unlimited].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
@@ -116,6 +124,20 @@ pub struct ServeArgs {
     /// Keys to preallocate room for, so loading does not stall on rehashing.
     #[arg(long, default_value_t = 0)]
     pub capacity: usize,
+    /// Also speak the Redis protocol (RESP2) on this address, e.g. 127.0.0.1:6379, for
+    /// redis-cli, redis-benchmark and every Redis client library [default: off].
+    #[arg(long, value_name = "ADDR")]
+    pub resp: Option<String>,
+    /// Also serve HTTP on this address: GET /metrics (Prometheus), GET /stats (JSON),
+    /// GET|PUT|DELETE /kv/{key}, GET /healthz [default: off].
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// The cluster's nodes in shard order (this one among them): with it, a key of another
+    /// shard sent over RESP is forwarded to its owner, so a plain Redis client pointed at any
+    /// one node reaches every key (an extra hop; the same for HTTP /kv). Without it such keys
+    /// are answered with an error naming the owner.
+    #[arg(long, value_name = "ADDR,ADDR,...", value_delimiter = ',')]
+    pub nodes: Vec<String>,
 }
 
 impl ServeArgs {
@@ -139,6 +161,17 @@ impl ServeArgs {
             return Err(format!(
                 "--max-buffer-memory {} is smaller than --max-frame {}: a largest frame could never be read",
                 self.max_buffer_memory, self.max_frame
+            ));
+        }
+        if self.data_dir.is_some() && self.max_memory.is_some() && self.eviction != Eviction::None {
+            return Err("--data-dir keeps every acknowledged write, so it cannot evict: add --eviction none (writes past --max-memory are then refused)".into());
+        }
+        if !self.nodes.is_empty() && self.nodes.len() != self.shard.count as usize {
+            return Err(format!(
+                "--nodes lists {} nodes but --shard {} says the cluster has {}",
+                self.nodes.len(),
+                self.shard,
+                self.shard.count
             ));
         }
         if self.read_timeout.is_zero() {

@@ -120,6 +120,11 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                     bytes(s.system.process_rss_bytes as f64),
                     grouped(c.errors())
                 ));
+                if s.durability.is_durable() {
+                    for line in s.durability.summary_lines() {
+                        out.push_str(&format!("{:<22} {line}\n", ""));
+                    }
+                }
             }
             Err(e) => out.push_str(&format!("{addr:<22} DOWN: {e}\n")),
         }

@@ -15,6 +15,7 @@
 //!
 //! A new request kind is one arm in [`Connection::dispatch`].
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +27,7 @@ use kvshared::frame::{
 use kvshared::stats::{Counter, Counts};
 use kvshared::tls::TlsServer;
 use kvshared::wire::{
-    BatchResponse, BatchView, ErrorCode, ErrorReply, OpKind, WireError, encode_empty_frame, encode_frame,
-    parse_config_request,
+    BatchResponse, BatchView, ErrorCode, ErrorReply, WireError, encode_empty_frame, encode_frame, parse_config_request,
 };
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
@@ -35,7 +35,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::budget::{FREE_PER_CONNECTION, ReplyAllowance};
-use crate::node::Node;
+use crate::node::{LogWait, Node};
 use crate::store::Scratch;
 use crate::warn_limit::PER_CONNECTION;
 
@@ -125,10 +125,27 @@ pub(crate) async fn refuse(stream: TcpStream, tls: Option<TlsServer>, code: Erro
     }
 }
 
-/// Whether a batch body holds a put or a delete (so, with a data dir, goes through the log).
-/// A body that does not validate has none: it is answered as malformed on the usual path.
-fn has_writes(body: &[u8]) -> bool {
-    BatchView::parse(body).is_ok_and(|b| (0..b.len()).any(|i| b.op(i).is_ok_and(|op| op.kind != OpKind::Get)))
+/// Batches a connection may have waiting for the log at once before it stops reading...
+const MAX_WAITING: usize = 256;
+/// ...and the bytes their responses may hold together (the reads already answered).
+const MAX_WAITING_BYTES: usize = KEEP_BUFFER_BYTES;
+
+/// A batch answered in part, waiting for its logged ops (a durable node).
+struct Waiting {
+    id: u64,
+    response: BatchResponse,
+    log: LogWait,
+}
+
+/// How long [`Connection::answer_logged`] waits.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// Answers only what is done.
+    No,
+    /// Waits for the oldest batch.
+    Oldest,
+    /// Waits for every batch.
+    All,
 }
 
 /// Why serving a connection stopped, for the log.
@@ -162,6 +179,8 @@ pub(crate) struct Connection {
     warned: u32,
     /// Whether the peer may send requests: it presented the token, or none is needed.
     authenticated: bool,
+    /// Batches waiting for the shard's log, in arrival order.
+    waiting: VecDeque<Waiting>,
 }
 
 impl Connection {
@@ -195,6 +214,7 @@ impl Connection {
             held: 0,
             warned: 0,
             authenticated: false,
+            waiting: VecDeque::new(),
         };
         conn.authenticated = conn.node.config.auth.is_none();
         if let Some(limit) = conn.node.config.idle_timeout {
@@ -205,7 +225,10 @@ impl Connection {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             conn.idle_check = Some((limit, tick));
         }
-        let end = conn.run(shutdown).await;
+        let mut end = conn.run(shutdown).await;
+        if let (End::Clean, Err(e)) = (&end, conn.answer_logged(Wait::All).await) {
+            end = End::Failed(e);
+        }
         let _ = conn.writer.flush().await;
         conn.node.buffers.give(conn.held);
         match end {
@@ -227,6 +250,12 @@ impl Connection {
                 && Instant::now() >= until
             {
                 return self.refuse_the_rest().await;
+            }
+            let must_wait = self.waiting.len() >= MAX_WAITING
+                || self.waiting.iter().map(|w| w.response.heap_bytes()).sum::<usize>() > MAX_WAITING_BYTES;
+            let wait = if must_wait { Wait::Oldest } else { Wait::No };
+            if let Err(e) = self.answer_logged(wait).await {
+                return End::Failed(e);
             }
             if self.reader.buffer().is_empty() {
                 // Nothing more is queued: publish counters, push out the answers so far, wait.
@@ -297,8 +326,12 @@ impl Connection {
         loop {
             let reader = &mut self.reader;
             let idle = &mut self.idle_check;
+            let logged = self.waiting.front_mut();
+            let has_logged = logged.is_some();
             tokio::select! {
                 filled = reader.fill_buf() => return Ok(!filled?.is_empty()),
+                // The oldest logged batch is done: go round to answer it.
+                _ = async { if let Some(w) = logged { w.log.wait().await } }, if has_logged => return Ok(true),
                 _ = shutdown.recv() => {
                     *drain_until = Some(Instant::now() + DRAIN_MAX);
                     return Ok(true);
@@ -432,33 +465,11 @@ impl Connection {
     /// connection must be closed after the reply (a wrong token).
     async fn dispatch(&mut self, header: FrameHeader) -> Result<bool, WireError> {
         match header.kind {
-            FrameKind::BatchRequest if self.node.logs_writes() && has_writes(&self.body) => {
-                // Through the shard's log: answered once the batch is committed and applied.
-                match self.node.write_through_log(self.body.to_vec()).await {
-                    Ok(reply) => {
-                        self.tally.batches += 1;
-                        self.out.clear();
-                        self.out.extend_from_slice(
-                            &FrameHeader {
-                                kind: FrameKind::BatchResponse,
-                                len: reply.len() as u32,
-                                id: header.id,
-                            }
-                            .encode(),
-                        );
-                        self.out.extend_from_slice(&reply);
-                        Ok(true)
-                    }
-                    // The batch may have been logged: say nothing rather than a wrong answer;
-                    // the client sees the connection end and counts the outcome as unknown.
-                    Err(e) => Err(WireError::unavailable(&e)),
-                }
-            }
             FrameKind::BatchRequest => match BatchView::parse(&self.body) {
                 Ok(batch) => {
                     let node = &self.node;
                     let mut room = ReplyAllowance::new(&node.buffers, batch.len(), node.config.max_frame as usize);
-                    node.execute(
+                    let log = node.execute(
                         &batch,
                         &mut self.response,
                         &mut room,
@@ -467,7 +478,21 @@ impl Connection {
                     );
                     self.held += room.taken();
                     self.tally.batches += 1;
-                    encode_frame(FrameKind::BatchResponse, header.id, &self.response, &mut self.out).map(|()| true)
+                    match log {
+                        None => encode_frame(FrameKind::BatchResponse, header.id, &self.response, &mut self.out)
+                            .map(|()| true),
+                        Some(log) => {
+                            // Answered once its entry is applied (see `answer_logged`);
+                            // the next requests are read meanwhile.
+                            self.waiting.push_back(Waiting {
+                                id: header.id,
+                                response: std::mem::take(&mut self.response),
+                                log,
+                            });
+                            self.out.clear();
+                            Ok(true)
+                        }
+                    }
                 }
                 Err(e) => {
                     if let Some(suppressed) = self.may_warn() {
@@ -485,11 +510,13 @@ impl Connection {
             }
             FrameKind::AuthRequest => self.authenticate(header.id),
             FrameKind::ConfigRequest => match parse_config_request(&self.body) {
-                Ok(change) => {
-                    self.node.configure(&change);
-                    encode_empty_frame(FrameKind::ConfigOk, header.id, &mut self.out);
-                    Ok(true)
-                }
+                Ok(change) => match self.node.configure(&change) {
+                    Ok(()) => {
+                        encode_empty_frame(FrameKind::ConfigOk, header.id, &mut self.out);
+                        Ok(true)
+                    }
+                    Err(why) => self.encode_error(header.id, ErrorCode::Refused, why).map(|()| true),
+                },
                 Err(e) => {
                     self.tally.malformed_body += 1;
                     self.encode_error(header.id, ErrorCode::MalformedBody, e.to_string())
@@ -510,6 +537,39 @@ impl Connection {
                 .map(|()| true)
             }
         }
+    }
+
+    /// Answers the logged batches whose entries are applied, oldest first, waiting for none,
+    /// the oldest, or all of them. An error ends the connection: a batch whose log failed
+    /// may have been logged, so it gets no answer rather than a wrong one (the client counts
+    /// its outcome as unknown).
+    async fn answer_logged(&mut self, wait: Wait) -> Result<(), String> {
+        let max_reply = self.node.config.max_frame as usize;
+        let mut waited = false;
+        while let Some(head) = self.waiting.front_mut() {
+            let must = match wait {
+                Wait::No => false,
+                Wait::Oldest => !waited,
+                Wait::All => true,
+            };
+            if must {
+                head.log.wait().await;
+                waited = true;
+            }
+            match head.log.finish(&mut head.response, max_reply) {
+                None => break,
+                Some(Err(e)) => return Err(format!("the shard's log failed: {e}")),
+                Some(Ok(())) => {}
+            }
+            let Some(done) = self.waiting.pop_front() else { break };
+            encode_frame(FrameKind::BatchResponse, done.id, &done.response, &mut self.out)
+                .map_err(|e| format!("cannot encode a reply: {e}"))?;
+            self.write_out().await.map_err(|e| e.to_string())?;
+            if self.response.heap_bytes() < done.response.heap_bytes() {
+                self.response = done.response;
+            }
+        }
+        Ok(())
     }
 
     fn encode_error(&mut self, id: u64, code: ErrorCode, message: String) -> Result<(), WireError> {

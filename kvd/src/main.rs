@@ -3,10 +3,15 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use kvd::cli::{Cli, ServeArgs};
+use std::sync::Arc;
+
+use kvd::http::HttpServer;
 use kvd::node::NodeConfig;
+use kvd::resp::RespServer;
 use kvd::server::Server;
 use kvd::store::MemoryLimit;
 use kvshared::cli::{exit_code, init_logging};
+use kvshared::client::{ClientConfig, Cluster};
 use kvshared::tls::TlsServer;
 
 fn main() -> ExitCode {
@@ -45,6 +50,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         insecure_no_auth: args.insecure_no_auth,
         data_dir: args.data_dir.clone(),
         fsync: args.fsync,
+        snapshot_every: args.snapshot_every,
         memory: args.max_memory.map(|max| MemoryLimit {
             max_bytes: max as usize,
             eviction: args.eviction,
@@ -56,6 +62,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         worker_threads: threads,
         ..NodeConfig::default()
     };
+    // How this node reaches the others to forward RESP keys: as any client, with the
+    // cluster's token.
+    let client_config = ClientConfig {
+        auth: config.auth.clone(),
+        max_frame: config.max_frame,
+        ..ClientConfig::default()
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
@@ -65,12 +78,43 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let server = Server::bind(&args.listen, config)
             .await
             .with_context(|| format!("cannot start on {}", args.listen))?;
+        let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
+        let cluster = match args.nodes.is_empty() {
+            true => None,
+            false => Some(Arc::new(Cluster::new(&args.nodes, client_config.clone())?)),
+        };
+        let mut fronts = Vec::new();
+        if let Some(resp_addr) = &args.resp {
+            let resp = RespServer::bind(resp_addr, server.node(), cluster.clone())
+                .await
+                .with_context(|| format!("cannot serve RESP on {resp_addr}"))?;
+            tracing::info!("kvd shard {} speaks RESP on {}", args.shard, resp.local_addr()?);
+            fronts.push(tokio::spawn(resp.run(stop.subscribe())));
+        }
+        if let Some(http_addr) = &args.http {
+            let http = HttpServer::bind(http_addr, server.node(), cluster.clone())
+                .await
+                .with_context(|| format!("cannot serve HTTP on {http_addr}"))?;
+            tracing::info!("kvd shard {} serves HTTP on {}", args.shard, http.local_addr()?);
+            fronts.push(tokio::spawn(http.run(stop.subscribe())));
+        }
+        // The ready line comes last, once every front is bound: scripts wait for it.
         let addr = server.local_addr()?;
-        tracing::info!("kvd shard {} listening on {addr}", args.shard);
         if let Some(cert) = &args.tls_cert {
             tracing::info!("serving TLS only, with the certificate in {}", cert.display());
         }
-        server.run(shutdown_signal()).await;
+        tracing::info!("kvd shard {} listening on {addr}", args.shard);
+        // On a signal the RESP and HTTP fronts stop first (what they started finishes
+        // through the node), then the binary protocol drains and the node closes its log.
+        server
+            .run(async {
+                shutdown_signal().await;
+                let _ = stop.send(());
+                for front in fronts {
+                    let _ = front.await;
+                }
+            })
+            .await;
         tracing::info!("kvd stopped");
         Ok(())
     })

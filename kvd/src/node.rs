@@ -5,15 +5,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kvshared::auth::AuthToken;
 use kvshared::frame::DEFAULT_MAX_FRAME;
+use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
 use kvshared::routing::ShardId;
 use kvshared::stats::{Counts, NodeStats};
 use kvshared::tls::TlsServer;
-use kvshared::wire::{BatchResponse, BatchView, ConfigRequest};
+use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, ReplyView, encode_frame};
+use tokio::sync::oneshot;
 
 use crate::budget::BufferBudget;
 use crate::counters::Counters;
 use crate::durable::log::FsyncPolicy;
-use crate::durable::raft::DurableShard;
+use crate::durable::raft::{DurableShard, LogAnswer};
+use crate::durable::{DurableConfig, SnapshotEvery};
 use crate::sampler::Sampler;
 use crate::store::{MemoryLimit, ReplyRoom, Scratch, Store};
 use crate::warn_limit::WarnLimit;
@@ -90,6 +93,10 @@ pub struct NodeConfig {
     pub data_dir: Option<std::path::PathBuf>,
     /// `--fsync`: when a logged write is durable.
     pub fsync: FsyncPolicy,
+    /// `--snapshot-every`: how much log starts a snapshot.
+    pub snapshot_every: SnapshotEvery,
+    /// Log segment size (not a flag: tests make it small to see segments rotate and go).
+    pub segment_bytes: u64,
     /// Tokio worker threads, reported in stats.
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
@@ -116,6 +123,8 @@ impl Default for NodeConfig {
             memory: None,
             data_dir: None,
             fsync: FsyncPolicy::Always,
+            snapshot_every: SnapshotEvery::Bytes(64 << 20),
+            segment_bytes: crate::durable::log::SEGMENT_BYTES,
             worker_threads: 1,
             sample_period: Duration::from_secs(1),
             #[cfg(test)]
@@ -149,11 +158,15 @@ impl Node {
     /// A node with an empty store; starts the sampler thread. Fails if the store's
     /// preallocation cannot be had.
     pub fn new(config: NodeConfig) -> std::io::Result<Node> {
-        #[allow(unused_mut)]
         let mut store = Store::with_limit(config.shard, config.map_shards, config.capacity, config.memory)?;
         #[cfg(test)]
         if config.fault_stale_reads {
             store.enable_stale_reads();
+        }
+        if config.data_dir.is_some() {
+            // An evicted key would come back on replay: a durable node refuses writes at
+            // its cap instead (see `ServeArgs::validate`).
+            store.never_evict();
         }
         Ok(Node {
             store: Arc::new(store),
@@ -176,34 +189,30 @@ impl Node {
         };
         let started = Instant::now();
         check_shard_file(&dir, self.config.shard)?;
-        let shard = DurableShard::open(&dir, self.store.clone(), self.counters.clone(), self.config.fsync)
-            .await
-            .map_err(|e| std::io::Error::other(format!("{}: {e}", dir.display())))?;
+        let (shard, recovery) = DurableShard::open(
+            &dir,
+            self.store.clone(),
+            self.counters.clone(),
+            DurableConfig {
+                fsync: self.config.fsync,
+                snapshot_every: self.config.snapshot_every,
+                segment_bytes: self.config.segment_bytes,
+            },
+        )
+        .await
+        .map_err(|e| std::io::Error::other(format!("{}: {e}", dir.display())))?;
         tracing::info!(
             dir = %dir.display(),
             keys = self.store.len(),
-            entries_replayed = shard.applied_index(),
+            snapshot = %recovery.snapshot.as_ref().map_or("none".into(), |(p, _)| p.display().to_string()),
+            snapshot_pairs = recovery.snapshot.as_ref().map_or(0, |(_, n)| *n),
+            entries_replayed = recovery.entries_replayed,
             took_ms = started.elapsed().as_millis() as u64,
             fsync = ?self.config.fsync,
-            "recovered the shard from its log"
+            "recovered the shard"
         );
         self.durable = Some(shard);
         Ok(())
-    }
-
-    /// Whether batches with writes must go through the log ([`Node::write_through_log`]).
-    pub fn logs_writes(&self) -> bool {
-        self.durable.is_some()
-    }
-
-    /// Commits a batch with writes through the shard's log and applies it; returns the
-    /// encoded response body. An error means the outcome is unknown (the batch may have
-    /// been logged).
-    pub async fn write_through_log(&self, body: Vec<u8>) -> Result<Vec<u8>, String> {
-        match &self.durable {
-            Some(log) => log.write(body).await.map_err(|e| e.to_string()),
-            None => Err("this node has no log".into()),
-        }
     }
 
     /// Stops the shard's log (at shutdown, after the connections are done).
@@ -214,9 +223,13 @@ impl Node {
     }
 
     /// Runs a batch: the one entry point into the node for every front (the binary protocol
-    /// today; RESP and HTTP later), so that what a batch does is decided here, per mode. In
-    /// memory, the store runs it at once. (A durable or replicated node will send batches
-    /// with writes through its log here, and no front will need to know.)
+    /// today; RESP and HTTP later), so that what a batch does is decided here, per mode.
+    ///
+    /// In memory, the store runs it at once and this returns `None`. With a data dir, the
+    /// reads that need no log run at once as well; the writes (and the reads that follow a
+    /// write of their key in the batch) go to the shard's log as one entry, and the returned
+    /// [`LogWait`] fills in their results once that entry is committed and applied. The
+    /// caller may take further requests meanwhile: many connections' batches share a commit.
     pub fn execute(
         &self,
         batch: &BatchView<'_>,
@@ -224,12 +237,47 @@ impl Node {
         room: &mut impl ReplyRoom,
         scratch: &mut Scratch,
         tally: &mut Counts,
-    ) {
-        self.store.execute(batch, out, room, scratch, tally);
+    ) -> Option<LogWait> {
+        let Some(log) = &self.durable else {
+            self.store.execute(batch, out, room, scratch, tally);
+            return None;
+        };
+        let mut logged = Vec::new();
+        self.store.ops_to_log(batch, &mut scratch.written, &mut logged);
+        if logged.is_empty() {
+            self.store.execute(batch, out, room, scratch, tally);
+            return None;
+        }
+        self.store.execute_except(batch, &logged, out, room, scratch, tally);
+        let mut part = BatchRequest::new();
+        for &i in &logged {
+            if let Ok(op) = batch.op(i as usize) {
+                part.push(op.kind, op.key, op.value);
+            }
+        }
+        let mut frame = AlignedVec::new();
+        let answer = match encode_frame(FrameKind::BatchRequest, 0, &part, &mut frame) {
+            Ok(()) => log.submit(frame.get(HEADER_LEN..).unwrap_or_default().to_vec()),
+            Err(e) => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let _ = tx.send(Err(e.to_string()));
+                rx
+            }
+        };
+        Some(LogWait {
+            answer,
+            outcome: None,
+            positions: logged,
+        })
     }
 
-    /// Applies a change of settings at run time (flush first, then the cap).
-    pub fn configure(&self, change: &ConfigRequest) {
+    /// Applies a change of settings at run time (flush first, then the cap). A durable node
+    /// refuses a flush: it would have to go through the log to survive a restart, and a
+    /// benchmark's fresh start is better had from an empty data directory.
+    pub fn configure(&self, change: &ConfigRequest) -> Result<(), String> {
+        if change.flush && self.durable.is_some() {
+            return Err("a node with --data-dir does not flush (a restart would bring the keys back): restart it on an empty data directory instead".into());
+        }
         if change.flush {
             self.store.flush();
             tracing::info!("flushed every key (config request)");
@@ -239,6 +287,7 @@ impl Node {
             self.store.set_max_memory(max);
             tracing::info!(max_memory_bytes = ?max, "memory cap changed (config request)");
         }
+        Ok(())
     }
 
     /// A snapshot of every figure the node reports.
@@ -264,11 +313,146 @@ impl Node {
                 .memory_limit()
                 .map_or(String::new(), |l| l.eviction.name().to_string()),
             worker_threads: self.config.worker_threads as u32,
+            durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
             counts: Counts {
                 log_lines_dropped: LOG_LINES_DROPPED.get().map_or(0, |f| f()),
                 ..self.counters.totals()
             },
             system,
         }
+    }
+}
+
+/// A batch whose logged ops wait for their log entry (see [`Node::execute`]).
+pub struct LogWait {
+    answer: oneshot::Receiver<LogAnswer>,
+    outcome: Option<LogAnswer>,
+    /// Where each logged op's result goes in the batch's response.
+    positions: Vec<u32>,
+}
+
+impl LogWait {
+    /// Waits until the entry is committed and applied (or the log failed). Cancel-safe: the
+    /// outcome is kept for `LogWait::take`.
+    pub async fn wait(&mut self) {
+        if self.outcome.is_none() {
+            let answer = (&mut self.answer).await;
+            self.outcome = Some(answer.unwrap_or_else(|_| Err(LOG_STOPPED.into())));
+        }
+    }
+
+    /// The outcome, if it has come.
+    fn take(&mut self) -> Option<LogAnswer> {
+        if self.outcome.is_none() {
+            match self.answer.try_recv() {
+                Ok(answer) => self.outcome = Some(answer),
+                Err(oneshot::error::TryRecvError::Empty) => return None,
+                Err(oneshot::error::TryRecvError::Closed) => self.outcome = Some(Err(LOG_STOPPED.into())),
+            }
+        }
+        self.outcome.take()
+    }
+
+    /// Once the entry is applied: puts the logged ops' results into `out` (found values
+    /// only while the reply stays within `max_reply` bytes) and returns `Some(Ok)`; `None`
+    /// while it is not. An error means the outcome is unknown: the batch may have been
+    /// logged, so the caller must not answer it as failed.
+    pub fn finish(&mut self, out: &mut BatchResponse, max_reply: usize) -> Option<Result<(), String>> {
+        let reply = match self.take()? {
+            Ok(reply) => reply,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut body: AlignedVec = AlignedVec::new();
+        body.extend_from_slice(&reply);
+        let view = match ReplyView::parse(&body) {
+            Ok(view) if view.len() == self.positions.len() => view,
+            Ok(_) => return Some(Err("the log answered a different number of ops".into())),
+            Err(e) => return Some(Err(format!("the log's answer does not decode: {e}"))),
+        };
+        let room = BatchResponse::value_room(out.len(), max_reply);
+        for (j, &i) in self.positions.iter().enumerate() {
+            let used = out.value_bytes();
+            out.copy_result(i as usize, &view, j, |len| used + len <= room);
+        }
+        Some(Ok(()))
+    }
+}
+
+const LOG_STOPPED: &str = "the shard's log has stopped";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Unbounded;
+    use kvshared::wire::OpReply;
+
+    fn run(node: &Node, req: &BatchRequest) -> Vec<String> {
+        let mut frame = AlignedVec::new();
+        encode_frame(FrameKind::BatchRequest, 1, req, &mut frame).unwrap();
+        let body = &frame[HEADER_LEN..];
+        let mut aligned: AlignedVec = AlignedVec::new();
+        aligned.extend_from_slice(body);
+        let batch = BatchView::parse(&aligned).unwrap();
+        let mut out = BatchResponse::default();
+        let mut scratch = Scratch::default();
+        let mut tally = Counts::default();
+        let wait = node.execute(&batch, &mut out, &mut Unbounded, &mut scratch, &mut tally);
+        if let Some(mut wait) = wait {
+            block_on_log(&mut wait);
+            wait.finish(&mut out, 1 << 20).unwrap().unwrap();
+        }
+        let mut reply = AlignedVec::new();
+        encode_frame(FrameKind::BatchResponse, 1, &out, &mut reply).unwrap();
+        let mut body: AlignedVec = AlignedVec::new();
+        body.extend_from_slice(&reply[HEADER_LEN..]);
+        let view = ReplyView::parse(&body).unwrap();
+        (0..view.len())
+            .map(|i| match view.result(i) {
+                OpReply::Found(v) => String::from_utf8_lossy(v).into_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    fn block_on_log(wait: &mut LogWait) {
+        tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(wait.wait()));
+    }
+
+    /// With a data dir, reads run at once and writes through the log, yet every op sees
+    /// the batch's earlier ops on its key, as in memory.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_durable_batch_keeps_batch_order_per_key() {
+        let dir = std::env::temp_dir().join(format!("kvd-node-split-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut node = Node::new(NodeConfig {
+            data_dir: Some(dir.clone()),
+            ..NodeConfig::default()
+        })
+        .unwrap();
+        node.open_data_dir().await.unwrap();
+        let mut first = BatchRequest::new();
+        first.push_put(b"k", b"v1");
+        first.push_put(b"other", b"o1");
+        assert_eq!(run(&node, &first), ["Stored", "Stored"]);
+
+        let mut req = BatchRequest::new();
+        req.push_get(b"k");
+        req.push_put(b"k", b"v2");
+        req.push_get(b"other");
+        req.push_get(b"k");
+        req.push_delete(b"k");
+        req.push_get(b"k");
+        req.push_get(b"missing");
+        req.push_put(b"k", b"v3");
+        assert_eq!(
+            run(&node, &req),
+            ["v1", "Stored", "o1", "v2", "Deleted", "NotFound", "NotFound", "Stored"]
+        );
+        let mut read = BatchRequest::new();
+        read.push_get(b"k");
+        assert_eq!(run(&node, &read), ["v3"]);
+        node.close().await;
+        drop(node);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,6 +13,8 @@ enum ModelOp {
     Get(u8),
     Put(u8, Vec<u8>),
     Delete(u8),
+    /// A conditional put: `true` stores only if absent (SET NX), `false` only if present (XX).
+    PutIf(u8, Vec<u8>, bool),
 }
 
 fn op() -> impl Strategy<Value = ModelOp> {
@@ -20,6 +22,8 @@ fn op() -> impl Strategy<Value = ModelOp> {
         4 => (0u8..16).prop_map(ModelOp::Get),
         3 => ((0u8..16), proptest::collection::vec(any::<u8>(), 0..48)).prop_map(|(k, v)| ModelOp::Put(k, v)),
         1 => (0u8..16).prop_map(ModelOp::Delete),
+        2 => ((0u8..16), proptest::collection::vec(any::<u8>(), 0..48), any::<bool>())
+            .prop_map(|(k, v, nx)| ModelOp::PutIf(k, v, nx)),
     ]
 }
 
@@ -45,7 +49,7 @@ fn check_against_model(shards: u32) {
                 let keys: Vec<Vec<u8>> = chunk
                     .iter()
                     .map(|o| match o {
-                        ModelOp::Get(k) | ModelOp::Put(k, _) | ModelOp::Delete(k) => key(*k),
+                        ModelOp::Get(k) | ModelOp::Put(k, _) | ModelOp::Delete(k) | ModelOp::PutIf(k, _, _) => key(*k),
                     })
                     .collect();
                 let batch: Vec<Op<'_>> = chunk
@@ -55,6 +59,8 @@ fn check_against_model(shards: u32) {
                         ModelOp::Get(_) => Op::Get(k),
                         ModelOp::Put(_, v) => Op::Put(k, v),
                         ModelOp::Delete(_) => Op::Delete(k),
+                        ModelOp::PutIf(_, v, true) => Op::PutIfAbsent(k, v),
+                        ModelOp::PutIf(_, v, false) => Op::PutIfPresent(k, v),
                     })
                     .collect();
                 let expected: Vec<Outcome> = chunk
@@ -67,6 +73,14 @@ fn check_against_model(shards: u32) {
                             Outcome::Stored
                         }
                         ModelOp::Delete(_) => Outcome::Deleted(model.remove(k).is_some()),
+                        ModelOp::PutIf(_, v, if_absent) => {
+                            if model.contains_key(k) == *if_absent {
+                                Outcome::NotStored
+                            } else {
+                                model.insert(k.clone(), v.clone());
+                                Outcome::Stored
+                            }
+                        }
                     })
                     .collect();
                 let got: Vec<Outcome> = rt

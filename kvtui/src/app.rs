@@ -1,6 +1,7 @@
 //! The dashboard's interactive state and its main loop: drain samples, draw, handle keys.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
@@ -132,11 +133,20 @@ impl App {
                 }
             }
             KeyCode::Char('+') | KeyCode::Char('=') => {
-                self.interval = (self.interval * 2).min(Duration::from_secs(10));
+                self.interval = INTERVALS
+                    .iter()
+                    .copied()
+                    .find(|&i| i > self.interval)
+                    .unwrap_or(self.interval);
                 return Some(self.interval);
             }
             KeyCode::Char('-') | KeyCode::Char('_') => {
-                self.interval = (self.interval / 2).max(Duration::from_millis(100));
+                self.interval = INTERVALS
+                    .iter()
+                    .rev()
+                    .copied()
+                    .find(|&i| i < self.interval)
+                    .unwrap_or(self.interval);
                 return Some(self.interval);
             }
             _ => {}
@@ -156,6 +166,18 @@ impl App {
         n
     }
 }
+
+/// The poll intervals `+` and `-` step through: round values, so that any of them can be
+/// reached again from any other (doubling and halving drifted to "312ms 500us").
+pub const INTERVALS: [Duration; 7] = [
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
+];
 
 /// Why the dashboard returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +200,7 @@ pub fn run_dashboard(
     let (interval_tx, interval_rx) = watch::channel(config.interval);
     collector::spawn(runtime, &config.nodes, &config.client, interval_rx, tx)?;
     let mut app = App::new(&config, bench.is_some());
+    let stop = stop_on_signals(runtime);
     let mut guard = terminal::TerminalGuard::enter()?;
     let mut last_tick = Instant::now();
     loop {
@@ -206,10 +229,33 @@ pub fn run_dashboard(
         {
             let _ = interval_tx.send(interval);
         }
-        if app.quit {
+        if app.quit || stop.load(Ordering::Relaxed) {
             return Ok(Exit::Quit);
         }
     }
+}
+
+/// A flag set on SIGTERM or SIGHUP (a closed terminal, `kill`), so the dashboard returns
+/// through the guard that restores the terminal, as on q or Ctrl-C, instead of dying in the
+/// alternate screen with the cursor hidden.
+fn stop_on_signals(runtime: &tokio::runtime::Handle) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let flag = stop.clone();
+        let _enter = runtime.enter();
+        if let (Ok(mut term), Ok(mut hup)) = (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
+            runtime.spawn(async move {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = hup.recv() => {},
+                }
+                flag.store(true, Ordering::Relaxed);
+            });
+        }
+    }
+    stop
 }
 
 #[cfg(test)]
@@ -231,6 +277,28 @@ mod tests {
 
     fn press(app: &mut App, code: KeyCode) -> Option<Duration> {
         app.on_key(KeyEvent::from(code))
+    }
+
+    /// `+` and `-` walk a ladder of round values, capped at both ends, and every value can
+    /// be reached again after hitting a cap; an interval off the ladder joins it.
+    #[test]
+    fn plus_and_minus_walk_a_ladder_of_round_intervals() {
+        let mut a = app();
+        let mut up = Vec::new();
+        for _ in 0..8 {
+            up.push(press(&mut a, KeyCode::Char('+')).unwrap());
+        }
+        let secs = |v: &[Duration]| v.iter().map(|d| d.as_millis()).collect::<Vec<_>>();
+        assert_eq!(secs(&up), [1000, 2000, 5000, 10_000, 10_000, 10_000, 10_000, 10_000]);
+        let mut down = Vec::new();
+        for _ in 0..8 {
+            down.push(press(&mut a, KeyCode::Char('-')).unwrap());
+        }
+        assert_eq!(secs(&down), [5000, 2000, 1000, 500, 250, 100, 100, 100]);
+        a.interval = Duration::from_millis(300);
+        assert_eq!(press(&mut a, KeyCode::Char('+')), Some(Duration::from_millis(500)));
+        a.interval = Duration::from_millis(300);
+        assert_eq!(press(&mut a, KeyCode::Char('-')), Some(Duration::from_millis(250)));
     }
 
     #[test]

@@ -13,8 +13,10 @@ pub struct BenchProgress {
     pub warmup: Duration,
     /// Warm-up plus measured time.
     pub total: Duration,
-    /// Ops completed so far (warm-up included).
+    /// Ops completed so far (warm-up included): the live throughput comes from this.
     pub completed_ops: u64,
+    /// Ops completed inside the measured window: what the run's summary will count.
+    pub measured_ops: u64,
     pub failed_ops: u64,
     /// Latency percentiles (p50, p99) in microseconds of batches completed since the last poll.
     pub recent_latency_us: Option<(f64, f64)>,

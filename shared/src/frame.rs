@@ -29,7 +29,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 3: batch responses carry error details in the op's value slots (no error list), the
 /// statuses `TooLarge` and `OutOfMemory`, the `AuthRequest`/`AuthOk` handshake, and
 /// `ConfigRequest`/`ConfigOk`.
-pub const VERSION: u8 = 3;
+/// 4: the conditional puts `PutIfAbsent`/`PutIfPresent` and the status `NotStored`.
+pub const VERSION: u8 = 4;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

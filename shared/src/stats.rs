@@ -54,6 +54,13 @@ macro_rules! counters {
                 }
             }
 
+            /// One line saying what the counter counts (the metrics' HELP text).
+            pub fn help(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => $help,)*
+                }
+            }
+
             /// What kind of figure this is.
             pub fn class(self) -> CounterClass {
                 match self {
@@ -209,6 +216,100 @@ impl SystemFigures {
     }
 }
 
+/// A node's durability figures: its log and snapshots (`--data-dir`).
+#[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Durability {
+    /// `memory` (no data dir), or the `--fsync` policy: `always`, `1s`, `never`.
+    pub mode: String,
+    /// Bytes of log segments on disk (back to the older kept snapshot).
+    pub log_bytes: u64,
+    /// Log entries since the newest snapshot.
+    pub log_entries: u64,
+    /// Index of the last applied log entry.
+    pub last_applied: u64,
+    /// Log index the newest snapshot stands for (0: none).
+    pub snapshot_index: u64,
+    /// Bytes of the newest snapshot file (0: none).
+    pub snapshot_bytes: u64,
+    /// Milliseconds since the newest snapshot was written or loaded (0: none).
+    pub snapshot_age_ms: u64,
+    /// Snapshots this process wrote.
+    pub snapshots_taken: u64,
+    /// Milliseconds the last snapshot took to write.
+    pub last_snapshot_ms: u64,
+    /// Fsyncs of the log so far.
+    pub fsyncs: u64,
+    /// Log records (entries) written so far.
+    pub log_records_written: u64,
+    /// Median and 99th percentile fsync time, microseconds.
+    pub fsync_p50_us: u64,
+    /// See `fsync_p50_us`.
+    pub fsync_p99_us: u64,
+}
+
+impl Default for Durability {
+    fn default() -> Self {
+        Durability {
+            mode: "memory".into(),
+            log_bytes: 0,
+            log_entries: 0,
+            last_applied: 0,
+            snapshot_index: 0,
+            snapshot_bytes: 0,
+            snapshot_age_ms: 0,
+            snapshots_taken: 0,
+            last_snapshot_ms: 0,
+            fsyncs: 0,
+            log_records_written: 0,
+            fsync_p50_us: 0,
+            fsync_p99_us: 0,
+        }
+    }
+}
+
+impl Durability {
+    /// Whether the node keeps a log (a `--data-dir`).
+    pub fn is_durable(&self) -> bool {
+        self.mode != "memory"
+    }
+
+    /// Two short lines for people (kvd stats, kvtui's detail view): the log, then the
+    /// snapshot and fsyncs. One line, "in memory only", for a node without a data dir.
+    pub fn summary_lines(&self) -> Vec<String> {
+        use crate::units::{bytes, grouped, micros};
+        if !self.is_durable() {
+            return vec!["in memory only (no --data-dir): a restart loses the shard".into()];
+        }
+        let snapshot = if self.snapshot_index == 0 {
+            "no snapshot yet".to_string()
+        } else {
+            format!(
+                "snapshot at entry {} ({}, {} s old; {} taken here, last took {} ms)",
+                grouped(self.snapshot_index),
+                bytes(self.snapshot_bytes as f64),
+                self.snapshot_age_ms / 1000,
+                self.snapshots_taken,
+                self.last_snapshot_ms
+            )
+        };
+        vec![
+            format!(
+                "durable, fsync {}: log {} on disk, {} entries since the snapshot, applied through {}",
+                self.mode,
+                bytes(self.log_bytes as f64),
+                grouped(self.log_entries),
+                grouped(self.last_applied)
+            ),
+            format!(
+                "{snapshot}; fsyncs {} (p50 {}, p99 {})",
+                grouped(self.fsyncs),
+                micros(self.fsync_p50_us),
+                micros(self.fsync_p99_us)
+            ),
+        ]
+    }
+}
+
 /// One node's statistics at one instant.
 #[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct NodeStats {
@@ -234,6 +335,9 @@ pub struct NodeStats {
     pub eviction: String,
     /// Tokio worker threads serving connections.
     pub worker_threads: u32,
+    /// The shard's log and snapshots (`durability.mode` is `memory` without `--data-dir`).
+    #[serde(default)]
+    pub durability: Durability,
     /// Counter totals since the node started.
     #[serde(flatten)]
     pub counts: Counts,
@@ -256,6 +360,7 @@ impl Default for NodeStats {
             max_memory_bytes: 0,
             eviction: String::new(),
             worker_threads: 0,
+            durability: Durability::default(),
             counts: Counts::default(),
             system: SystemFigures::default(),
         }

@@ -36,6 +36,15 @@ pub fn grouped(value: u64) -> String {
     out
 }
 
+/// A latency in microseconds: `350 us`, `2.1 ms`, `1.5 s`.
+pub fn micros(us: u64) -> String {
+    match us {
+        us if us < 1000 => format!("{us} us"),
+        us if us < 1_000_000 => format!("{:.1} ms", us as f64 / 1e3),
+        us => format!("{:.1} s", us as f64 / 1e6),
+    }
+}
+
 /// A duration in seconds as `3h02m`, `4m05s` or `12s`.
 pub fn uptime(seconds: u64) -> String {
     match seconds {
@@ -93,5 +102,12 @@ mod tests {
         assert_eq!(uptime(59), "59s");
         assert_eq!(uptime(245), "4m05s");
         assert_eq!(uptime(10_920), "3h02m");
+    }
+
+    #[test]
+    fn latencies() {
+        assert_eq!(micros(350), "350 us");
+        assert_eq!(micros(2_140), "2.1 ms");
+        assert_eq!(micros(1_500_000), "1.5 s");
     }
 }

@@ -32,6 +32,17 @@ pub enum OpKind {
     Put = 1,
     /// Remove the key.
     Delete = 2,
+    /// Store the value only if the key is absent (Redis `SET NX`).
+    PutIfAbsent = 3,
+    /// Store the value only if the key is present (Redis `SET XX`).
+    PutIfPresent = 4,
+}
+
+impl OpKind {
+    /// Whether the op carries a value (the puts).
+    pub fn has_value(self) -> bool {
+        matches!(self, OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent)
+    }
 }
 
 impl From<&ArchivedOpKind> for OpKind {
@@ -40,6 +51,8 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::Get => OpKind::Get,
             ArchivedOpKind::Put => OpKind::Put,
             ArchivedOpKind::Delete => OpKind::Delete,
+            ArchivedOpKind::PutIfAbsent => OpKind::PutIfAbsent,
+            ArchivedOpKind::PutIfPresent => OpKind::PutIfPresent,
         }
     }
 }
@@ -84,7 +97,7 @@ impl BatchRequest {
         self.kinds.push(kind);
         self.keys.extend_from_slice(key);
         self.key_ends.push(self.keys.len() as u32);
-        if kind == OpKind::Put {
+        if kind.has_value() {
             self.values.extend_from_slice(value);
         }
         self.value_ends.push(self.values.len() as u32);
@@ -141,6 +154,9 @@ pub enum OpStatus {
     /// The server had no memory for the op (a put's entry, or a found value's room in the
     /// reply); it was not run.
     OutOfMemory = 8,
+    /// A conditional put's condition did not hold (the key was present for `PutIfAbsent`,
+    /// absent for `PutIfPresent`); nothing changed.
+    NotStored = 9,
 }
 
 /// Why an op in a received batch is malformed.
@@ -267,6 +283,43 @@ impl BatchResponse {
         self.status[i] = OpStatus::Malformed;
         self.value_offsets[i] = why as u32;
     }
+
+    /// Op `i`'s result as set so far: for a front that answers in another protocol (RESP)
+    /// and reads the results where they were built, without encoding them first.
+    pub fn result(&self, i: usize) -> OpReply<'_> {
+        match (self.status.get(i), self.value_offsets.get(i), self.value_lens.get(i)) {
+            (Some(&status), Some(&off), Some(&len)) => op_reply(status, off, len, &self.values),
+            _ => OpReply::Malformed("result index out of range"),
+        }
+    }
+
+    /// Value bytes the response holds so far.
+    pub fn value_bytes(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Sets op `i`'s result to result `j` of another response (a durable node's logged ops
+    /// come back as a response of their own). A found value goes in only if `admit` lets its
+    /// length in; otherwise the op is answered `TooLarge`.
+    pub fn copy_result(&mut self, i: usize, from: &ReplyView<'_>, j: usize, admit: impl FnOnce(usize) -> bool) {
+        match from.result(j) {
+            OpReply::Found(v) if admit(v.len()) => {
+                self.set_found(i, v);
+            }
+            OpReply::Found(_) | OpReply::TooLarge => self.set(i, OpStatus::TooLarge),
+            OpReply::NotFound => self.set(i, OpStatus::NotFound),
+            OpReply::Stored => self.set(i, OpStatus::Stored),
+            OpReply::Deleted => self.set(i, OpStatus::Deleted),
+            OpReply::Absent => self.set(i, OpStatus::Absent),
+            OpReply::OutOfMemory => self.set(i, OpStatus::OutOfMemory),
+            OpReply::NotStored => self.set(i, OpStatus::NotStored),
+            OpReply::WrongShard { owner, nodes } => self.set_wrong_shard(i, owner, nodes),
+            OpReply::Malformed(_) => {
+                let code = from.archived.value_offsets.get(j).map_or(0, |c| c.to_native());
+                self.set_malformed(i, MalformedOp::from_code(code).unwrap_or(MalformedOp::IndexOutOfRange));
+            }
+        }
+    }
 }
 
 /// A change to a node's settings at run time (the body of a `ConfigRequest` frame), as
@@ -311,6 +364,9 @@ pub enum ErrorCode {
     AuthRequired = 7,
     /// The token presented was wrong; the connection is closed.
     AuthFailed = 8,
+    /// The node will not do this request in its mode (e.g. a flush on a durable node); the
+    /// message says why and what to do instead. The connection goes on.
+    Refused = 9,
 }
 
 /// Why a whole request failed (the body of an `ErrorResponse` frame).
@@ -489,6 +545,8 @@ pub enum OpReply<'a> {
     TooLarge,
     /// The server had no memory for the op; it was not run.
     OutOfMemory,
+    /// A conditional put's condition did not hold; nothing changed.
+    NotStored,
 }
 
 /// A validated batch response.
@@ -529,51 +587,42 @@ impl<'a> ReplyView<'a> {
             ArchivedOpStatus::Malformed => OpStatus::Malformed,
             ArchivedOpStatus::TooLarge => OpStatus::TooLarge,
             ArchivedOpStatus::OutOfMemory => OpStatus::OutOfMemory,
+            ArchivedOpStatus::NotStored => OpStatus::NotStored,
         })
     }
 
     /// The full result of op `i`; bad spans from the server become `Malformed`.
     pub fn result(&self, i: usize) -> OpReply<'a> {
         let a = self.archived;
-        let Some(status) = self.status(i) else {
-            return OpReply::Malformed("result index out of range");
-        };
-        match status {
-            OpStatus::Found => {
-                let (Some(off), Some(len)) = (a.value_offsets.get(i), a.value_lens.get(i)) else {
-                    return OpReply::Malformed("value span missing");
-                };
-                let start = off.to_native() as usize;
-                match start
-                    .checked_add(len.to_native() as usize)
-                    .and_then(|end| a.values.get(start..end))
-                {
-                    Some(v) => OpReply::Found(v),
-                    None => OpReply::Malformed("value span out of bounds"),
-                }
-            }
-            OpStatus::NotFound => OpReply::NotFound,
-            OpStatus::Stored => OpReply::Stored,
-            OpStatus::Deleted => OpReply::Deleted,
-            OpStatus::Absent => OpReply::Absent,
-            OpStatus::WrongShard => {
-                let (Some(owner), Some(nodes)) = (a.value_offsets.get(i), a.value_lens.get(i)) else {
-                    return OpReply::Malformed("wrong shard without detail");
-                };
-                OpReply::WrongShard {
-                    owner: owner.to_native(),
-                    nodes: nodes.to_native(),
-                }
-            }
-            OpStatus::Malformed => OpReply::Malformed(
-                a.value_offsets
-                    .get(i)
-                    .and_then(|code| MalformedOp::from_code(code.to_native()))
-                    .map_or("malformed op", MalformedOp::as_str),
-            ),
-            OpStatus::TooLarge => OpReply::TooLarge,
-            OpStatus::OutOfMemory => OpReply::OutOfMemory,
+        match (self.status(i), a.value_offsets.get(i), a.value_lens.get(i)) {
+            (Some(status), Some(off), Some(len)) => op_reply(status, off.to_native(), len.to_native(), &a.values),
+            _ => OpReply::Malformed("result index out of range"),
         }
+    }
+}
+
+/// One op's result from its status and its value slots (a found value's span in `values`,
+/// or an error's detail), the same for a received reply and one being built.
+fn op_reply(status: OpStatus, off: u32, len: u32, values: &[u8]) -> OpReply<'_> {
+    match status {
+        OpStatus::Found => {
+            let start = off as usize;
+            match start.checked_add(len as usize).and_then(|end| values.get(start..end)) {
+                Some(v) => OpReply::Found(v),
+                None => OpReply::Malformed("value span out of bounds"),
+            }
+        }
+        OpStatus::NotFound => OpReply::NotFound,
+        OpStatus::Stored => OpReply::Stored,
+        OpStatus::Deleted => OpReply::Deleted,
+        OpStatus::Absent => OpReply::Absent,
+        OpStatus::WrongShard => OpReply::WrongShard { owner: off, nodes: len },
+        OpStatus::Malformed => {
+            OpReply::Malformed(MalformedOp::from_code(off).map_or("malformed op", MalformedOp::as_str))
+        }
+        OpStatus::TooLarge => OpReply::TooLarge,
+        OpStatus::OutOfMemory => OpReply::OutOfMemory,
+        OpStatus::NotStored => OpReply::NotStored,
     }
 }
 
@@ -596,6 +645,7 @@ pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
         ArchivedErrorCode::OutOfMemory => ErrorCode::OutOfMemory,
         ArchivedErrorCode::AuthRequired => ErrorCode::AuthRequired,
         ArchivedErrorCode::AuthFailed => ErrorCode::AuthFailed,
+        ArchivedErrorCode::Refused => ErrorCode::Refused,
     };
     Ok(ErrorReply {
         code,

@@ -174,9 +174,8 @@ impl LogFiles {
         ))
     }
 
-    /// Starts a new segment past `bytes` instead of [`SEGMENT_BYTES`] (tests).
-    #[cfg(test)]
-    fn with_segment_bytes(mut self, bytes: u64) -> LogFiles {
+    /// Starts a new segment past `bytes` instead of [`SEGMENT_BYTES`].
+    pub fn with_segment_bytes(mut self, bytes: u64) -> LogFiles {
         self.segment_bytes = bytes;
         self
     }
@@ -229,6 +228,17 @@ impl LogFiles {
         Ok(())
     }
 
+    /// Bytes of every segment on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        let closed: u64 = self.closed.iter().map(|s| s.ends.last().copied().unwrap_or(0)).sum();
+        closed + self.active.bytes()
+    }
+
+    /// The index of the first record on disk.
+    pub fn first_index(&self) -> u64 {
+        self.closed.first().map_or(self.active_info.first, |s| s.first)
+    }
+
     /// Makes every appended record durable.
     pub fn sync(&self) -> Result<(), LogError> {
         Ok(self.active.sync()?)
@@ -253,15 +263,20 @@ impl LogFiles {
     }
 }
 
-/// One append waiting for the writer thread.
-struct Job {
-    first: u64,
-    payloads: Vec<Vec<u8>>,
-    done: Box<dyn FnOnce(Result<(), String>) + Send>,
+/// Work for the writer thread.
+enum Job {
+    /// Records to append, and who to tell once they are written (and durable).
+    Append {
+        first: u64,
+        payloads: Vec<Vec<u8>>,
+        done: Box<dyn FnOnce(Result<(), String>) + Send>,
+    },
+    /// Delete the segments that only hold records up to this index.
+    Purge(u64),
 }
 
 /// What the writer has done, for stats.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WriterFigures {
     /// Fsyncs so far.
     pub fsyncs: u64,
@@ -269,6 +284,25 @@ pub struct WriterFigures {
     pub records: u64,
     /// Appends (calls) so far.
     pub appends: u64,
+    /// Record bytes appended so far (payloads and their headers).
+    pub bytes: u64,
+    /// Bytes of the segments on disk now.
+    pub disk_bytes: u64,
+    /// How long fsyncs took, in microseconds.
+    pub fsync_us: hdrhistogram::Histogram<u64>,
+}
+
+impl Default for WriterFigures {
+    fn default() -> Self {
+        WriterFigures {
+            fsyncs: 0,
+            records: 0,
+            appends: 0,
+            bytes: 0,
+            disk_bytes: 0,
+            fsync_us: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid histogram bounds"),
+        }
+    }
 }
 
 /// The writer thread: group commit over [`LogFiles`].
@@ -279,9 +313,12 @@ pub struct GroupCommit {
 
 impl GroupCommit {
     /// Starts the writer thread over `files`.
-    pub fn start(mut files: LogFiles, policy: FsyncPolicy) -> GroupCommit {
+    pub fn start(mut files: LogFiles, policy: FsyncPolicy) -> std::io::Result<GroupCommit> {
         let (jobs, rx) = mpsc::channel::<Job>();
-        let figures = std::sync::Arc::new(parking_lot::Mutex::new(WriterFigures::default()));
+        let figures = std::sync::Arc::new(parking_lot::Mutex::new(WriterFigures {
+            disk_bytes: files.disk_bytes(),
+            ..WriterFigures::default()
+        }));
         let shared = figures.clone();
         std::thread::Builder::new()
             .name("log-writer".into())
@@ -301,10 +338,22 @@ impl GroupCommit {
                         },
                     };
                     // Everything queued while the last fsync ran goes into this one.
-                    let batch: Vec<Job> = first.into_iter().chain(rx.try_iter()).collect();
+                    let mut batch = Vec::new();
+                    let mut purge = None;
+                    for job in first.into_iter().chain(rx.try_iter()) {
+                        match job {
+                            Job::Append { first, payloads, done } => batch.push((first, payloads, done)),
+                            Job::Purge(through) => purge = purge.max(Some(through)),
+                        }
+                    }
                     let mut outcome = Ok(());
-                    for job in &batch {
-                        if let Err(e) = files.append(job.first, &job.payloads) {
+                    let mut bytes = 0u64;
+                    for (first, payloads, _) in &batch {
+                        bytes += payloads
+                            .iter()
+                            .map(|p| (segment::RECORD_HEADER_LEN + p.len()) as u64)
+                            .sum::<u64>();
+                        if let Err(e) = files.append(*first, payloads) {
                             outcome = Err(e.to_string());
                             break;
                         }
@@ -317,43 +366,62 @@ impl GroupCommit {
                         }
                         FsyncPolicy::Never => false,
                     };
+                    let mut took = None;
                     if sync_now && outcome.is_ok() {
+                        let started = Instant::now();
                         outcome = files.sync().map_err(|e| e.to_string());
+                        took = Some(started.elapsed());
                         last_sync = Instant::now();
                         dirty = false;
                     }
+                    if let Some(through) = purge
+                        && let Err(e) = files.purge_through(through)
+                    {
+                        tracing::warn!(error = %e, "could not delete old log segments (they are kept; the next snapshot tries again)");
+                    }
                     {
                         let mut f = shared.lock();
-                        f.fsyncs += u64::from(sync_now);
+                        if let Some(took) = took {
+                            f.fsyncs += 1;
+                            let _ = f.fsync_us.record((took.as_micros() as u64).max(1));
+                        }
                         f.appends += batch.len() as u64;
-                        f.records += batch.iter().map(|j| j.payloads.len() as u64).sum::<u64>();
+                        f.records += batch.iter().map(|(_, p, _)| p.len() as u64).sum::<u64>();
+                        f.bytes += bytes;
+                        f.disk_bytes = files.disk_bytes();
                     }
-                    for job in batch {
-                        (job.done)(outcome.clone());
+                    for (_, _, done) in batch {
+                        done(outcome.clone());
                     }
                 }
                 let _ = files.sync();
             })
-            .expect("cannot start the log writer thread");
-        GroupCommit { jobs, figures }
+            ?;
+        Ok(GroupCommit { jobs, figures })
     }
 
     /// Queues records `first..` and calls `done` once they are written (and durable, under
     /// `--fsync always`).
     pub fn append(&self, first: u64, payloads: Vec<Vec<u8>>, done: impl FnOnce(Result<(), String>) + Send + 'static) {
-        let job = Job {
+        let job = Job::Append {
             first,
             payloads,
             done: Box::new(done),
         };
-        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
-            (job.done)(Err("the log writer has stopped".into()));
+        if let Err(mpsc::SendError(Job::Append { done, .. })) = self.jobs.send(job) {
+            done(Err("the log writer has stopped".into()));
         }
+    }
+
+    /// Deletes, on the writer thread, the segments whose records all have indexes up to
+    /// `index` (a snapshot holds them).
+    pub fn purge_through(&self, index: u64) {
+        let _ = self.jobs.send(Job::Purge(index));
     }
 
     /// What the writer has done so far.
     pub fn figures(&self) -> WriterFigures {
-        *self.figures.lock()
+        self.figures.lock().clone()
     }
 }
 
@@ -401,7 +469,7 @@ mod tests {
     fn group_commit_completes_every_append_with_fewer_fsyncs_than_appends() {
         let dir = scratch();
         let (log, _) = LogFiles::open(&dir, 1).unwrap();
-        let writer = GroupCommit::start(log, FsyncPolicy::Always);
+        let writer = GroupCommit::start(log, FsyncPolicy::Always).unwrap();
         let (tx, rx) = mpsc::channel();
         for i in 1..=2000u64 {
             let tx = tx.clone();

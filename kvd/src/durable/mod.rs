@@ -8,10 +8,9 @@
 //! else is refused with an error that names the file and says what the operator can do.
 //! The format is documented in docs/LOG_FORMAT.md.
 //!
-//! Serving with `--data-dir` goes through [`raft::DurableShard`] (see `Node::execute`'s
-//! neighbours in `node`). Not yet: snapshots, purging and truncating the log on disk, a
-//! proposer that coalesces many batches' writes into one entry.
+//! Serving with `--data-dir` goes through [`raft::DurableShard`] (see `Node::execute`).
 
+pub mod catalog;
 pub mod log;
 pub mod raft;
 pub mod segment;
@@ -22,4 +21,64 @@ use std::path::Path;
 /// Fsyncs a directory, so that a file created or renamed in it survives a power loss.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// How a durable shard keeps its log.
+#[derive(Clone, Copy, Debug)]
+pub struct DurableConfig {
+    /// `--fsync`.
+    pub fsync: log::FsyncPolicy,
+    /// `--snapshot-every`.
+    pub snapshot_every: SnapshotEvery,
+    /// Start a new log segment past this size ([`log::SEGMENT_BYTES`]; smaller in tests).
+    pub segment_bytes: u64,
+}
+
+/// `--snapshot-every`: how much log starts a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotEvery {
+    /// Bytes of log written since the last snapshot (`64mib`).
+    Bytes(u64),
+    /// Log entries applied since the last snapshot (`100000entries`).
+    Entries(u64),
+}
+
+/// Default `--snapshot-every`.
+pub const DEFAULT_SNAPSHOT_EVERY: &str = "64mib";
+
+impl std::str::FromStr for SnapshotEvery {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let every = match s.strip_suffix("entries").map(str::trim) {
+            Some(n) => SnapshotEvery::Entries(
+                n.replace('_', "")
+                    .parse()
+                    .map_err(|e| format!("{s:?}: not a number of entries: {e}"))?,
+            ),
+            None => SnapshotEvery::Bytes(kvshared::cli::parse_size(s)?),
+        };
+        match every {
+            SnapshotEvery::Bytes(0) | SnapshotEvery::Entries(0) => {
+                Err(format!("{s:?}: a snapshot needs at least one byte or entry of log"))
+            }
+            every => Ok(every),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_every_takes_sizes_and_entry_counts() {
+        assert_eq!("64mib".parse(), Ok(SnapshotEvery::Bytes(64 << 20)));
+        assert_eq!("1mb".parse(), Ok(SnapshotEvery::Bytes(1_000_000)));
+        assert_eq!("100000entries".parse(), Ok(SnapshotEvery::Entries(100_000)));
+        assert_eq!("10 entries".parse(), Ok(SnapshotEvery::Entries(10)));
+        assert!("0entries".parse::<SnapshotEvery>().is_err());
+        assert!("lots".parse::<SnapshotEvery>().is_err());
+    }
 }

@@ -1,18 +1,20 @@
 //! Snapshot files: the whole store at one log index, written so that a crash at any moment
 //! leaves either the old snapshot or the new one, never half of one.
 //!
-//! Layout: `[magic 8][version u32][reserved u32][meta length u32][meta][data length u64][data]
-//! [crc32 of everything before u32]`. Written to `NAME.tmp`, fsynced, renamed to `NAME`, and
-//! the directory fsynced.
+//! Layout: `[magic 8][version u32][reserved u32][meta length u32][meta][data][data length u64]
+//! [crc32 of everything before u32]`: the data's length comes after it so that a large store
+//! streams to the file a map shard at a time. Written to `NAME.tmp`, fsynced, renamed to
+//! `NAME`, and the directory fsynced.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// Bytes that open every snapshot file.
 pub const MAGIC: [u8; 8] = *b"KVDSNAP\0";
 /// The snapshot format this kvd writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: the data holds each map shard's last log entry (see `store::dump`).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Why a snapshot could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -49,34 +51,88 @@ pub struct Snapshot {
 }
 
 /// Writes `snapshot` as `path` atomically (temporary file, fsync, rename, fsync directory).
-pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), SnapshotError> {
-    let tmp = path.with_extension("tmp");
-    let fail = |p: &Path, what: &'static str| {
-        let p = p.to_path_buf();
-        move |source| SnapshotError::Io { path: p, what, source }
-    };
-    let mut hasher = crc32fast::Hasher::new();
-    let mut file = File::create(&tmp).map_err(fail(&tmp, "create"))?;
-    let mut put = |bytes: &[u8]| -> Result<(), SnapshotError> {
-        hasher.update(bytes);
-        file.write_all(bytes).map_err(fail(&tmp, "write"))
-    };
-    put(&MAGIC)?;
-    put(&FORMAT_VERSION.to_le_bytes())?;
-    put(&0u32.to_le_bytes())?;
-    put(&(snapshot.meta.len() as u32).to_le_bytes())?;
-    put(&snapshot.meta)?;
-    put(&(snapshot.data.len() as u64).to_le_bytes())?;
-    put(&snapshot.data)?;
-    let crc = hasher.finalize();
-    file.write_all(&crc.to_le_bytes()).map_err(fail(&tmp, "write"))?;
-    file.sync_all().map_err(fail(&tmp, "fsync"))?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(fail(path, "rename into place"))?;
-    if let Some(dir) = path.parent() {
-        super::sync_dir(dir).map_err(fail(dir, "fsync the directory"))?;
+pub fn write(path: &Path, snapshot: &Snapshot) -> Result<u64, SnapshotError> {
+    let mut w = SnapshotWriter::create(path, &snapshot.meta)?;
+    w.write_data(&snapshot.data)?;
+    w.finish()
+}
+
+/// A snapshot being written: the data goes in piece by piece; [`SnapshotWriter::finish`]
+/// makes it durable and puts it in place. Dropped unfinished, it leaves only `NAME.tmp`.
+pub struct SnapshotWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    file: BufWriter<File>,
+    hasher: crc32fast::Hasher,
+    data_len: u64,
+    written: u64,
+}
+
+impl SnapshotWriter {
+    /// Starts `path` (as `path.tmp`) with its metadata.
+    pub fn create(path: &Path, meta: &[u8]) -> Result<SnapshotWriter, SnapshotError> {
+        let tmp = path.with_extension("tmp");
+        let file = File::create(&tmp).map_err(|source| SnapshotError::Io {
+            path: tmp.clone(),
+            what: "create",
+            source,
+        })?;
+        let mut w = SnapshotWriter {
+            path: path.to_path_buf(),
+            tmp,
+            file: BufWriter::with_capacity(1 << 20, file),
+            hasher: crc32fast::Hasher::new(),
+            data_len: 0,
+            written: 0,
+        };
+        w.put(&MAGIC)?;
+        w.put(&FORMAT_VERSION.to_le_bytes())?;
+        w.put(&0u32.to_le_bytes())?;
+        w.put(&(meta.len() as u32).to_le_bytes())?;
+        w.put(meta)?;
+        Ok(w)
     }
-    Ok(())
+
+    fn put(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        self.hasher.update(bytes);
+        self.written += bytes.len() as u64;
+        self.file.write_all(bytes).map_err(|source| SnapshotError::Io {
+            path: self.tmp.clone(),
+            what: "write",
+            source,
+        })
+    }
+
+    /// Appends data.
+    pub fn write_data(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        self.data_len += bytes.len() as u64;
+        self.put(bytes)
+    }
+
+    /// Ends the file, fsyncs it, renames it into place and fsyncs the directory; returns
+    /// the file's size.
+    pub fn finish(mut self) -> Result<u64, SnapshotError> {
+        let fail = |p: &Path, what: &'static str| {
+            let p = p.to_path_buf();
+            move |source| SnapshotError::Io { path: p, what, source }
+        };
+        let len = self.data_len.to_le_bytes();
+        self.put(&len)?;
+        let crc = self.hasher.clone().finalize().to_le_bytes();
+        self.put(&crc)?;
+        let file = self.file.into_inner().map_err(|e| SnapshotError::Io {
+            path: self.tmp.clone(),
+            what: "write",
+            source: e.into_error(),
+        })?;
+        file.sync_all().map_err(fail(&self.tmp, "fsync"))?;
+        drop(file);
+        std::fs::rename(&self.tmp, &self.path).map_err(fail(&self.path, "rename into place"))?;
+        if let Some(dir) = self.path.parent() {
+            super::sync_dir(dir).map_err(fail(dir, "fsync the directory"))?;
+        }
+        Ok(self.written)
+    }
 }
 
 /// Reads and checks a snapshot; every length is checked against the file before use.
@@ -117,23 +173,25 @@ pub fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
     let meta_len = u32_at(16).ok_or_else(|| invalid("cut short".into()))? as usize;
     let meta = body
         .get(20..20 + meta_len)
-        .ok_or_else(|| invalid("metadata runs past the end".into()))?;
-    let at = 20 + meta_len;
-    let data_len = body
-        .get(at..at + 8)
-        .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        .ok_or_else(|| invalid("metadata runs past the end".into()))?
+        .to_vec();
+    let data_start = 20 + meta_len;
+    let (before_len, len) = body
+        .split_last_chunk::<8>()
+        .filter(|(before, _)| before.len() >= data_start)
         .ok_or_else(|| invalid("cut short".into()))?;
-    let data = usize::try_from(data_len)
-        .ok()
-        .and_then(|len| body.get(at + 8..(at + 8).checked_add(len)?))
-        .ok_or_else(|| invalid("data runs past the end".into()))?;
-    if at + 8 + data.len() != body.len() {
-        return Err(invalid("bytes after the data".into()));
+    let data_end = before_len.len();
+    if u64::from_le_bytes(*len) != (data_end - data_start) as u64 {
+        return Err(invalid(format!(
+            "the data length says {} bytes but {} are there",
+            u64::from_le_bytes(*len),
+            data_end - data_start
+        )));
     }
-    Ok(Snapshot {
-        meta: meta.to_vec(),
-        data: data.to_vec(),
-    })
+    // The data is moved, not copied: a large store is not held twice.
+    bytes.truncate(data_end);
+    bytes.drain(..data_start);
+    Ok(Snapshot { meta, data: bytes })
 }
 
 #[cfg(test)]

@@ -91,6 +91,8 @@ pub(super) struct Shard {
     pub(super) entry_bytes: usize,
     /// State of the sampling generator (xorshift), per shard so it needs no other lock.
     rng: u64,
+    /// The last log entry whose writes reached this shard (durable shards; see `dump`).
+    pub(super) applied: u64,
 }
 
 impl Shard {
@@ -99,6 +101,7 @@ impl Shard {
             table,
             entry_bytes: 0,
             rng: seed | 1,
+            applied: 0,
         }
     }
 

@@ -9,6 +9,8 @@
 //! shard and the bucket probe. Within a shard group ops run in batch order, so two ops on the
 //! same key in one batch take effect in the order the client wrote them.
 
+use std::collections::HashSet;
+
 use crossbeam::utils::CachePadded;
 use hashbrown::HashTable;
 use kvshared::routing::{ShardId, key_hash, map_shard, owner_node};
@@ -16,6 +18,7 @@ use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
 use parking_lot::RwLock;
 
+mod dump;
 mod entry;
 mod memory;
 
@@ -48,6 +51,12 @@ pub struct Scratch {
     writes: Vec<bool>,
     counts: Vec<u32>,
     sorted: Vec<u64>,
+    /// Key hashes a batch writes (a durable node's split, see [`Store::ops_to_log`]).
+    pub(crate) written: HashSet<u64>,
+    /// The log entry the batch belongs to, when a durable shard applies its log (0: none).
+    /// Each map shard a write touches remembers it, so a snapshot knows exactly which
+    /// entries its copy of that shard holds.
+    pub(crate) log_index: u64,
 }
 
 /// Where a batch's results go: the response, the reply's room, the counters.
@@ -57,6 +66,8 @@ struct Answers<'a, R> {
     tally: &'a mut Counts,
     /// The LRU clock for this batch.
     now: u32,
+    /// See `Scratch::log_index`.
+    log_index: u64,
 }
 
 /// The sharded map.
@@ -69,6 +80,9 @@ pub struct Store {
     started: std::time::Instant,
     /// The policy a cap set at run time uses when none was configured.
     configured_eviction: Eviction,
+    /// While a durable shard replays its log after loading a snapshot: per map shard of the
+    /// snapshot, the last log entry its copy already holds (see `dump`).
+    replay: parking_lot::RwLock<Option<Vec<u64>>>,
     #[cfg(test)]
     fault: Option<stale::StaleReads>,
 }
@@ -130,6 +144,7 @@ impl Store {
             usage,
             started: std::time::Instant::now(),
             configured_eviction: limit.map_or(Eviction::Lru, |l| l.eviction),
+            replay: parking_lot::RwLock::new(None),
             #[cfg(test)]
             fault: None,
         })
@@ -139,6 +154,12 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn enable_stale_reads(&mut self) {
         self.fault = Some(stale::StaleReads::new(self.shards.len()));
+    }
+
+    /// Makes a cap set at run time refuse writes rather than evict (a durable node's store:
+    /// an evicted key would come back when the log is replayed).
+    pub fn never_evict(&mut self) {
+        self.configured_eviction = Eviction::None;
     }
 
     /// Internal map shards.
@@ -199,12 +220,50 @@ impl Store {
         self.len() == 0
     }
 
+    /// The ops of `batch` a durable node must send through its log, as ascending indexes
+    /// into `logged`: every well-formed write of a key this node owns, and every read of a
+    /// key that an earlier op of the batch writes (so it sees that write, in batch order).
+    /// The other reads may run at once against the store, which holds only committed writes.
+    /// Keys are told apart by hash; a collision only sends a read through the log for nothing.
+    pub fn ops_to_log(&self, batch: &BatchView<'_>, written: &mut HashSet<u64>, logged: &mut Vec<u32>) {
+        logged.clear();
+        written.clear();
+        for i in 0..batch.len() {
+            let Ok(op) = batch.op(i) else { continue };
+            let hash = key_hash(op.key);
+            if !self.me.owns(hash) {
+                continue;
+            }
+            if op.kind != OpKind::Get {
+                written.insert(hash);
+                logged.push(i as u32);
+            } else if written.contains(&hash) {
+                logged.push(i as u32);
+            }
+        }
+    }
+
     /// Executes every op of `batch`, writing one result per op into `out` (found values
     /// that `room` does not admit are answered `TooLarge`), and adds what it did to `tally`
     /// (op and error counters).
     pub fn execute(
         &self,
         batch: &BatchView<'_>,
+        out: &mut BatchResponse,
+        room: &mut impl ReplyRoom,
+        scratch: &mut Scratch,
+        tally: &mut Counts,
+    ) {
+        self.execute_except(batch, &[], out, room, scratch, tally);
+    }
+
+    /// As [`Store::execute`], leaving out the ops whose indexes `skip` lists (ascending):
+    /// their results stay `NotFound` in `out` for the caller to fill (a durable node's
+    /// logged ops; see [`Store::ops_to_log`]).
+    pub fn execute_except(
+        &self,
+        batch: &BatchView<'_>,
+        skip: &[u32],
         out: &mut BatchResponse,
         room: &mut impl ReplyRoom,
         scratch: &mut Scratch,
@@ -218,7 +277,13 @@ impl Store {
         scratch.writes.clear();
         scratch.writes.resize(n, false);
         let shard_count = self.shards.len();
+        let mut skip = skip.iter().peekable();
+        let replay_guard = (scratch.log_index > 0).then(|| self.replay.read());
+        let replay = replay_guard.as_deref().and_then(Option::as_ref);
         for i in 0..n {
+            if skip.next_if(|&&s| s as usize == i).is_some() {
+                continue;
+            }
             let op = match batch.op(i) {
                 Ok(op) => op,
                 Err(why) => {
@@ -232,6 +297,17 @@ impl Store {
                 out.set_wrong_shard(i, owner_node(hash, self.me.count), self.me.count);
                 tally.wrong_shard += 1;
                 continue;
+            }
+            if let Some(held) = replay {
+                // Replaying the log: the snapshot's copy of this key's map shard already
+                // holds this entry; applying it again could change a conditional put's
+                // outcome. (Its answer goes nowhere.)
+                if held
+                    .get(map_shard(hash, held.len()))
+                    .is_some_and(|&h| scratch.log_index <= h)
+                {
+                    continue;
+                }
             }
             scratch.hashes[i] = hash;
             scratch.writes[i] = op.kind != OpKind::Get;
@@ -251,6 +327,7 @@ impl Store {
             room,
             tally,
             now: self.now(),
+            log_index: scratch.log_index,
         };
         let mut start = 0;
         while start < order.len() {
@@ -296,13 +373,21 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         let mut table = self.shards[shard].write();
+        table.applied = table.applied.max(ans.log_index);
         for &e in group {
             let i = e as u32 as usize;
             let Ok(op) = batch.op(i) else { continue };
             let hash = hashes[i];
             match op.kind {
                 OpKind::Get => self.get(shard, &table, hash, op.key, i, ans),
-                OpKind::Put => {
+                OpKind::PutIfAbsent | OpKind::PutIfPresent
+                    if table.table.find(hash, |e| e.key() == op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>
+                {
+                    // The condition does not hold: nothing changes.
+                    ans.tally.puts += 1;
+                    ans.out.set(i, OpStatus::NotStored);
+                }
+                OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent => {
                     if self.put(shard, &mut table, hash, op.key, op.value, ans) {
                         ans.tally.puts += 1;
                         ans.out.set(i, OpStatus::Stored);

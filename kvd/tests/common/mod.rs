@@ -10,7 +10,7 @@ use kvshared::wire::{BatchRequest, encode_frame};
 
 /// A kvd child process that is killed when dropped, so a failing test leaves none behind.
 /// It may hold kvd's stderr unread (a stalled log reader).
-pub struct Kvd(pub Child, Option<Box<dyn std::any::Any>>);
+pub struct Kvd(pub Child, Option<Box<dyn std::any::Any + Send>>);
 
 impl Kvd {
     /// Guards a kvd started some other way (e.g. through `ip netns exec`, which execs it).
@@ -44,11 +44,32 @@ pub fn start(args: &[&str]) -> (Kvd, String) {
     start_logging(args, "kvd=info", false)
 }
 
+/// Starts `kvd` listening on `listen` (e.g. the address a killed kvd had).
+pub fn start_at(listen: &str, args: &[&str]) -> (Kvd, String) {
+    start_with(listen, args, "kvd=info", false)
+}
+
 /// Starts `kvd` with `RUST_LOG=log`; with `stall`, nobody reads its stderr after the ready
 /// line (the pipe fills, as with a stuck log collector).
 pub fn start_logging(args: &[&str], log: &str, stall: bool) -> (Kvd, String) {
+    start_with("127.0.0.1:0", args, log, stall)
+}
+
+/// Starts `kvd` on a free port; returns it with what it logged before its ready line (e.g.
+/// what recovery passed over), and its address.
+pub fn start_capturing(args: &[&str]) -> ((Kvd, String), String) {
+    let (kvd, addr, before) = start_full("127.0.0.1:0", args, "kvd=info", false);
+    ((kvd, before), addr)
+}
+
+fn start_with(listen: &str, args: &[&str], log: &str, stall: bool) -> (Kvd, String) {
+    let (kvd, addr, _) = start_full(listen, args, log, stall);
+    (kvd, addr)
+}
+
+fn start_full(listen: &str, args: &[&str], log: &str, stall: bool) -> (Kvd, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kvd"))
-        .args(["--listen", "127.0.0.1:0"])
+        .args(["--listen", listen])
         .args(args)
         .env("RUST_LOG", log)
         .stderr(Stdio::piped())
@@ -58,12 +79,20 @@ pub fn start_logging(args: &[&str], log: &str, stall: bool) -> (Kvd, String) {
     // Guard the child first, so a failed start does not leave it running.
     let guard = Kvd(child, None);
     let mut lines = BufReader::new(stderr).lines();
-    // Lines before the ready line (e.g. what a data directory recovered) are skipped.
+    // Lines before the ready line (e.g. what a data directory recovered) are kept apart.
+    let mut before = String::new();
     let ready = lines
         .by_ref()
         .take(50)
         .map_while(Result::ok)
-        .find(|l| l.contains("listening on"))
+        .find(|l| {
+            let ready = l.contains("listening on");
+            if !ready {
+                before.push_str(l);
+                before.push('\n');
+            }
+            ready
+        })
         .expect("kvd printed no ready line");
     let addr = ready
         .rsplit("listening on ")
@@ -75,11 +104,20 @@ pub fn start_logging(args: &[&str], log: &str, stall: bool) -> (Kvd, String) {
     let mut guard = guard;
     if stall {
         guard.1 = Some(Box::new(lines));
-        return (guard, addr);
+        return (guard, addr, before);
     }
     // Keep draining stderr so kvd never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (guard, addr)
+    (guard, addr, before)
+}
+
+/// A port free at the time of asking (for nodes that must know each other's addresses
+/// before they start).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
 }
 
 /// Runs `kvd` with `args` (a client verb, or a bad flag) and waits for it.

@@ -50,9 +50,10 @@ pub fn render(frame: &mut Frame, area: Rect, b: &BenchView) {
         Line::from(format!("throughput  {} op/s", si(current))),
         Line::from(format!("batch p50   {p50:.0} us   p99 {p99:.0} us")),
         Line::from(format!(
-            "completed   {} ops   failed {}",
-            si(p.completed_ops as f64),
-            p.failed_ops
+            "measured    {} ops   failed {}   (+{} in warm-up)",
+            si(p.measured_ops as f64),
+            p.failed_ops,
+            si(p.completed_ops.saturating_sub(p.measured_ops) as f64)
         )),
         Line::from(format!(
             "remaining   {:.0}s (warm-up {:.0}s excluded from results)",

@@ -99,6 +99,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     bytes(sys.host_mem_total_bytes as f64)
                 )),
                 Line::from(""),
+            ]);
+            lines.extend(s.durability.summary_lines().into_iter().map(Line::from));
+            lines.extend([
+                Line::from(""),
                 Line::styled("errors by kind", Style::default().add_modifier(Modifier::BOLD)),
                 Line::from(format!("  {}", errors[..errors.len().min(3)].join("   "))),
                 Line::from(format!("  {}", errors[errors.len().min(3)..].join("   "))),

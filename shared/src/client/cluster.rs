@@ -24,13 +24,17 @@ pub enum Op<'a> {
     Put(&'a [u8], &'a [u8]),
     /// Remove a key.
     Delete(&'a [u8]),
+    /// Store a value under a key that is absent (Redis `SET NX`).
+    PutIfAbsent(&'a [u8], &'a [u8]),
+    /// Store a value under a key that is present (Redis `SET XX`).
+    PutIfPresent(&'a [u8], &'a [u8]),
 }
 
 impl<'a> Op<'a> {
     /// The key the op is about.
     pub fn key(&self) -> &'a [u8] {
         match *self {
-            Op::Get(k) | Op::Put(k, _) | Op::Delete(k) => k,
+            Op::Get(k) | Op::Put(k, _) | Op::Delete(k) | Op::PutIfAbsent(k, _) | Op::PutIfPresent(k, _) => k,
         }
     }
 }
@@ -46,6 +50,8 @@ pub enum Outcome {
     Stored,
     /// Delete: whether the key existed.
     Deleted(bool),
+    /// A conditional put's condition did not hold; nothing changed.
+    NotStored,
 }
 
 /// First and longest pause before a node that failed is tried again.
@@ -286,6 +292,8 @@ impl Cluster {
                 Op::Get(k) => parts.push(OpKind::Get, k, &[]),
                 Op::Put(k, v) => parts.push(OpKind::Put, k, v),
                 Op::Delete(k) => parts.push(OpKind::Delete, k, &[]),
+                Op::PutIfAbsent(k, v) => parts.push(OpKind::PutIfAbsent, k, v),
+                Op::PutIfPresent(k, v) => parts.push(OpKind::PutIfPresent, k, v),
             };
             index[node].push(i);
         }
@@ -351,6 +359,7 @@ impl Cluster {
             }),
             OpReply::TooLarge => Err(ClientError::ReplyTooLarge { addr: addr() }),
             OpReply::OutOfMemory => Err(ClientError::OutOfMemory { addr: addr() }),
+            OpReply::NotStored => Ok(Outcome::NotStored),
         }
     }
 

@@ -49,6 +49,9 @@ impl Default for RecordConfig {
     }
 }
 
+/// How long a client waits after an op was refused before its next one.
+const REFUSED_PAUSE: Duration = Duration::from_millis(2);
+
 /// The recorded history plus counts of ops that failed outright (and so never took effect).
 #[derive(Debug, Default)]
 pub struct Recording {
@@ -127,8 +130,11 @@ async fn run_client(
             Ok(r) => r,
             Err(e) if e.outcome_unknown() => Return::Unknown,
             Err(_) => {
-                // Refused (wrong shard, malformed): it did not take effect; nothing to record.
+                // Refused (node down, wrong shard, malformed): it did not take effect;
+                // nothing to record. A short pause, so a client facing a node that is down
+                // (and refused at once) does not spin through its op budget.
                 refused += 1;
+                tokio::time::sleep(REFUSED_PAUSE).await;
                 continue;
             }
         };

@@ -1,0 +1,150 @@
+//! `GET /metrics`: the node's figures in the Prometheus text exposition format (0.0.4),
+//! written over the counters kvd already keeps. Counters end in `_total`, units are in the
+//! names (`_bytes`, `_seconds`), and every series has a `shard` label, so one Prometheus
+//! scraping every node can sum or split by shard.
+
+use std::fmt::Write;
+
+use kvshared::stats::{Counter, NodeStats};
+
+/// The exposition text for one node's stats.
+pub fn render(s: &NodeStats) -> String {
+    let shard = s.shard.to_string();
+    let mut out = String::with_capacity(8 * 1024);
+    for &c in Counter::ALL {
+        let name = format!("kvd_{}_total", c.name());
+        family(&mut out, &name, "counter", c.help());
+        let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {}", s.counts.get(c));
+    }
+    let d = &s.durability;
+    let gauges: [(&str, &str, f64); 14] = [
+        ("kvd_keys", "Keys stored on this node.", s.keys as f64),
+        (
+            "kvd_uptime_seconds",
+            "Seconds since the node started.",
+            s.uptime_ms as f64 / 1e3,
+        ),
+        (
+            "kvd_connections_open",
+            "Client connections open now.",
+            s.counts.connections_open() as f64,
+        ),
+        (
+            "kvd_memory_used_bytes",
+            "Memory the stored data takes, as accounted for --max-memory.",
+            s.memory_used_bytes as f64,
+        ),
+        (
+            "kvd_memory_max_bytes",
+            "--max-memory (0: no cap).",
+            s.max_memory_bytes as f64,
+        ),
+        (
+            "kvd_process_resident_memory_bytes",
+            "Resident memory of the kvd process.",
+            s.system.process_rss_bytes as f64,
+        ),
+        (
+            "kvd_host_memory_used_bytes",
+            "Memory in use on the host.",
+            s.system.host_mem_used_bytes as f64,
+        ),
+        (
+            "kvd_log_bytes",
+            "Bytes of log segments on disk (0 without --data-dir).",
+            d.log_bytes as f64,
+        ),
+        (
+            "kvd_log_entries",
+            "Log entries since the newest snapshot.",
+            d.log_entries as f64,
+        ),
+        (
+            "kvd_log_last_applied_index",
+            "Index of the last applied log entry.",
+            d.last_applied as f64,
+        ),
+        (
+            "kvd_snapshot_bytes",
+            "Size of the newest snapshot (0: none).",
+            d.snapshot_bytes as f64,
+        ),
+        (
+            "kvd_snapshot_age_seconds",
+            "Seconds since the newest snapshot was written or loaded.",
+            d.snapshot_age_ms as f64 / 1e3,
+        ),
+        (
+            "kvd_fsync_p50_seconds",
+            "Median time of a log fsync.",
+            d.fsync_p50_us as f64 / 1e6,
+        ),
+        (
+            "kvd_fsync_p99_seconds",
+            "99th percentile time of a log fsync.",
+            d.fsync_p99_us as f64 / 1e6,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        family(&mut out, name, "gauge", help);
+        let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {value}");
+    }
+    family(
+        &mut out,
+        "kvd_process_cpu_seconds_total",
+        "counter",
+        "CPU time the kvd process used (user and system), as last sampled.",
+    );
+    let _ = writeln!(
+        out,
+        "kvd_process_cpu_seconds_total{{shard=\"{shard}\"}} {}",
+        s.system.process_cpu_ms as f64 / 1e3
+    );
+    family(&mut out, "kvd_fsyncs_total", "counter", "Fsyncs of the log.");
+    let _ = writeln!(out, "kvd_fsyncs_total{{shard=\"{shard}\"}} {}", d.fsyncs);
+    family(
+        &mut out,
+        "kvd_snapshots_total",
+        "counter",
+        "Snapshots this process wrote.",
+    );
+    let _ = writeln!(out, "kvd_snapshots_total{{shard=\"{shard}\"}} {}", d.snapshots_taken);
+    family(
+        &mut out,
+        "kvd_info",
+        "gauge",
+        "Always 1; the labels say what the node is.",
+    );
+    let _ = writeln!(
+        out,
+        "kvd_info{{shard=\"{shard}\",version=\"{}\",durability=\"{}\"}} 1",
+        s.version, d.mode
+    );
+    out
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let help = help.replace('\\', "\\\\").replace('\n', " ");
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_has_a_total_with_a_shard_label() {
+        let mut s = NodeStats::default();
+        s.counts.gets = 42;
+        let text = render(&s);
+        assert!(
+            text.contains("# TYPE kvd_gets_total counter\nkvd_gets_total{shard=\"0/1\"} 42\n"),
+            "{text}"
+        );
+        for &c in Counter::ALL {
+            assert!(text.contains(&format!("kvd_{}_total{{", c.name())));
+        }
+        assert!(text.contains("kvd_info{shard=\"0/1\""));
+    }
+}

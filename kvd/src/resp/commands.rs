@@ -1,0 +1,334 @@
+//! The Redis commands kvd answers, and what each becomes: ops in the pipeline's batch, or
+//! a reply written at once. Anything else is `-ERR unknown command`, and the connection goes on.
+
+use kvshared::wire::OpKind;
+
+use super::connection::Args;
+use super::pipeline::Pipeline;
+use super::reply;
+use crate::node::Node;
+
+/// The Redis version kvd reports where tools ask (the commands it answers behave as 7.0's).
+pub const REDIS_VERSION: &str = "7.0.0";
+
+/// Commands answered (for `COMMAND COUNT`).
+const COMMANDS: &[&str] = &[
+    "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DEL", "ECHO", "EXISTS", "GET", "GETSET", "HELLO", "INFO", "MGET",
+    "MSET", "PING", "QUIT", "SELECT", "SET",
+];
+
+/// What a connection remembers between commands.
+pub struct Session {
+    id: u64,
+    peer: String,
+    name: Vec<u8>,
+    authenticated: bool,
+}
+
+impl Session {
+    /// A new connection's session; `open` when the node needs no token.
+    pub fn new(id: u64, peer: String, open: bool) -> Session {
+        Session {
+            id,
+            peer,
+            name: Vec::new(),
+            authenticated: open,
+        }
+    }
+}
+
+fn is(arg: &[u8], name: &str) -> bool {
+    arg.eq_ignore_ascii_case(name.as_bytes())
+}
+
+fn wrong_args(p: &mut Pipeline, name: &[u8]) {
+    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+    p.immediate(|o| reply::error(o, &format!("ERR wrong number of arguments for '{name}' command")));
+}
+
+/// Adds one command to the pipeline; true when the connection closes after the replies.
+pub fn dispatch(node: &Node, forward: bool, s: &mut Session, args: &Args<'_>, p: &mut Pipeline) -> bool {
+    let name = args.get(0);
+    let n = args.len();
+    if !s.authenticated && !is(name, "AUTH") && !is(name, "HELLO") && !is(name, "QUIT") {
+        p.immediate(|o| reply::error(o, "NOAUTH Authentication required."));
+        return false;
+    }
+    match name {
+        _ if is(name, "GET") => match n {
+            2 => p.get(node, forward, args.get(1)),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "SET") => set(node, forward, args, p),
+        _ if is(name, "GETSET") => match n {
+            3 => p.set(node, forward, args.get(1), args.get(2), true),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "DEL") || is(name, "UNLINK") || is(name, "EXISTS") => match n {
+            1 => wrong_args(p, name),
+            _ => {
+                let keys: Vec<&[u8]> = args.rest(1).collect();
+                p.count(node, forward, &keys, !is(name, "EXISTS"));
+            }
+        },
+        _ if is(name, "MGET") => match n {
+            1 => wrong_args(p, name),
+            _ => {
+                let keys: Vec<&[u8]> = args.rest(1).collect();
+                p.mget(node, forward, &keys);
+            }
+        },
+        _ if is(name, "MSET") => match n {
+            _ if n < 3 || n.is_multiple_of(2) => wrong_args(p, name),
+            _ => {
+                let pairs: Vec<(&[u8], &[u8])> = (1..n).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
+                p.mset(node, forward, &pairs);
+            }
+        },
+        _ if is(name, "PING") => match n {
+            1 => p.immediate(|o| reply::simple(o, "PONG")),
+            2 => p.immediate(|o| reply::bulk(o, args.get(1))),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "ECHO") => match n {
+            2 => p.immediate(|o| reply::bulk(o, args.get(1))),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "QUIT") => {
+            p.immediate(|o| reply::simple(o, "OK"));
+            return true;
+        }
+        _ if is(name, "SELECT") => match n {
+            2 if args.get(1) == b"0" => p.immediate(|o| reply::simple(o, "OK")),
+            2 => p.immediate(|o| reply::error(o, "ERR DB index is out of range (kvd has one database, 0)")),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "DBSIZE") => {
+            let keys = node.store.len() as i64;
+            p.immediate(|o| reply::integer(o, keys));
+        }
+        _ if is(name, "INFO") => {
+            let text = super::info::info(node, args.get(1), s.id);
+            p.immediate(|o| reply::bulk(o, text.as_bytes()));
+        }
+        _ if is(name, "CONFIG") => config(node, args, p),
+        _ if is(name, "COMMAND") => command(args, p),
+        _ if is(name, "CLIENT") => client(s, args, p),
+        _ if is(name, "AUTH") => auth(node, s, args.get(n.saturating_sub(1)), n, p),
+        _ if is(name, "HELLO") => hello(node, s, args, p),
+        _ => {
+            let shown = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
+            let rest: Vec<String> = args
+                .rest(1)
+                .take(8)
+                .map(|a| format!("'{}'", String::from_utf8_lossy(&a[..a.len().min(64)])))
+                .collect();
+            p.immediate(|o| {
+                reply::error(
+                    o,
+                    &format!(
+                        "ERR unknown command '{shown}', with args beginning with: {}",
+                        rest.join(" ")
+                    ),
+                )
+            });
+        }
+    }
+    false
+}
+
+/// SET key value [NX|XX] [GET] [EX s|PX ms|EXAT|PXAT|KEEPTTL].
+fn set(node: &Node, forward: bool, args: &Args<'_>, p: &mut Pipeline) {
+    if args.len() < 3 {
+        return wrong_args(p, args.get(0));
+    }
+    let mut get_old = false;
+    let mut kind = OpKind::Put;
+    for opt in args.rest(3) {
+        if is(opt, "GET") {
+            get_old = true;
+        } else if (is(opt, "NX") || is(opt, "XX")) && kind == OpKind::Put {
+            kind = if is(opt, "NX") {
+                OpKind::PutIfAbsent
+            } else {
+                OpKind::PutIfPresent
+            };
+        } else if ["EX", "PX", "EXAT", "PXAT", "KEEPTTL"].iter().any(|t| is(opt, t)) {
+            return p.immediate(|o| {
+                reply::error(
+                    o,
+                    "ERR kvd keeps no expiries: EX, PX, EXAT, PXAT and KEEPTTL are not supported",
+                )
+            });
+        } else {
+            return p.immediate(|o| reply::error(o, "ERR syntax error"));
+        }
+    }
+    p.set_if(node, forward, args.get(1), args.get(2), get_old, kind);
+}
+
+/// CONFIG GET pattern: the few settings benchmark tools ask for at start.
+fn config(node: &Node, args: &Args<'_>, p: &mut Pipeline) {
+    if !is(args.get(1), "GET") || args.len() != 3 {
+        return p.immediate(|o| {
+            reply::error(
+                o,
+                "ERR kvd answers only CONFIG GET <name> (settings are flags; see kvd --help)",
+            )
+        });
+    }
+    let durable = node.config.data_dir.is_some();
+    let stats = node.stats();
+    let max_memory = stats.max_memory_bytes.to_string();
+    let policy = match stats.eviction.as_str() {
+        "lru" => "allkeys-lru",
+        "random" => "allkeys-random",
+        _ => "noeviction",
+    }
+    .to_string();
+    let settings: [(&str, String); 5] = [
+        ("save", String::new()),
+        ("appendonly", if durable { "yes" } else { "no" }.into()),
+        ("maxmemory", max_memory),
+        ("maxmemory-policy", policy),
+        ("databases", "1".into()),
+    ];
+    let pattern = args.get(2);
+    let hits: Vec<&(&str, String)> = settings
+        .iter()
+        .filter(|(name, _)| pattern == b"*" || is(pattern, name))
+        .collect();
+    p.immediate(|o| {
+        reply::array(o, hits.len() * 2);
+        for (name, value) in hits {
+            reply::bulk(o, name.as_bytes());
+            reply::bulk(o, value.as_bytes());
+        }
+    });
+}
+
+/// COMMAND, COMMAND COUNT, COMMAND DOCS (what redis-cli asks).
+fn command(args: &Args<'_>, p: &mut Pipeline) {
+    match args.get(1) {
+        b"" => p.immediate(|o| reply::array(o, 0)),
+        sub if is(sub, "COUNT") => p.immediate(|o| reply::integer(o, COMMANDS.len() as i64)),
+        // An error makes redis-cli fall back to its built-in help.
+        sub if is(sub, "DOCS") => p.immediate(|o| reply::error(o, "ERR COMMAND DOCS is not supported by kvd")),
+        _ => p.immediate(|o| reply::error(o, "ERR kvd answers COMMAND, COMMAND COUNT and COMMAND DOCS only")),
+    }
+}
+
+/// CLIENT SETNAME / GETNAME / ID / INFO.
+fn client(s: &mut Session, args: &Args<'_>, p: &mut Pipeline) {
+    let sub = args.get(1);
+    if is(sub, "SETNAME") && args.len() == 3 {
+        let name = args.get(2);
+        if name.iter().any(|&b| b <= b' ' || b > b'~') {
+            return p.immediate(|o| {
+                reply::error(
+                    o,
+                    "ERR Client names cannot contain spaces, newlines or special characters.",
+                )
+            });
+        }
+        s.name = name.to_vec();
+        p.immediate(|o| reply::simple(o, "OK"));
+    } else if is(sub, "GETNAME") {
+        let name = s.name.clone();
+        p.immediate(|o| {
+            if name.is_empty() {
+                reply::null(o)
+            } else {
+                reply::bulk(o, &name)
+            }
+        });
+    } else if is(sub, "ID") {
+        let id = s.id as i64;
+        p.immediate(|o| reply::integer(o, id));
+    } else if is(sub, "INFO") {
+        let text = format!(
+            "id={} addr={} name={} db=0 resp=2\n",
+            s.id,
+            s.peer,
+            String::from_utf8_lossy(&s.name)
+        );
+        p.immediate(|o| reply::bulk(o, text.as_bytes()));
+    } else {
+        p.immediate(|o| reply::error(o, "ERR kvd answers CLIENT SETNAME, GETNAME, ID and INFO only"));
+    }
+}
+
+/// AUTH [user] token: the node's `--auth-token-file` token.
+fn auth(node: &Node, s: &mut Session, token: &[u8], n: usize, p: &mut Pipeline) {
+    if !(2..=3).contains(&n) {
+        return wrong_args(p, b"auth");
+    }
+    match &node.config.auth {
+        None => p.immediate(|o| {
+            reply::error(
+                o,
+                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            )
+        }),
+        Some(t) if t.matches(token) => {
+            s.authenticated = true;
+            p.immediate(|o| reply::simple(o, "OK"));
+        }
+        Some(_) => p.immediate(|o| reply::error(o, "WRONGPASS invalid username-password pair or user is disabled.")),
+    }
+}
+
+/// HELLO [protover [AUTH user token] [SETNAME name]]: RESP2 only.
+fn hello(node: &Node, s: &mut Session, args: &Args<'_>, p: &mut Pipeline) {
+    let version = args.get(1);
+    if !version.is_empty() && version != b"2" {
+        return p.immediate(|o| {
+            reply::error(
+                o,
+                "NOPROTO sorry, this protocol version is not supported (kvd speaks RESP2)",
+            )
+        });
+    }
+    let mut i = 2;
+    while i < args.len() {
+        if is(args.get(i), "AUTH") && i + 2 < args.len() + 1 {
+            let token = args.get(i + 2);
+            match &node.config.auth {
+                Some(t) if t.matches(token) => s.authenticated = true,
+                None => {}
+                Some(_) => {
+                    return p.immediate(|o| {
+                        reply::error(o, "WRONGPASS invalid username-password pair or user is disabled.")
+                    });
+                }
+            }
+            i += 3;
+        } else if is(args.get(i), "SETNAME") {
+            s.name = args.get(i + 1).to_vec();
+            i += 2;
+        } else {
+            return p.immediate(|o| reply::error(o, "ERR syntax error in HELLO"));
+        }
+    }
+    if !s.authenticated {
+        return p.immediate(|o| reply::error(o, "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"));
+    }
+    let id = s.id as i64;
+    p.immediate(|o| {
+        reply::array(o, 14);
+        for (k, v) in [("server", "redis"), ("version", REDIS_VERSION)] {
+            reply::bulk(o, k.as_bytes());
+            reply::bulk(o, v.as_bytes());
+        }
+        reply::bulk(o, b"proto");
+        reply::integer(o, 2);
+        reply::bulk(o, b"id");
+        reply::integer(o, id);
+        for (k, v) in [("mode", "standalone"), ("role", "master")] {
+            reply::bulk(o, k.as_bytes());
+            reply::bulk(o, v.as_bytes());
+        }
+        reply::bulk(o, b"modules");
+        reply::array(o, 0);
+    });
+}

@@ -1,0 +1,374 @@
+//! One pipeline of RESP commands: every complete command of one read becomes a step; the
+//! data commands' ops go into one batch that runs through [`Node::execute`] (the same entry
+//! point as the binary protocol, so no store logic lives here), ops on keys of other shards
+//! go to their owners through the cluster client, and the replies are written in command
+//! order into one buffer.
+
+use std::ops::Range;
+
+use kvshared::client::{ClientError, Cluster, Op, Outcome};
+use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
+use kvshared::routing::{key_hash, owner_node};
+use kvshared::stats::Counts;
+use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, encode_frame};
+
+use super::reply;
+use crate::node::Node;
+use crate::store::{ReplyRoom, Scratch};
+
+/// Where one op of the pipeline runs: in this node's batch, or forwarded.
+#[derive(Clone, Copy)]
+enum OpAt {
+    Local(usize),
+    Remote(usize),
+}
+
+/// What one command's reply is made of.
+enum Step {
+    /// A reply already written (into `Pipeline::immediate`).
+    Immediate(Range<usize>),
+    /// GET: a bulk value or null.
+    Get(usize),
+    /// SET: `+OK`, or with GET the old value.
+    Set { put: usize, old: Option<usize> },
+    /// DEL: how many of `n` ops found their key.
+    Del { first: usize, n: usize },
+    /// EXISTS: how many of `n` gets found their key.
+    Exists { first: usize, n: usize },
+    /// MGET: an array of `n` values.
+    MGet { first: usize, n: usize },
+    /// MSET: `+OK` once all `n` puts are stored.
+    MSet { first: usize, n: usize },
+}
+
+/// The steps and ops of one pipeline, reused from read to read.
+#[derive(Default)]
+pub struct Pipeline {
+    steps: Vec<Step>,
+    ops: Vec<OpAt>,
+    local: BatchRequest,
+    remote: Vec<(OpKind, Range<usize>, Range<usize>)>,
+    remote_bytes: Vec<u8>,
+    immediate: Vec<u8>,
+    response: BatchResponse,
+    remote_results: Vec<Result<Outcome, ClientError>>,
+    local_error: Option<String>,
+    frame: AlignedVec,
+    body: AlignedVec,
+    scratch: Scratch,
+}
+
+/// One op's result, wherever it ran.
+enum Result1<'a> {
+    Reply(OpReply<'a>),
+    Failed(String),
+}
+
+impl Pipeline {
+    /// Starts a new pipeline (keeps the buffers).
+    pub fn clear(&mut self) {
+        self.steps.clear();
+        self.ops.clear();
+        self.local.clear();
+        self.remote.clear();
+        self.remote_bytes.clear();
+        self.immediate.clear();
+        self.remote_results.clear();
+        self.local_error = None;
+    }
+
+    /// Whether no command is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Commands waiting.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// A command answered without the store (PING, an error, ...): `write` puts its reply.
+    pub fn immediate(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.immediate.len();
+        write(&mut self.immediate);
+        self.steps.push(Step::Immediate(start..self.immediate.len()));
+    }
+
+    fn op(&mut self, node: &Node, forward: bool, kind: OpKind, key: &[u8], value: &[u8]) -> usize {
+        let shard = node.config.shard;
+        let owner = owner_node(key_hash(key), shard.count);
+        let at = if owner == shard.index || !forward {
+            self.local.push(kind, key, value);
+            OpAt::Local(self.local.len() - 1)
+        } else {
+            let k = self.remote_bytes.len()..self.remote_bytes.len() + key.len();
+            self.remote_bytes.extend_from_slice(key);
+            let v = self.remote_bytes.len()..self.remote_bytes.len() + value.len();
+            self.remote_bytes.extend_from_slice(value);
+            self.remote.push((kind, k, v));
+            OpAt::Remote(self.remote.len() - 1)
+        };
+        self.ops.push(at);
+        self.ops.len() - 1
+    }
+
+    /// GET key.
+    pub fn get(&mut self, node: &Node, forward: bool, key: &[u8]) {
+        let op = self.op(node, forward, OpKind::Get, key, &[]);
+        self.steps.push(Step::Get(op));
+    }
+
+    /// SET key value [GET]: with GET, a get of the key runs just before the put (the same
+    /// batch keeps their order on the key, under one lock: nothing comes between).
+    pub fn set(&mut self, node: &Node, forward: bool, key: &[u8], value: &[u8], get_old: bool) {
+        self.set_if(node, forward, key, value, get_old, OpKind::Put);
+    }
+
+    /// SET key value [NX|XX] [GET]: `kind` is `Put`, `PutIfAbsent` (NX) or `PutIfPresent` (XX).
+    pub fn set_if(&mut self, node: &Node, forward: bool, key: &[u8], value: &[u8], get_old: bool, kind: OpKind) {
+        let old = get_old.then(|| self.op(node, forward, OpKind::Get, key, &[]));
+        let put = self.op(node, forward, kind, key, value);
+        self.steps.push(Step::Set { put, old });
+    }
+
+    /// DEL key... or EXISTS key...
+    pub fn count(&mut self, node: &Node, forward: bool, keys: &[&[u8]], delete: bool) {
+        let first = self.ops.len();
+        let kind = if delete { OpKind::Delete } else { OpKind::Get };
+        for key in keys {
+            self.op(node, forward, kind, key, &[]);
+        }
+        let n = keys.len();
+        self.steps.push(if delete {
+            Step::Del { first, n }
+        } else {
+            Step::Exists { first, n }
+        });
+    }
+
+    /// MGET key...
+    pub fn mget(&mut self, node: &Node, forward: bool, keys: &[&[u8]]) {
+        let first = self.ops.len();
+        for key in keys {
+            self.op(node, forward, OpKind::Get, key, &[]);
+        }
+        self.steps.push(Step::MGet { first, n: keys.len() });
+    }
+
+    /// MSET key value ...
+    pub fn mset(&mut self, node: &Node, forward: bool, pairs: &[(&[u8], &[u8])]) {
+        let first = self.ops.len();
+        for (key, value) in pairs {
+            self.op(node, forward, OpKind::Put, key, value);
+        }
+        self.steps.push(Step::MSet { first, n: pairs.len() });
+    }
+
+    /// Runs the ops (this node's through [`Node::execute`], the others' through `cluster`)
+    /// and appends every reply, in command order, to `out`.
+    pub async fn run(&mut self, node: &Node, cluster: Option<&Cluster>, tally: &mut Counts, out: &mut Vec<u8>) {
+        self.execute(node, cluster, tally).await;
+        self.write_replies(out);
+    }
+
+    /// Runs the ops; their results are then read with [`Pipeline::outcome`].
+    pub async fn execute(&mut self, node: &Node, cluster: Option<&Cluster>, tally: &mut Counts) {
+        let remote: Vec<Op<'_>> = self
+            .remote
+            .iter()
+            .map(|(kind, k, v)| {
+                let key = &self.remote_bytes[k.clone()];
+                match kind {
+                    OpKind::Get => Op::Get(key),
+                    OpKind::Put => Op::Put(key, &self.remote_bytes[v.clone()]),
+                    OpKind::PutIfAbsent => Op::PutIfAbsent(key, &self.remote_bytes[v.clone()]),
+                    OpKind::PutIfPresent => Op::PutIfPresent(key, &self.remote_bytes[v.clone()]),
+                    OpKind::Delete => Op::Delete(key),
+                }
+            })
+            .collect();
+        let forwarded = async {
+            match cluster {
+                Some(c) if !remote.is_empty() => c.batch(&remote).await,
+                _ => Vec::new(),
+            }
+        };
+        let local = run_local(
+            node,
+            &self.local,
+            &mut self.frame,
+            &mut self.body,
+            &mut self.response,
+            &mut self.scratch,
+            tally,
+        );
+        let (local_error, remote_results) = tokio::join!(local, forwarded);
+        self.local_error = local_error;
+        self.remote_results = remote_results;
+    }
+
+    /// Op `i`'s result after [`Pipeline::execute`]: what the store (here or at the owner)
+    /// answered, or why there is no answer (an `ERR ...` text).
+    pub fn outcome(&self, i: usize) -> Result<OpReply<'_>, String> {
+        match self.result(i) {
+            Result1::Reply(r) => Ok(r),
+            Result1::Failed(e) => Err(e),
+        }
+    }
+
+    fn result(&self, i: usize) -> Result1<'_> {
+        match self.ops.get(i) {
+            Some(OpAt::Local(j)) => match &self.local_error {
+                Some(e) => Result1::Failed(e.clone()),
+                None => Result1::Reply(self.response.result(*j)),
+            },
+            Some(OpAt::Remote(j)) => match self.remote_results.get(*j) {
+                Some(Ok(Outcome::Value(v))) => Result1::Reply(OpReply::Found(v)),
+                Some(Ok(Outcome::NotFound)) => Result1::Reply(OpReply::NotFound),
+                Some(Ok(Outcome::Stored)) => Result1::Reply(OpReply::Stored),
+                Some(Ok(Outcome::Deleted(true))) => Result1::Reply(OpReply::Deleted),
+                Some(Ok(Outcome::Deleted(false))) => Result1::Reply(OpReply::Absent),
+                Some(Ok(Outcome::NotStored)) => Result1::Reply(OpReply::NotStored),
+                Some(Err(e)) => Result1::Failed(format!("ERR forwarding to the key's owner failed: {e}")),
+                None => Result1::Failed("ERR no node to forward the key to".into()),
+            },
+            None => Result1::Failed("ERR internal: op out of range".into()),
+        }
+    }
+
+    fn write_replies(&self, out: &mut Vec<u8>) {
+        let result = |i: usize| self.result(i);
+        for step in &self.steps {
+            match *step {
+                Step::Immediate(ref r) => out.extend_from_slice(&self.immediate[r.clone()]),
+                Step::Get(op) => value_reply(out, result(op)),
+                Step::Set { put, old } => match (result(put), old) {
+                    (Result1::Reply(OpReply::Stored), None) => reply::simple(out, "OK"),
+                    (Result1::Reply(OpReply::Stored | OpReply::NotStored), Some(old)) => value_reply(out, result(old)),
+                    // SET NX/XX whose condition did not hold: a null reply, as Redis.
+                    (Result1::Reply(OpReply::NotStored), None) => reply::null(out),
+                    (other, _) => error_reply(out, other),
+                },
+                Step::Del { first, n } | Step::Exists { first, n } => {
+                    let mut count = 0;
+                    let mut failed = None;
+                    for i in first..first + n {
+                        match result(i) {
+                            Result1::Reply(OpReply::Deleted | OpReply::Found(_) | OpReply::TooLarge) => count += 1,
+                            Result1::Reply(OpReply::Absent | OpReply::NotFound) => {}
+                            other => failed = failed.or(Some(other)),
+                        }
+                    }
+                    match failed {
+                        None => reply::integer(out, count),
+                        Some(f) => error_reply(out, f),
+                    }
+                }
+                Step::MGet { first, n } => {
+                    reply::array(out, n);
+                    for i in first..first + n {
+                        value_reply(out, result(i));
+                    }
+                }
+                Step::MSet { first, n } => {
+                    match (first..first + n)
+                        .map(result)
+                        .find(|r| !matches!(r, Result1::Reply(OpReply::Stored)))
+                    {
+                        None => reply::simple(out, "OK"),
+                        Some(f) => error_reply(out, f),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs this node's part of the pipeline; `Some(error)` when it could not be answered.
+async fn run_local(
+    node: &Node,
+    batch: &BatchRequest,
+    frame: &mut AlignedVec,
+    body: &mut AlignedVec,
+    response: &mut BatchResponse,
+    scratch: &mut Scratch,
+    tally: &mut Counts,
+) -> Option<String> {
+    if batch.is_empty() {
+        return None;
+    }
+    // The batch goes through the same validated view as a binary-protocol frame.
+    if let Err(e) = encode_frame(FrameKind::BatchRequest, 0, batch, frame) {
+        return Some(format!("ERR {e}"));
+    }
+    body.clear();
+    body.extend_from_slice(frame.get(HEADER_LEN..).unwrap_or_default());
+    let view = match BatchView::parse(body) {
+        Ok(view) => view,
+        Err(e) => return Some(format!("ERR {e}")),
+    };
+    tally.batches += 1;
+    let max_reply = node.config.max_frame as usize;
+    let mut room = Capped {
+        left: BatchResponse::value_room(view.len(), max_reply),
+        first: true,
+    };
+    // In memory the batch is done here; with a data dir its writes wait for the log.
+    let mut log = node.execute(&view, response, &mut room, scratch, tally)?;
+    log.wait().await;
+    match log.finish(response, max_reply) {
+        Some(Ok(())) => None,
+        Some(Err(e)) => Some(format!(
+            "ERR the shard's log failed; the write may or may not have taken effect: {e}"
+        )),
+        None => Some("ERR the shard's log did not answer".into()),
+    }
+}
+
+/// Keeps one pipeline's values within the frame limit (the first value always goes in), so
+/// a pipeline of large GETs cannot make an unbounded reply; the others are answered "reply
+/// too large".
+struct Capped {
+    left: usize,
+    first: bool,
+}
+
+impl ReplyRoom for Capped {
+    fn admit(&mut self, bytes: usize) -> bool {
+        if bytes <= self.left || std::mem::take(&mut self.first) {
+            self.left = self.left.saturating_sub(bytes);
+            self.first = false;
+            return true;
+        }
+        false
+    }
+}
+
+fn value_reply(out: &mut Vec<u8>, r: Result1<'_>) {
+    match r {
+        Result1::Reply(OpReply::Found(v)) => reply::bulk(out, v),
+        Result1::Reply(OpReply::NotFound) => reply::null(out),
+        other => error_reply(out, other),
+    }
+}
+
+fn error_reply(out: &mut Vec<u8>, r: Result1<'_>) {
+    match r {
+        Result1::Failed(e) => reply::error(out, &e),
+        Result1::Reply(OpReply::WrongShard { owner, nodes }) => reply::error(
+            out,
+            &format!(
+                "ERR the key belongs to node {owner} of {nodes}; start this kvd with --nodes so it can forward it, or send it there"
+            ),
+        ),
+        Result1::Reply(OpReply::OutOfMemory) => {
+            reply::error(out, "OOM command not allowed when used memory > 'maxmemory'.")
+        }
+        Result1::Reply(OpReply::Malformed(why)) => reply::error(out, &format!("ERR malformed: {why}")),
+        Result1::Reply(OpReply::TooLarge) => reply::error(
+            out,
+            "ERR the pipeline's values do not fit in one reply (--max-frame): send fewer commands at once",
+        ),
+        Result1::Reply(other) => reply::error(out, &format!("ERR unexpected result {other:?}")),
+    }
+}

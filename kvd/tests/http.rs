@@ -1,0 +1,163 @@
+//! The HTTP front against the binary: /kv on a 2-node cluster (forwarded keys included),
+//! /stats, /healthz, and /metrics checked by Prometheus's own `promtool check metrics`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Kvd, free_port, start_at};
+/// Two nodes with HTTP fronts that forward each other's keys; the guards and HTTP addresses.
+fn cluster() -> (Vec<Kvd>, Vec<String>) {
+    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let http: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let nodes = bin.join(",");
+    let guards = (0..2)
+        .map(|i| {
+            let shard = format!("{i}/2");
+            start_at(&bin[i], &["--shard", &shard, "--http", &http[i], "--nodes", &nodes]).0
+        })
+        .collect();
+    (guards, http)
+}
+
+/// One HTTP/1.1 request (connection closed after it); the status and the body.
+fn request(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    request_with(addr, method, path, "", body)
+}
+
+/// As [`request`], with extra header lines (each ending in CRLF).
+fn request_with(addr: &str, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("no header end");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut body = raw[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    (status, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let len = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap().trim(), 16).unwrap();
+        if len == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[nl + 2..nl + 2 + len]);
+        b = &b[nl + 2 + len + 2..];
+    }
+}
+
+#[test]
+fn kv_round_trips_on_either_node_with_percent_decoded_keys() {
+    let (_nodes, http) = cluster();
+    for i in 0..40 {
+        let (status, _) = request(&http[0], "PUT", &format!("/kv/user%3A{i}"), format!("v{i}").as_bytes());
+        assert_eq!(status, 204);
+    }
+    // Read back through the other node: about half the keys are forwarded each way.
+    for i in 0..40 {
+        let (status, body) = request(&http[1], "GET", &format!("/kv/user:{i}"), b"");
+        assert_eq!((status, body), (200, format!("v{i}").into_bytes()), "user:{i}");
+    }
+    let (status, _) = request(&http[0], "DELETE", "/kv/user:3", b"");
+    assert_eq!(status, 204);
+    let (status, body) = request(&http[1], "GET", "/kv/user:3", b"");
+    assert_eq!(status, 404);
+    let err: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(err["error"].as_str().unwrap().contains("user:3"), "{err}");
+    let (status, _) = request(&http[0], "DELETE", "/kv/user:3", b"");
+    assert_eq!(status, 404);
+    // Raw bytes in, raw bytes out.
+    let value: Vec<u8> = (0..=255u8).collect();
+    assert_eq!(request(&http[0], "PUT", "/kv/bin", &value).0, 204);
+    assert_eq!(request(&http[1], "GET", "/kv/bin", b""), (200, value));
+}
+
+#[test]
+fn stats_healthz_and_metrics_that_promtool_accepts() {
+    let (_nodes, http) = cluster();
+    assert_eq!(request(&http[0], "PUT", "/kv/a", b"1").0, 204);
+    assert_eq!(request(&http[0], "GET", "/kv/a", b"").0, 200);
+
+    let (status, body) = request(&http[0], "GET", "/stats", b"");
+    assert_eq!(status, 200);
+    let stats: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(stats["shard"], "0/2");
+    assert!(stats["durability"]["mode"] == "memory", "{stats}");
+
+    let (status, body) = request(&http[1], "GET", "/healthz", b"");
+    assert_eq!(status, 200);
+    let health: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (health["status"].as_str(), health["shard"].as_str()),
+        (Some("serving"), Some("1/2"))
+    );
+
+    let (status, body) = request(&http[0], "GET", "/metrics", b"");
+    assert_eq!(status, 200);
+    let text = String::from_utf8(body).unwrap();
+    assert!(text.contains("kvd_puts_total{shard=\"0/2\"}"), "{text}");
+    assert!(text.contains("# TYPE kvd_keys gauge"), "{text}");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is missing: .ci/run takes it out of Debian's prometheus package into target/tools/usr/bin (add that to PATH)");
+    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics refused the exposition:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn unknown_paths_and_methods_are_refused() {
+    let (_nodes, http) = cluster();
+    assert_eq!(request(&http[0], "GET", "/nope", b"").0, 404);
+    assert_eq!(request(&http[0], "POST", "/kv/a", b"x").0, 405);
+}
+
+/// With a token, everything but /healthz wants `Authorization: Bearer TOKEN`.
+#[test]
+fn a_token_guards_everything_but_healthz() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("http-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    let token = "0123456789abcdef0123456789abcdef";
+    std::fs::write(&token_file, token).unwrap();
+    let http = format!("127.0.0.1:{}", free_port());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let _node = start_at(
+        &listen,
+        &["--http", &http, "--auth-token-file", token_file.to_str().unwrap()],
+    );
+    assert_eq!(request(&http, "GET", "/kv/a", b"").0, 401);
+    assert_eq!(request(&http, "GET", "/metrics", b"").0, 401);
+    assert_eq!(request(&http, "GET", "/healthz", b"").0, 200);
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let with = |method: &str, path: &str, body: &[u8]| request_with(&http, method, path, &bearer, body).0;
+    assert_eq!(with("PUT", "/kv/a", b"1"), 204);
+    assert_eq!(with("GET", "/kv/a", b""), 200);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,297 @@
+//! The RESP front against real Redis clients: the `redis` crate, redis-cli and
+//! redis-benchmark (Debian's `redis-tools`, which `.ci/run` installs), on a 2-node cluster
+//! where each node forwards the other's keys.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Kvd, free_port, start_at};
+use proptest::prelude::*;
+
+/// Two nodes, each with a RESP port and the other's address for forwarding; returns the
+/// guards and the two RESP addresses.
+fn cluster(extra: &[&str]) -> (Vec<Kvd>, Vec<String>) {
+    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let resp: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let nodes = bin.join(",");
+    let mut guards = Vec::new();
+    for i in 0..2 {
+        let shard = format!("{i}/2");
+        let mut args = vec!["--shard", &shard, "--resp", &resp[i], "--nodes", &nodes];
+        args.extend(extra);
+        guards.push(start_at(&bin[i], &args).0);
+    }
+    (guards, resp)
+}
+
+fn redis_url(addr: &str) -> String {
+    format!("redis://{addr}/")
+}
+
+#[test]
+fn the_redis_crate_gets_sets_deletes_and_pipelines_across_shards() {
+    use redis::Commands;
+    let (_nodes, resp) = cluster(&[]);
+    let client = redis::Client::open(redis_url(&resp[0])).unwrap();
+    let mut con = client.get_connection().unwrap();
+    // 200 keys: about half belong to the other node and are forwarded.
+    for i in 0..200 {
+        let () = con.set(format!("k{i}"), format!("v{i}")).unwrap();
+    }
+    for i in 0..200 {
+        let v: Option<String> = con.get(format!("k{i}")).unwrap();
+        assert_eq!(v.as_deref(), Some(format!("v{i}").as_str()));
+    }
+    // Every key is where its shard says: the other node's RESP port sees the same values.
+    let mut other = redis::Client::open(redis_url(&resp[1]))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let v: Option<String> = other.get("k7").unwrap();
+    assert_eq!(v.as_deref(), Some("v7"));
+    let sizes: (u64, u64) = (
+        redis::cmd("DBSIZE").query(&mut con).unwrap(),
+        redis::cmd("DBSIZE").query(&mut other).unwrap(),
+    );
+    assert_eq!(sizes.0 + sizes.1, 200, "{sizes:?}");
+    assert!(sizes.0 > 50 && sizes.1 > 50, "keys spread over both shards: {sizes:?}");
+
+    // A pipeline: replies come back in command order, ops on one key in order.
+    let (a, b, c, d): (String, Option<String>, u64, Option<String>) = redis::pipe()
+        .set("p1", "x")
+        .get("p1")
+        .del(&["p1", "k1", "nope"])
+        .get("p1")
+        .query(&mut con)
+        .map(|((), b, c, d): ((), Option<String>, u64, Option<String>)| ("OK".to_string(), b, c, d))
+        .unwrap();
+    assert_eq!((a.as_str(), b.as_deref(), c, d), ("OK", Some("x"), 2, None));
+
+    let () = redis::cmd("MSET")
+        .arg(&["m1", "1", "m2", "2", "m3", "3"])
+        .query(&mut con)
+        .unwrap();
+    let got: Vec<Option<String>> = redis::cmd("MGET")
+        .arg(&["m1", "m2", "m3", "m4"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(got, vec![Some("1".into()), Some("2".into()), Some("3".into()), None]);
+    let n: u64 = redis::cmd("EXISTS").arg(&["m1", "m2", "m4"]).query(&mut con).unwrap();
+    assert_eq!(n, 2);
+    let old: Option<String> = redis::cmd("GETSET").arg("m1").arg("9").query(&mut con).unwrap();
+    assert_eq!(old.as_deref(), Some("1"));
+    let old: Option<String> = redis::cmd("SET")
+        .arg("m1")
+        .arg("10")
+        .arg("GET")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(old.as_deref(), Some("9"));
+
+    // SET NX / XX: conditional, atomic with respect to other ops on the key.
+    let set = |con: &mut redis::Connection, k: &str, v: &str, cond: &str| -> Option<String> {
+        redis::cmd("SET").arg(k).arg(v).arg(cond).query(con).unwrap()
+    };
+    assert_eq!(set(&mut con, "c1", "x", "XX"), None);
+    assert_eq!(set(&mut con, "c1", "x", "NX").as_deref(), Some("OK"));
+    assert_eq!(set(&mut con, "c1", "y", "NX"), None);
+    assert_eq!(set(&mut con, "c1", "z", "XX").as_deref(), Some("OK"));
+    let v: Option<String> = con.get("c1").unwrap();
+    assert_eq!(v.as_deref(), Some("z"));
+    let old: Option<String> = redis::cmd("SET")
+        .arg("c1")
+        .arg("w")
+        .arg("NX")
+        .arg("GET")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        old.as_deref(),
+        Some("z"),
+        "SET NX GET gives the old value and stores nothing"
+    );
+    let v: Option<String> = con.get("c1").unwrap();
+    assert_eq!(v.as_deref(), Some("z"));
+
+    // An unknown command is an error, and the connection goes on.
+    let e = redis::cmd("LPUSH").arg("l").arg("x").query::<()>(&mut con).unwrap_err();
+    assert!(e.to_string().contains("unknown command"), "{e}");
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+fn redis_cli(addr: &str, args: &[&str]) -> String {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let out = Command::new("redis-cli")
+        .args(["-h", host, "-p", port])
+        .args(args)
+        .output()
+        .expect("redis-cli is missing: install Debian's redis-tools (.ci/run does)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+}
+
+#[test]
+fn redis_cli_and_redis_benchmark_work_against_the_cluster() {
+    let (_nodes, resp) = cluster(&[]);
+    assert_eq!(redis_cli(&resp[0], &["PING"]), "PONG");
+    assert_eq!(redis_cli(&resp[0], &["SET", "greeting", "hello world"]), "OK");
+    assert_eq!(redis_cli(&resp[1], &["GET", "greeting"]), "hello world");
+    assert_eq!(redis_cli(&resp[0], &["MSET", "a", "1", "b", "2"]), "OK");
+    // (redis-cli prints a missing value as an empty line; the helper trims the end.)
+    assert_eq!(redis_cli(&resp[1], &["MGET", "c", "a", "b"]), "\n1\n2");
+    assert_eq!(redis_cli(&resp[0], &["DEL", "a", "b", "c"]), "2");
+    assert!(redis_cli(&resp[0], &["INFO", "server"]).contains("redis_version:"));
+    assert!(redis_cli(&resp[0], &["INFO"]).contains("# Keyspace"));
+    // Pipelined input, as `redis-cli --pipe`-style scripts send it.
+    let (host, port) = resp[0].rsplit_once(':').unwrap();
+    let mut child = Command::new("redis-cli")
+        .args(["-h", host, "-p", port])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"SET s1 one\nSET s2 two\nGET s1\nGET s2\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "OK\nOK\none\ntwo\n");
+
+    // redis-benchmark exits 1 on the first error reply: its start-up CONFIG GETs, SET and
+    // GET must all be answered, with and without pipelining, over random keys of both shards.
+    for pipeline in ["1", "16"] {
+        let out = Command::new("redis-benchmark")
+            .args(["-h", host, "-p", port, "-t", "set,get", "-n", "20000", "-r", "10000"])
+            .args(["-P", pipeline, "-c", "8", "-q"])
+            .output()
+            .expect("redis-benchmark is missing: install Debian's redis-tools (.ci/run does)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("SET:") && text.contains("GET:"), "{text}");
+    }
+}
+
+/// Sends raw bytes, returns what the server said before closing (or within 2 s).
+fn raw(addr: &str, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = s.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
+    out
+}
+
+#[test]
+fn bad_input_gets_a_protocol_error_and_a_close_and_others_are_served() {
+    let (_nodes, resp) = cluster(&["--max-frame", "65536"]);
+    // A bulk length over --max-frame is refused before its bytes are awaited.
+    let out = raw(&resp[0], b"*2\r\n$3\r\nGET\r\n$9999999\r\n");
+    assert_eq!(out, b"-ERR Protocol error: invalid bulk length\r\n");
+    let out = raw(&resp[0], b"*9999999999\r\n");
+    assert_eq!(out, b"-ERR Protocol error: invalid multibulk length\r\n");
+    // Commands before the bad one are answered first.
+    let out = raw(&resp[0], b"PING\r\n*1\r\n:5\r\n");
+    assert_eq!(out, b"+PONG\r\n-ERR Protocol error: expected '$', got ':'\r\n");
+    // QUIT answers and closes.
+    assert_eq!(raw(&resp[0], b"QUIT\r\nPING\r\n"), b"+OK\r\n");
+    assert_eq!(redis_cli(&resp[0], &["PING"]), "PONG");
+}
+
+/// Mutated streams of valid commands never take the node down: after each, a fresh client
+/// is still answered.
+#[test]
+fn mutated_command_streams_never_stop_the_node() {
+    use proptest::test_runner::{Config, TestRunner};
+    let (_nodes, resp) = cluster(&["--max-frame", "65536"]);
+    let valid = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\nMGET k x y\r\n*4\r\n$3\r\nDEL\r\n$1\r\nk\r\n$1\r\na\r\n$1\r\nb\r\nPING\r\n";
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        ..Config::default()
+    });
+    let mutations = (
+        prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        any::<prop::sample::Index>(),
+    );
+    runner
+        .run(&mutations, |(flips, cut)| {
+            let mut stream = valid.to_vec();
+            for (at, b) in flips {
+                let i = at.index(stream.len());
+                stream[i] = b;
+            }
+            stream.truncate(cut.index(stream.len()) + 1);
+            let mut s = TcpStream::connect(&resp[0]).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            s.write_all(&stream).unwrap();
+            let mut sink = [0u8; 4096];
+            let _ = s.read(&mut sink);
+            drop(s);
+            prop_assert_eq!(redis_cli(&resp[0], &["PING"]), "PONG");
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Large commands on many connections cannot make the node hold more than
+/// --max-buffer-memory in read buffers, and a command that stalls half-way is closed after
+/// --read-timeout; other clients are served throughout.
+#[test]
+fn buffers_are_bounded_and_stalled_commands_are_closed() {
+    let (_nodes, resp) = cluster(&[
+        "--max-frame",
+        "600000",
+        "--max-buffer-memory",
+        "1mib",
+        "--read-timeout",
+        "1s",
+    ]);
+    // Each connection announces a 590,000-byte value and sends most of it.
+    let mut header = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$590000\r\n".to_vec();
+    header.extend(std::iter::repeat_n(b'x', 500_000));
+    let mut conns = Vec::new();
+    let mut refused = 0;
+    for _ in 0..6 {
+        let mut s = TcpStream::connect(&resp[0]).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let _ = s.write_all(&header);
+        let mut answer = [0u8; 256];
+        if let Ok(n) = s.read(&mut answer) {
+            let text = String::from_utf8_lossy(&answer[..n]);
+            assert!(text.contains("buffer memory is full"), "{text}");
+            refused += 1;
+        }
+        conns.push(s);
+    }
+    assert!(
+        refused >= 3,
+        "only {refused} of 6 large commands were refused with a 1 MiB budget"
+    );
+    assert_eq!(redis_cli(&resp[0], &["PING"]), "PONG");
+    // The stalled ones are closed after --read-timeout (1 s).
+    let mut s = TcpStream::connect(&resp[0]).unwrap();
+    s.write_all(b"*2\r\n$3\r\nGET\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut sink = [0u8; 64];
+    match s.read(&mut sink) {
+        Ok(0) => {}
+        Ok(n) => panic!(
+            "a stalled command was answered: {:?}",
+            String::from_utf8_lossy(&sink[..n])
+        ),
+        Err(e) => panic!("the stalled connection was not closed within 10 s: {e}"),
+    }
+    drop(conns);
+}
