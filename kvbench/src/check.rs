@@ -90,10 +90,18 @@ async fn record_history(args: &CheckArgs) -> anyhow::Result<History> {
         config.clients, config.keys, config.duration
     );
     let recording = record(cluster, &config).await;
-    if recording.refused > 0 {
+    for (kind, (n, first)) in &recording.refused {
+        let why = match *kind {
+            "node_down" | "connect" | "shutting_down" => "a node was down; they never ran, so they are left out",
+            "wrong_shard" => "refused as another shard's: is --nodes in shard order?",
+            _ => "they failed before running, so they are left out",
+        };
+        eprintln!("kvbench check: {n} ops not run ({why}); first: {first}");
+    }
+    if recording.unknown > 0 {
         eprintln!(
-            "kvbench check: {} ops were refused by the cluster (wrong shard? check --nodes order)",
-            recording.refused
+            "kvbench check: {} ops have an unknown outcome (sent, no answer: timeout or a node lost mid-request); the checker lets each have taken effect or not",
+            recording.unknown
         );
     }
     if let Some(path) = &args.history {

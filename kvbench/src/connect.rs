@@ -25,6 +25,14 @@ const MAX_AUTO_CONNS: usize = 16;
 pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
     let nodes = args.nodes.node_list()?;
     let cluster = Arc::new(connect_with(args, &nodes, client_config(args)?).await?);
+    let problems = cluster.check_layout().await;
+    if !problems.is_empty() {
+        let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+        anyhow::bail!(
+            "--nodes does not match the cluster, so most ops would be refused:\n{}",
+            lines.join("\n")
+        );
+    }
     if args.conns.is_some() {
         return Ok(cluster);
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kvshared::client::{ClientError, Cluster, NodeBatches, Reply};
+use kvshared::client::{ClientError, Cluster, NodeBatches, Reply, STALL_AFTER};
 use kvshared::wire::{BatchRequest, OpKind, OpStatus};
 use parking_lot::Mutex;
 use rand::Rng;
@@ -362,6 +362,7 @@ async fn task_loop(
     let mut sent = BatchRequest::new();
     let mut fill = BatchRequest::new();
     let fill_value = vec![0x5a_u8; filler.value_size()];
+    let mut parked: Vec<Option<Parked>> = (0..nodes).map(|_| None).collect();
     while !live.stop.load(Ordering::Relaxed) {
         let node = filler.fill(&prefix);
         // Open loop: the batch was due when its last op was scheduled; latency counts from then,
@@ -373,8 +374,38 @@ async fn task_loop(
                 break;
             }
         }
+        collect_parked(&mut parked, &mut out, &live).await;
+        if parked[node].is_some() {
+            // This node left an earlier batch of ours unanswered past STALL_AFTER: do not
+            // queue more behind it; the ops fail now and the other nodes' ops go on.
+            let ops: u64 = filler.take_counts(node).iter().sum();
+            out.error("stalled", ops);
+            live.failed.fetch_add(ops, Ordering::Relaxed);
+            tokio::task::yield_now().await;
+            continue;
+        }
         let sent_at = Instant::now();
-        let result = cluster.send_batch(node, filler.request(node)).await;
+        let result = match cluster.start_batch(node, filler.request(node)).await {
+            Err(e) => Err(e),
+            Ok(flight) => {
+                let waiting = {
+                    let cluster = cluster.clone();
+                    async move { cluster.finish_batch(node, flight).await }
+                };
+                let mut waiting = Box::pin(waiting);
+                tokio::select! {
+                    result = &mut waiting => result,
+                    _ = tokio::time::sleep(STALL_AFTER) => {
+                        // Stalled node: park the batch (it waits for its timeout on its own)
+                        // and go on with the other nodes.
+                        let wire_ops = filler.request(node).len() as u64;
+                        let counts = filler.take_counts(node);
+                        parked[node] = Some(Parked { wait: tokio::spawn(waiting), counts, wire_ops, sent_at });
+                        continue;
+                    }
+                }
+            }
+        };
         let done = Instant::now();
         let wire_ops = filler.request(node).len() as u64;
         // Cache-aside needs the keys of the misses once the reply is in (the batch is reused).
@@ -439,7 +470,62 @@ async fn task_loop(
             }
         }
     }
+    for p in parked.iter_mut().filter_map(Option::take) {
+        // The run is over: what a stalled node still owes is not waited for.
+        p.wait.abort();
+        let ops: u64 = p.counts.iter().sum();
+        out.error("stalled", ops);
+    }
     out
+}
+
+/// A batch left waiting on a node that stopped answering (see `STALL_AFTER`).
+struct Parked {
+    wait: tokio::task::JoinHandle<Result<Reply, ClientError>>,
+    counts: [u64; 4],
+    wire_ops: u64,
+    sent_at: Instant,
+}
+
+/// Accounts the parked batches that have finished (answered late, or timed out): a late
+/// answer's ops count as done, with the latency they really had; a failure as failed.
+async fn collect_parked(parked: &mut [Option<Parked>], out: &mut TaskOutput, live: &Live) {
+    for slot in parked.iter_mut() {
+        if !slot.as_ref().is_some_and(|p| p.wait.is_finished()) {
+            continue;
+        }
+        let Some(p) = slot.take() else { continue };
+        let ops: u64 = p.counts.iter().sum();
+        // Finished, so this does not wait.
+        match p.wait.await {
+            Ok(Ok(reply)) => {
+                let done = Instant::now();
+                let mut misses = Vec::new();
+                let failed = check_reply(&reply, p.wire_ops, out, true, &mut misses);
+                let ok_counts = without_failures(p.counts, failed);
+                let ok: u64 = ok_counts.iter().sum();
+                live.completed.fetch_add(ok, Ordering::Relaxed);
+                if done >= live.measure_start && done <= live.measure_end {
+                    let latency = done.saturating_duration_since(p.sent_at).as_nanos() as u64;
+                    for (i, &c) in ok_counts.iter().enumerate() {
+                        if c > 0 {
+                            let _ = out.hists[i].record_n(latency, c);
+                            out.ops_by_type[i] += c;
+                        }
+                    }
+                    live.measured.fetch_add(ok, Ordering::Relaxed);
+                }
+            }
+            Ok(Err(e)) => {
+                out.error(e.kind(), ops);
+                live.failed.fetch_add(ops, Ordering::Relaxed);
+            }
+            Err(_) => {
+                out.error("stalled", ops);
+                live.failed.fetch_add(ops, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// Per-type op counts with `failed` ops taken off (from the first types on). Per-op failures

@@ -143,14 +143,20 @@ pub async fn command(args: LoadArgs) -> anyhow::Result<()> {
             }
         })
     });
-    let result = load(cluster.clone(), &LoadPlan::from(&args), done).await;
+    let result = load(cluster.clone(), &LoadPlan::from(&args), done.clone()).await;
     if let Some(t) = ticker {
         t.abort();
     }
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let loaded = result?;
+    let loaded = result.map_err(|e| {
+        e.context(format!(
+            "the load stopped after {} of {} records were stored; running `kvbench load` again stores them all again from the first (it does not resume; a record stored twice is simply overwritten)",
+            grouped(done.load(Ordering::Relaxed)),
+            grouped(args.data.records)
+        ))
+    })?;
     let secs = loaded.elapsed.as_secs_f64();
     let mut keys = 0;
     for n in 0..cluster.node_count() {

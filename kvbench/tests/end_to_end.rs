@@ -381,3 +381,75 @@ fn dry_run_measures_generation_without_a_cluster() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("op/s per core") && text.contains("bytes/op"), "{text}");
 }
+
+/// A node that accepts connections and then answers nothing (as a SIGSTOPped kvd does):
+/// once its requests have gone unanswered for `STALL_AFTER`, the tasks park them and go on,
+/// so the other nodes' ops keep flowing every second while the stalled ones wait for their
+/// timeout; they end as failed (`stalled` or `timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_does_not_stop_the_other_nodes_ops() {
+    use kvbench::engine::{self, EngineConfig, Live};
+    use kvbench::workload::{Shared, SpecOptions, Workload, WorkloadSpec};
+
+    let mut nodes = LocalCluster::start(3, |_| {}).await.unwrap();
+    let addrs = nodes.addrs();
+    nodes.nodes.pop().unwrap().stop().await;
+    let frozen = tokio::net::TcpListener::bind(&addrs[2]).await.unwrap();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = frozen.accept().await {
+            held.push(socket);
+        }
+    });
+    let cluster = Arc::new(
+        Cluster::new(
+            &addrs,
+            ClientConfig {
+                request_timeout: std::time::Duration::from_secs(4),
+                pipeline: 4,
+                ..ClientConfig::default()
+            },
+        )
+        .unwrap(),
+    );
+    let spec = WorkloadSpec::new(
+        Workload::B,
+        &SpecOptions {
+            records: 1000,
+            value_size: 16,
+            ..SpecOptions::default()
+        },
+    );
+    let cfg = EngineConfig {
+        tasks: 8,
+        batch: 8,
+        warmup: std::time::Duration::ZERO,
+        duration: std::time::Duration::from_secs(5),
+        ops_limit: None,
+        rate: None,
+        seed: 5,
+        cache_aside: false,
+    };
+    let live = Live::new(&cfg);
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        engine::run(cluster, Shared::new(spec, 5), cfg, live),
+    )
+    .await
+    .expect("the run hung on a frozen node");
+    holder.abort();
+    // Seconds 2..5: the stall was found within the first second and a half, and from then
+    // on the live nodes' ops flow although the frozen node's requests still wait.
+    let seconds = &out.per_second;
+    assert!(seconds.len() >= 4, "{seconds:?}");
+    for (i, &ops) in seconds.iter().enumerate().skip(2) {
+        assert!(ops > 0, "second {i} had no ops while one node was frozen: {seconds:?}");
+    }
+    assert!(out.per_node_ops[0] > 0 && out.per_node_ops[1] > 0);
+    assert_eq!(out.per_node_ops[2], 0);
+    assert!(
+        out.errors.contains_key("stalled") || out.errors.contains_key("timeout"),
+        "{:?}",
+        out.errors
+    );
+}

@@ -16,7 +16,7 @@ const NOT_ALL: u8 = 1;
 /// Runs one client verb and returns the process exit code.
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let code = match command {
-        Command::Get { nodes, key } => match cluster(&nodes)?.get(key.as_bytes()).await? {
+        Command::Get { nodes, key } => match explained(&cluster(&nodes)?, |c| c.get(key.as_bytes())).await? {
             Some(v) => {
                 kvshared::outln!("{}", String::from_utf8_lossy(&v))?;
                 0
@@ -27,12 +27,12 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
         },
         Command::Put { nodes, key, value } => {
-            cluster(&nodes)?.put(key.as_bytes(), value.as_bytes()).await?;
+            explained(&cluster(&nodes)?, |c| c.put(key.as_bytes(), value.as_bytes())).await?;
             kvshared::outln!("OK")?;
             0
         }
         Command::Del { nodes, key } => {
-            let existed = cluster(&nodes)?.delete(key.as_bytes()).await?;
+            let existed = explained(&cluster(&nodes)?, |c| c.delete(key.as_bytes())).await?;
             kvshared::outln!("{}", if existed { "deleted" } else { "absent" })?;
             0
         }
@@ -65,6 +65,25 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
+/// Runs `op`; when a node refuses it as not its shard, asks every node which shard it
+/// serves and says what is wrong with `--nodes`.
+async fn explained<'c, T, F>(cluster: &'c Cluster, op: impl FnOnce(&'c Cluster) -> F) -> anyhow::Result<T>
+where
+    F: std::future::Future<Output = Result<T, ClientError>>,
+{
+    match op(cluster).await {
+        Err(e @ ClientError::WrongShard { .. }) => {
+            let problems = cluster.check_layout().await;
+            let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+            match lines.is_empty() {
+                true => Err(e.into()),
+                false => Err(anyhow::anyhow!("{e}\n--nodes does not match the cluster:\n{}", lines.join("\n"))),
+            }
+        }
+        other => Ok(other?),
+    }
+}
+
 fn cluster(args: &NodesArgs) -> anyhow::Result<Cluster> {
     Ok(Cluster::new(&args.node_list()?, args.client_config()?)?)
 }
@@ -75,6 +94,9 @@ async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
     for node in 0..cluster.node_count() {
         rows.push((cluster.addr(node).to_string(), cluster.stats(node).await));
     }
+    let addrs: Vec<String> = rows.iter().map(|(a, _)| a.clone()).collect();
+    let shards: Vec<_> = rows.iter().map(|(_, r)| r.as_ref().ok().map(|s| s.shard)).collect();
+    let problems = kvshared::client::check_layout(&addrs, &shards);
     if json {
         let out: Vec<_> = rows
             .iter()
@@ -86,6 +108,9 @@ async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
         kvshared::outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
         kvshared::out!("{}", table(&rows))?;
+    }
+    for p in &problems {
+        eprintln!("kvd: warning: {p}");
     }
     Ok(if rows.iter().any(|(_, r)| r.is_err()) {
         NOT_ALL
@@ -120,6 +145,7 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                     bytes(s.system.process_rss_bytes as f64),
                     grouped(c.errors())
                 ));
+                out.push_str(&format!("{:<22} service time since start: {}\n", "", s.latency.summary()));
                 if s.durability.is_durable() {
                     for line in s.durability.summary_lines() {
                         out.push_str(&format!("{:<22} {line}\n", ""));

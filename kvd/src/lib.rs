@@ -21,6 +21,7 @@ pub mod cli;
 pub mod client_cmd;
 mod connection;
 mod counters;
+mod latency;
 pub mod durable;
 pub mod http;
 pub mod local;

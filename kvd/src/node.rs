@@ -7,13 +7,15 @@ use kvshared::auth::AuthToken;
 use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
 use kvshared::routing::ShardId;
+use kvshared::latency::LatencyStats;
 use kvshared::stats::{Counts, NodeStats};
 use kvshared::tls::TlsServer;
-use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, ReplyView, encode_frame};
+use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, OpKind, ReplyView, encode_frame};
 use tokio::sync::oneshot;
 
 use crate::budget::BufferBudget;
 use crate::counters::Counters;
+use crate::latency::{KINDS, OpLatencies};
 use crate::durable::log::FsyncPolicy;
 use crate::durable::raft::{DurableShard, LogAnswer};
 use crate::durable::{DurableConfig, SnapshotEvery};
@@ -141,6 +143,8 @@ pub struct Node {
     pub store: Arc<Store>,
     /// What it has done.
     pub(crate) counters: Arc<Counters>,
+    /// How long its batches took, per op kind.
+    latencies: Arc<OpLatencies>,
     /// The shard's log, with `--data-dir`: batches with writes go through it.
     durable: Option<DurableShard>,
     /// What the connections' buffers may hold together.
@@ -171,6 +175,7 @@ impl Node {
         Ok(Node {
             store: Arc::new(store),
             counters: Arc::new(Counters::default()),
+            latencies: Arc::new(OpLatencies::default()),
             durable: None,
             buffers: BufferBudget::new(config.max_buffer_memory),
             warnings: WarnLimit::default(),
@@ -222,8 +227,9 @@ impl Node {
         }
     }
 
-    /// Runs a batch: the one entry point into the node for every front (the binary protocol
-    /// today; RESP and HTTP later), so that what a batch does is decided here, per mode.
+    /// Runs a batch: the one entry point into the node for every front (the binary protocol,
+    /// RESP and HTTP), so that what a batch does is decided here, per mode. Every op's
+    /// service time (from here to its result being ready) is recorded per op kind.
     ///
     /// In memory, the store runs it at once and this returns `None`. With a data dir, the
     /// reads that need no log run at once as well; the writes (and the reads that follow a
@@ -238,21 +244,28 @@ impl Node {
         scratch: &mut Scratch,
         tally: &mut Counts,
     ) -> Option<LogWait> {
+        let began = Instant::now();
+        let before = per_kind(tally);
         let Some(log) = &self.durable else {
             self.store.execute(batch, out, room, scratch, tally);
+            self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
             return None;
         };
         let mut logged = Vec::new();
         self.store.ops_to_log(batch, &mut scratch.written, &mut logged);
         if logged.is_empty() {
             self.store.execute(batch, out, room, scratch, tally);
+            self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
             return None;
         }
         self.store.execute_except(batch, &logged, out, room, scratch, tally);
+        self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
         let mut part = BatchRequest::new();
+        let mut logged_kinds = [0; KINDS];
         for &i in &logged {
             if let Ok(op) = batch.op(i as usize) {
                 part.push(op.kind, op.key, op.value);
+                logged_kinds[kind_index(op.kind)] += 1;
             }
         }
         let mut frame = AlignedVec::new();
@@ -268,6 +281,7 @@ impl Node {
             answer,
             outcome: None,
             positions: logged,
+            timing: Some((began, logged_kinds, self.latencies.clone())),
         })
     }
 
@@ -314,6 +328,15 @@ impl Node {
                 .map_or(String::new(), |l| l.eviction.name().to_string()),
             worker_threads: self.config.worker_threads as u32,
             durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
+            latency: {
+                let [get, put, delete] = self.latencies.snapshot();
+                LatencyStats {
+                    get,
+                    put,
+                    delete,
+                    map_shards: self.store.shard_latencies(),
+                }
+            },
             counts: Counts {
                 log_lines_dropped: LOG_LINES_DROPPED.get().map_or(0, |f| f()),
                 ..self.counters.totals()
@@ -329,6 +352,9 @@ pub struct LogWait {
     outcome: Option<LogAnswer>,
     /// Where each logged op's result goes in the batch's response.
     positions: Vec<u32>,
+    /// When the batch began, its logged ops per kind, and where their service time goes
+    /// once the log answers.
+    timing: Option<(Instant, [u64; KINDS], Arc<OpLatencies>)>,
 }
 
 impl LogWait {
@@ -369,6 +395,9 @@ impl LogWait {
             Ok(_) => return Some(Err("the log answered a different number of ops".into())),
             Err(e) => return Some(Err(format!("the log's answer does not decode: {e}"))),
         };
+        if let Some((began, kinds, latencies)) = self.timing.take() {
+            latencies.record(kinds, elapsed_ns(began));
+        }
         let room = BatchResponse::value_room(out.len(), max_reply);
         for (j, &i) in self.positions.iter().enumerate() {
             let used = out.value_bytes();
@@ -376,6 +405,27 @@ impl LogWait {
         }
         Some(Ok(()))
     }
+}
+
+/// Ops of each timed kind a tally has counted: get, put, delete.
+fn per_kind(tally: &Counts) -> [u64; KINDS] {
+    [tally.gets, tally.puts, tally.deletes]
+}
+
+fn since(now: [u64; KINDS], before: [u64; KINDS]) -> [u64; KINDS] {
+    std::array::from_fn(|k| now[k].saturating_sub(before[k]))
+}
+
+fn kind_index(kind: OpKind) -> usize {
+    match kind {
+        OpKind::Get => 0,
+        OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent => 1,
+        OpKind::Delete => 2,
+    }
+}
+
+fn elapsed_ns(began: Instant) -> u64 {
+    began.elapsed().as_nanos() as u64
 }
 
 const LOG_STOPPED: &str = "the shard's log has stopped";

@@ -216,7 +216,7 @@ async fn the_history_across_kill_9_restarts_is_linearizable() {
     eprintln!(
         "{} ops recorded, {acked_puts} puts acknowledged, {unknown} cut by kills, {} refused",
         ops.len(),
-        recording.refused
+        recording.refused_total()
     );
     assert!(acked_puts > 200, "only {acked_puts} puts acknowledged");
     assert!(unknown > 0, "no op was cut by a kill: the kills missed the load");

@@ -37,7 +37,7 @@ async fn recorded_verdict(shards: u32, clients: usize, keys: usize, seed: u64) -
         ..RecordConfig::default()
     };
     let recording = record(client, &config).await;
-    assert_eq!(recording.refused, 0);
+    assert_eq!(recording.refused_total(), 0, "{:?}", recording.refused);
     let ops = recording.history.operations.len();
     let report = check(&recording.history, &CheckOptions::default());
     (report.verdict, ops)

@@ -30,7 +30,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// statuses `TooLarge` and `OutOfMemory`, the `AuthRequest`/`AuthOk` handshake, and
 /// `ConfigRequest`/`ConfigOk`.
 /// 4: the conditional puts `PutIfAbsent`/`PutIfPresent` and the status `NotStored`.
-pub const VERSION: u8 = 4;
+/// 5: `NodeStats` carries service-time histograms (`LatencyStats`).
+pub const VERSION: u8 = 5;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

@@ -24,6 +24,7 @@ pub mod cli;
 pub mod client;
 pub mod frame;
 pub mod history;
+pub mod latency;
 pub mod routing;
 pub mod stats;
 pub mod stdout;

@@ -15,6 +15,7 @@ use rkyv::{Archive, Deserialize as RkyvDeserialize, Serialize as RkyvSerialize};
 use serde::{Deserialize, Serialize};
 
 use crate::routing::ShardId;
+use crate::latency::LatencyStats;
 
 /// What a counter counts, for grouping in displays and in the Prometheus exposition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -338,6 +339,9 @@ pub struct NodeStats {
     /// The shard's log and snapshots (`durability.mode` is `memory` without `--data-dir`).
     #[serde(default)]
     pub durability: Durability,
+    /// Service-time histograms since the node started (see [`LatencyStats`]).
+    #[serde(default)]
+    pub latency: LatencyStats,
     /// Counter totals since the node started.
     #[serde(flatten)]
     pub counts: Counts,
@@ -361,6 +365,7 @@ impl Default for NodeStats {
             eviction: String::new(),
             worker_threads: 0,
             durability: Durability::default(),
+            latency: LatencyStats::default(),
             counts: Counts::default(),
             system: SystemFigures::default(),
         }

@@ -18,6 +18,15 @@ pub fn bytes_per_sec(value: f64) -> String {
     format!("{}/s", bytes(value))
 }
 
+/// Used of total bytes in one unit when both share it: `1.6/25.3 GB`, else `734 MB/25.3 GB`.
+pub fn bytes_of(used: f64, total: f64) -> String {
+    let (u, t) = (bytes(used), bytes(total));
+    match (u.rsplit_once(' '), t.rsplit_once(' ')) {
+        (Some((un, uu)), Some((tn, tu))) if uu == tu => format!("{un}/{tn} {tu}"),
+        _ => format!("{u}/{t}"),
+    }
+}
+
 /// Ops per second: `1_234_567` -> `1.2M op/s`.
 pub fn ops_per_sec(value: f64) -> String {
     format!("{} op/s", si(value))
@@ -40,8 +49,16 @@ pub fn grouped(value: u64) -> String {
 pub fn micros(us: u64) -> String {
     match us {
         us if us < 1000 => format!("{us} us"),
-        us if us < 1_000_000 => format!("{:.1} ms", us as f64 / 1e3),
+        us if us < 999_950 => format!("{:.1} ms", us as f64 / 1e3),
         us => format!("{:.1} s", us as f64 / 1e6),
+    }
+}
+
+/// A latency in nanoseconds, as [`micros`] does (below a microsecond: `0.4 us`).
+pub fn nanos(ns: u64) -> String {
+    match ns {
+        ns if ns < 1000 => format!("{:.1} us", ns as f64 / 1e3),
+        ns => micros(ns / 1000),
     }
 }
 
@@ -61,7 +78,7 @@ fn scaled(value: f64, units: &[&str]) -> String {
     let negative = value < 0.0;
     let mut v = value.abs();
     let mut unit = 0;
-    while v >= 999.95 && unit + 1 < units.len() {
+    while v >= 999.5 && unit + 1 < units.len() {
         v /= 1000.0;
         unit += 1;
     }
@@ -92,6 +109,12 @@ mod tests {
         assert_eq!(bytes(512.0), "512 B");
         assert_eq!(bytes(f64::NAN), "-");
         assert_eq!(si(-2500.0), "-2.5k");
+        // Just under a unit's step rounds up to the next unit, never to "1000k".
+        assert_eq!(si(999_700.0), "1.0M");
+        assert_eq!(si(999_400.0), "999k");
+        assert_eq!(si(999.6), "1.0k");
+        assert_eq!(bytes_of(1.6e9, 25.3e9), "1.6/25.3 GB");
+        assert_eq!(bytes_of(734e6, 25.3e9), "734 MB/25.3 GB");
     }
 
     #[test]
@@ -109,5 +132,8 @@ mod tests {
         assert_eq!(micros(350), "350 us");
         assert_eq!(micros(2_140), "2.1 ms");
         assert_eq!(micros(1_500_000), "1.5 s");
+        assert_eq!(micros(999_960), "1.0 s");
+        assert_eq!(nanos(420), "0.4 us");
+        assert_eq!(nanos(12_400), "12 us");
     }
 }

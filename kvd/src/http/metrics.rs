@@ -5,6 +5,7 @@
 
 use std::fmt::Write;
 
+use kvshared::latency::upper_ns;
 use kvshared::stats::{Counter, NodeStats};
 
 /// The exposition text for one node's stats.
@@ -109,6 +110,7 @@ pub fn render(s: &NodeStats) -> String {
         "Snapshots this process wrote.",
     );
     let _ = writeln!(out, "kvd_snapshots_total{{shard=\"{shard}\"}} {}", d.snapshots_taken);
+    op_durations(&mut out, &shard, s);
     family(
         &mut out,
         "kvd_info",
@@ -121,6 +123,45 @@ pub fn render(s: &NodeStats) -> String {
         s.version, d.mode
     );
     out
+}
+
+/// The service-time histograms: per op kind a Prometheus histogram with one bucket per
+/// doubling (every fourth of kvd's own buckets, so the cumulative counts are exact), and per
+/// map shard a summary of sum and count (64 histograms per node would swamp a scrape).
+fn op_durations(out: &mut String, shard: &str, s: &NodeStats) {
+    let name = "kvd_op_duration_seconds";
+    family(
+        out,
+        name,
+        "histogram",
+        "Service time of ops, from the start of their batch to their result (through the log when durable).",
+    );
+    for (op, latency) in s.latency.kinds() {
+        let dense = latency.dense();
+        let mut cumulative = 0;
+        for (i, count) in dense.iter().enumerate() {
+            cumulative += count;
+            let upper = upper_ns(i);
+            if i % 4 == 0 && upper != u64::MAX {
+                let le = upper as f64 / 1e9;
+                let _ = writeln!(out, "{name}_bucket{{shard=\"{shard}\",op=\"{op}\",le=\"{le}\"}} {cumulative}");
+            }
+        }
+        let _ = writeln!(out, "{name}_bucket{{shard=\"{shard}\",op=\"{op}\",le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum{{shard=\"{shard}\",op=\"{op}\"}} {}", latency.sum_ns as f64 / 1e9);
+        let _ = writeln!(out, "{name}_count{{shard=\"{shard}\",op=\"{op}\"}} {cumulative}");
+    }
+    let name = "kvd_map_shard_duration_seconds";
+    family(
+        out,
+        name,
+        "summary",
+        "Time sampled batches spent on one internal map shard's ops, lock wait included.",
+    );
+    for (i, latency) in s.latency.map_shards.iter().enumerate() {
+        let _ = writeln!(out, "{name}_sum{{shard=\"{shard}\",map_shard=\"{i}\"}} {}", latency.sum_ns as f64 / 1e9);
+        let _ = writeln!(out, "{name}_count{{shard=\"{shard}\",map_shard=\"{i}\"}} {}", latency.count());
+    }
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -146,5 +187,31 @@ mod tests {
             assert!(text.contains(&format!("kvd_{}_total{{", c.name())));
         }
         assert!(text.contains("kvd_info{shard=\"0/1\""));
+    }
+
+    /// Buckets are cumulative, end in +Inf equal to the count, and a value lands under the
+    /// first bound above it.
+    #[test]
+    fn op_durations_are_a_prometheus_histogram() {
+        let mut s = NodeStats::default();
+        let mut dense = vec![0; kvshared::latency::BUCKETS];
+        dense[kvshared::latency::bucket_of(3_000)] = 5; // 3 us
+        dense[kvshared::latency::bucket_of(2_000_000)] = 1; // 2 ms
+        s.latency.get = kvshared::latency::Latency::from_dense(&dense, 17_000_000);
+        s.latency.map_shards = vec![Default::default(); 2];
+        let text = render(&s);
+        let bucket = |le: &str| {
+            let key = format!("kvd_op_duration_seconds_bucket{{shard=\"0/1\",op=\"get\",le=\"{le}\"}} ");
+            let line = text.lines().find(|l| l.starts_with(&key)).unwrap_or_else(|| panic!("{key} in {text}"));
+            line[key.len()..].parse::<u64>().unwrap()
+        };
+        assert_eq!(bucket("0.000002048"), 0);
+        assert_eq!(bucket("0.000004096"), 5);
+        assert_eq!(bucket("0.001048576"), 5);
+        assert_eq!(bucket("0.002097152"), 6);
+        assert_eq!(bucket("+Inf"), 6);
+        assert!(text.contains("kvd_op_duration_seconds_count{shard=\"0/1\",op=\"get\"} 6\n"));
+        assert!(text.contains("kvd_op_duration_seconds_sum{shard=\"0/1\",op=\"get\"} 0.017\n"));
+        assert!(text.contains("kvd_map_shard_duration_seconds_count{shard=\"0/1\",map_shard=\"1\"} 0\n"));
     }
 }

@@ -13,6 +13,7 @@ use std::collections::HashSet;
 
 use crossbeam::utils::CachePadded;
 use hashbrown::HashTable;
+use kvshared::latency::{Latency, MAP_SHARD_SAMPLE_EVERY};
 use kvshared::routing::{ShardId, key_hash, map_shard, owner_node};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
@@ -57,6 +58,8 @@ pub struct Scratch {
     /// Each map shard a write touches remembers it, so a snapshot knows exactly which
     /// entries its copy of that shard holds.
     pub(crate) log_index: u64,
+    /// Batches this scratch has run, to time one in `MAP_SHARD_SAMPLE_EVERY` per map shard.
+    batches: u32,
 }
 
 /// Where a batch's results go: the response, the reply's room, the counters.
@@ -83,6 +86,8 @@ pub struct Store {
     /// While a durable shard replays its log after loading a snapshot: per map shard of the
     /// snapshot, the last log entry its copy already holds (see `dump`).
     replay: parking_lot::RwLock<Option<Vec<u64>>>,
+    /// Per map shard: how long sampled batches spent on its ops, lock wait included.
+    shard_latency: Box<[crate::latency::Buckets]>,
     #[cfg(test)]
     fault: Option<stale::StaleReads>,
 }
@@ -145,6 +150,7 @@ impl Store {
             started: std::time::Instant::now(),
             configured_eviction: limit.map_or(Eviction::Lru, |l| l.eviction),
             replay: parking_lot::RwLock::new(None),
+            shard_latency: (0..n).map(|_| crate::latency::Buckets::default()).collect(),
             #[cfg(test)]
             fault: None,
         })
@@ -257,6 +263,11 @@ impl Store {
         self.execute_except(batch, &[], out, room, scratch, tally);
     }
 
+    /// Per map shard, the time sampled batches spent on its ops (see `LatencyStats`).
+    pub fn shard_latencies(&self) -> Vec<Latency> {
+        self.shard_latency.iter().map(|b| b.snapshot()).collect()
+    }
+
     /// As [`Store::execute`], leaving out the ops whose indexes `skip` lists (ascending):
     /// their results stay `NotFound` in `out` for the caller to fill (a durable node's
     /// logged ops; see [`Store::ops_to_log`]).
@@ -322,6 +333,8 @@ impl Store {
             shard_count,
         );
         let order = &scratch.order;
+        scratch.batches = scratch.batches.wrapping_add(1);
+        let timed = scratch.batches.is_multiple_of(MAP_SHARD_SAMPLE_EVERY);
         let mut ans = Answers {
             out,
             room,
@@ -338,10 +351,14 @@ impl Store {
             }
             let group = &order[start..end];
             let writes = group.iter().any(|&e| scratch.writes[e as u32 as usize]);
+            let began = timed.then(std::time::Instant::now);
             if writes {
                 self.run_group_write(shard, group, batch, &scratch.hashes, &mut ans);
             } else {
                 self.run_group_read(shard, group, batch, &scratch.hashes, &mut ans);
+            }
+            if let Some(began) = began {
+                self.shard_latency[shard].record_n(began.elapsed().as_nanos() as u64, 1);
             }
             start = end;
         }

@@ -8,7 +8,7 @@ use rkyv::util::AlignedVec;
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::connection::{Connection, InFlight, Reply};
-use super::{ClientConfig, ClientError, NodeBatches};
+use super::{ClientConfig, ClientError, LayoutProblem, NodeBatches, check_layout};
 use crate::frame::FrameKind;
 use crate::stats::NodeStats;
 use crate::wire::{
@@ -428,6 +428,29 @@ impl Cluster {
             FrameKind::ConfigOk => Ok(()),
             _ => Err(reply.unexpected()),
         }
+    }
+
+    /// Asks every node which shard it serves (all at once, within the request timeout) and
+    /// returns what is wrong with the node list (see [`check_layout`]); nodes that do not
+    /// answer are not judged.
+    pub async fn check_layout(&self) -> Vec<LayoutProblem> {
+        let mut asks = tokio::task::JoinSet::new();
+        for node in 0..self.nodes.len() {
+            let addr = self.addr(node).to_string();
+            let config = self.config.clone();
+            asks.spawn(async move {
+                let one = Cluster::new(std::slice::from_ref(&addr), config).ok()?;
+                Some((node, one.stats(0).await.ok()?.shard))
+            });
+        }
+        let mut shards = vec![None; self.nodes.len()];
+        while let Some(done) = asks.join_next().await {
+            if let Ok(Some((node, shard))) = done {
+                shards[node] = Some(shard);
+            }
+        }
+        let addrs: Vec<String> = self.nodes.iter().map(|n| n.addr.clone()).collect();
+        check_layout(&addrs, &shards)
     }
 
     /// Waits until every node answers a stats request, or `within` passes.

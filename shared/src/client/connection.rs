@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::io::IoSlice;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rkyv::util::AlignedVec;
@@ -35,6 +35,15 @@ type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 const AUTH_REQUEST_ID: u64 = u64::MAX;
 
 /// Most buffers a connection keeps for reuse, and the largest it keeps.
+/// A connection whose requests have waited this long with no reply at all is stalled: new
+/// requests fail at once (`ClientError::Stalled`) rather than queue behind the old ones,
+/// which wait for their timeout. A working node under any load answers something far more
+/// often (a batch takes milliseconds); a stopped process (SIGSTOP, a debugger, a swap storm)
+/// answers nothing.
+pub const STALL_AFTER: Duration = Duration::from_secs(1);
+/// How often a caller waiting for a pipeline slot checks for a stall.
+const STALL_CHECK: Duration = Duration::from_millis(100);
+
 const POOLED_BUFFERS: usize = 256;
 const POOLED_BYTES: usize = 8 << 20;
 
@@ -129,6 +138,9 @@ type Waiter = oneshot::Sender<Result<Reply, ClientError>>;
 
 struct Pending {
     waiters: HashMap<u64, Waiter>,
+    /// Since when requests have waited with no reply arriving: set when the first request
+    /// of an idle connection is sent, moved on by every reply, cleared when none waits.
+    silent_since: Option<Instant>,
     /// Set once the connection has failed; later callers get this error at once.
     failed: Option<ClientError>,
 }
@@ -170,7 +182,12 @@ impl InFlight {
                 reason: "connection closed".into(),
             }),
             Err(_) => {
-                self.pending.lock().waiters.remove(&self.id);
+                let mut p = self.pending.lock();
+                p.waiters.remove(&self.id);
+                if p.waiters.is_empty() {
+                    p.silent_since = None;
+                }
+                drop(p);
                 Err(ClientError::Timeout {
                     addr: self.addr.to_string(),
                     after: timeout,
@@ -228,6 +245,7 @@ impl Connection {
         let addr: Arc<str> = addr.into();
         let pending = Arc::new(Mutex::new(Pending {
             waiters: HashMap::new(),
+            silent_since: None,
             failed: None,
         }));
         let alive = Arc::new(AtomicBool::new(true));
@@ -254,6 +272,22 @@ impl Connection {
         })
     }
 
+    /// Fails with `Stalled` once requests have waited [`STALL_AFTER`] with no reply.
+    fn check_not_stalled(&self) -> Result<(), ClientError> {
+        match self.silent_for() {
+            Some(silent_for) if silent_for >= STALL_AFTER => Err(ClientError::Stalled {
+                addr: self.addr.to_string(),
+                silent_for,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// How long requests on this connection have waited with no reply arriving.
+    fn silent_for(&self) -> Option<Duration> {
+        self.pending.lock().silent_since.map(|t| t.elapsed())
+    }
+
     /// False once the connection has failed; the pool then opens a new one.
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
@@ -266,12 +300,22 @@ impl Connection {
         &self,
         encode: impl FnOnce(u64, &mut AlignedVec) -> Result<(), WireError>,
     ) -> Result<InFlight, ClientError> {
-        let permit = self
-            .in_flight
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| self.down("connection closed"))?;
+        // A node that has answered nothing for a while fails new requests at once, also
+        // those waiting for a pipeline slot, so callers' other nodes keep going.
+        let permit = match self.in_flight.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let acquire = self.in_flight.clone().acquire_owned();
+                tokio::pin!(acquire);
+                loop {
+                    self.check_not_stalled()?;
+                    tokio::select! {
+                        permit = &mut acquire => break permit.map_err(|_| self.down("connection closed"))?,
+                        _ = tokio::time::sleep(STALL_CHECK) => {}
+                    }
+                }
+            }
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut frame = self.pool.take();
         encode(id, &mut frame).map_err(|e| ClientError::Encode { reason: e.to_string() })?;
@@ -287,6 +331,15 @@ impl Connection {
             let mut p = self.pending.lock();
             if let Some(e) = &p.failed {
                 return Err(e.clone());
+            }
+            if let Some(silent_for) = p.silent_since.map(|t| t.elapsed()).filter(|&d| d >= STALL_AFTER) {
+                return Err(ClientError::Stalled {
+                    addr: self.addr.to_string(),
+                    silent_for,
+                });
+            }
+            if p.waiters.is_empty() {
+                p.silent_since = Some(Instant::now());
             }
             p.waiters.insert(id, tx);
         }
@@ -448,7 +501,12 @@ async fn read_loop(
         // replies by its own `--max-frame`, which may be above this client's request limit.
         match read_frame(&mut reader, &mut body, MAX_FRAME_LIMIT).await {
             Ok(Some(header)) => {
-                let waiter = pending.lock().waiters.remove(&header.id);
+                let waiter = {
+                    let mut p = pending.lock();
+                    let waiter = p.waiters.remove(&header.id);
+                    p.silent_since = (!p.waiters.is_empty()).then(Instant::now);
+                    waiter
+                };
                 if header.id == CONNECTION_ERROR_ID && header.kind == FrameKind::ErrorResponse {
                     // The server is refusing the connection as a whole.
                     let refusal = parse_error_reply(&body);

@@ -15,6 +15,10 @@ pub enum ClientError {
     /// Not sent: the node failed a moment ago and is not tried again until `retry_in` passes.
     #[error("node {addr} is down (not tried again for {retry_in:?})")]
     Unavailable { addr: String, retry_in: Duration },
+    /// Not sent: the node has left earlier requests unanswered for `silent_for` (stopped,
+    /// or far behind), so new ones fail at once instead of queueing behind them.
+    #[error("{addr} has answered nothing for {silent_for:?} (stopped or overloaded?); not sent")]
+    Stalled { addr: String, silent_for: Duration },
     #[error("no answer from {addr} within {after:?}")]
     Timeout { addr: String, after: Duration },
     #[error("request of {len} bytes exceeds the frame limit of {max} bytes; use smaller batches")]
@@ -51,6 +55,7 @@ impl ClientError {
             ClientError::NodeDown { .. } => "node_down",
             ClientError::Unavailable { .. } => "node_down",
             ClientError::Timeout { .. } => "timeout",
+            ClientError::Stalled { .. } => "stalled",
             ClientError::FrameTooLarge { .. } => "frame_too_large",
             ClientError::Encode { .. } => "encode",
             ClientError::Protocol { .. } => "protocol",
@@ -83,6 +88,7 @@ impl ClientError {
             ClientError::NodeDown { .. } | ClientError::Timeout { .. } | ClientError::Protocol { .. } => true,
             ClientError::Connect { .. }
             | ClientError::Unavailable { .. }
+            | ClientError::Stalled { .. }
             | ClientError::FrameTooLarge { .. }
             | ClientError::Encode { .. }
             | ClientError::Server { .. }

@@ -3,14 +3,16 @@
 mod cluster;
 mod connection;
 mod error;
+mod layout;
 mod node_batches;
 mod recording;
 
 use std::time::Duration;
 
 pub use cluster::{Cluster, Op, Outcome};
-pub use connection::{InFlight, Reply};
+pub use connection::{InFlight, Reply, STALL_AFTER};
 pub use error::ClientError;
+pub use layout::{LayoutProblem, check_layout};
 pub use node_batches::NodeBatches;
 pub use recording::{RecordConfig, Recording, record};
 
@@ -73,6 +75,13 @@ pub fn parse_nodes(list: &str) -> Result<Vec<String>, ClientError> {
             _ => return Err(ClientError::BadNodes(format!("{n:?} is not HOST:PORT"))),
         }
     }
+    for (i, n) in nodes.iter().enumerate() {
+        if nodes[..i].contains(n) {
+            return Err(ClientError::BadNodes(format!(
+                "{n} is listed twice (each node serves one shard: list each once, in shard order)"
+            )));
+        }
+    }
     Ok(nodes)
 }
 
@@ -87,5 +96,7 @@ mod tests {
         assert!(parse_nodes("").is_err());
         assert!(parse_nodes("localhost").is_err());
         assert!(parse_nodes("a:99999").is_err());
+        let twice = parse_nodes("a:1,b:2,a:1").unwrap_err().to_string();
+        assert!(twice.contains("a:1 is listed twice"), "{twice}");
     }
 }

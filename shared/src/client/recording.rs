@@ -4,6 +4,7 @@
 //! Used by `kvbench check` and the end-to-end linearizability tests; the checker itself
 //! (`crate::history`) has no network code.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,8 +58,20 @@ const REFUSED_PAUSE: Duration = Duration::from_millis(2);
 pub struct Recording {
     /// Every op that may have taken effect, with its call and return times.
     pub history: History,
-    /// Ops the cluster refused without running them (wrong shard, malformed, node known down).
-    pub refused: u64,
+    /// Ops that failed before they could take effect (node down or known down, wrong
+    /// shard, malformed), by kind (`ClientError::kind`): how many, and the first error seen.
+    /// They are not in the history.
+    pub refused: BTreeMap<&'static str, (u64, String)>,
+    /// Ops whose outcome is unknown (they may have taken effect: a timeout, a connection lost
+    /// after sending). They are in the history as such.
+    pub unknown: u64,
+}
+
+impl Recording {
+    /// Ops refused, of every kind.
+    pub fn refused_total(&self) -> u64 {
+        self.refused.values().map(|(n, _)| n).sum()
+    }
 }
 
 /// Runs the workload against `cluster` and returns what every client observed.
@@ -73,16 +86,25 @@ pub async fn record(cluster: Arc<Cluster>, config: &RecordConfig) -> Recording {
         }));
     }
     let mut logs = Vec::new();
-    let mut refused = 0;
+    let mut refused: BTreeMap<&'static str, (u64, String)> = BTreeMap::new();
     for t in tasks {
         if let Ok((log, r)) = t.await {
             logs.push(log);
-            refused += r;
+            for (kind, (n, first)) in r {
+                refused.entry(kind).or_insert((0, first)).0 += n;
+            }
         }
     }
+    let history = History::from_clients(logs);
+    let unknown = history
+        .operations
+        .iter()
+        .filter(|o| matches!(o.ret, Return::Unknown))
+        .count() as u64;
     Recording {
-        history: History::from_clients(logs),
+        history,
         refused,
+        unknown,
     }
 }
 
@@ -92,10 +114,10 @@ async fn run_client(
     config: &RecordConfig,
     clock: Clock,
     deadline: tokio::time::Instant,
-) -> (Vec<Operation>, u64) {
+) -> (Vec<Operation>, BTreeMap<&'static str, (u64, String)>) {
     let mut rng = SmallRng::seed_from_u64(config.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(client)));
     let mut log = Vec::new();
-    let mut refused = 0;
+    let mut refused: BTreeMap<&'static str, (u64, String)> = BTreeMap::new();
     for n in 0..config.max_ops_per_client {
         if tokio::time::Instant::now() >= deadline {
             break;
@@ -129,11 +151,11 @@ async fn run_client(
         let ret = match ret {
             Ok(r) => r,
             Err(e) if e.outcome_unknown() => Return::Unknown,
-            Err(_) => {
+            Err(e) => {
                 // Refused (node down, wrong shard, malformed): it did not take effect;
                 // nothing to record. A short pause, so a client facing a node that is down
                 // (and refused at once) does not spin through its op budget.
-                refused += 1;
+                refused.entry(e.kind()).or_insert_with(|| (0, e.to_string())).0 += 1;
                 tokio::time::sleep(REFUSED_PAUSE).await;
                 continue;
             }

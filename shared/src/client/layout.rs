@@ -1,0 +1,132 @@
+//! Is `--nodes` the cluster it claims to be? Every tool asks at start, so that a wrong
+//! order, a missing node or two nodes serving one shard are said plainly once, instead of
+//! surfacing as millions of "wrong shard" refusals.
+
+use crate::routing::ShardId;
+
+/// One thing wrong with a node list, as the nodes themselves report it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutProblem {
+    /// A node serves a cluster of another size than the list has nodes.
+    #[error("{addr} serves shard {shard}, a cluster of {count} nodes, but --nodes lists {listed}")]
+    CountMismatch {
+        /// The node.
+        addr: String,
+        /// What it serves.
+        shard: ShardId,
+        /// The cluster size it was started with.
+        count: u32,
+        /// Nodes in the list.
+        listed: usize,
+    },
+    /// Two or more nodes report the same shard.
+    #[error("{} serve the same shard {shard}: only one node may serve a shard", addrs.join(" and "))]
+    Duplicate {
+        /// The shard.
+        shard: ShardId,
+        /// The nodes that serve it.
+        addrs: Vec<String>,
+    },
+    /// A node is listed at another position than its shard index.
+    #[error("{addr} serves shard {shard} but is listed at position {position}: list the nodes in shard order")]
+    OutOfOrder {
+        /// The node.
+        addr: String,
+        /// What it serves.
+        shard: ShardId,
+        /// Where the list has it (0-based).
+        position: usize,
+    },
+}
+
+/// The problems with `addrs` (the list, in the order given) given the shard each node
+/// reports (`None`: it did not answer, nothing is known of it). Count mismatches are named
+/// once per node; positions are only judged when the sizes agree.
+pub fn check_layout(addrs: &[String], shards: &[Option<ShardId>]) -> Vec<LayoutProblem> {
+    let mut problems = Vec::new();
+    let listed = addrs.len();
+    for (addr, shard) in addrs.iter().zip(shards) {
+        if let Some(shard) = *shard
+            && shard.count as usize != listed
+        {
+            problems.push(LayoutProblem::CountMismatch {
+                addr: addr.clone(),
+                shard,
+                count: shard.count,
+                listed,
+            });
+        }
+    }
+    let mut seen: Vec<ShardId> = Vec::new();
+    for shard in shards.iter().flatten() {
+        if seen.contains(shard) {
+            continue;
+        }
+        seen.push(*shard);
+        let holders: Vec<String> = addrs
+            .iter()
+            .zip(shards)
+            .filter(|(_, s)| s.as_ref() == Some(shard))
+            .map(|(a, _)| a.clone())
+            .collect();
+        if holders.len() > 1 {
+            problems.push(LayoutProblem::Duplicate {
+                shard: *shard,
+                addrs: holders,
+            });
+        }
+    }
+    for (position, (addr, shard)) in addrs.iter().zip(shards).enumerate() {
+        if let Some(shard) = *shard
+            && shard.count as usize == listed
+            && shard.index as usize != position
+        {
+            problems.push(LayoutProblem::OutOfOrder {
+                addr: addr.clone(),
+                shard,
+                position,
+            });
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(i: u32, n: u32) -> Option<ShardId> {
+        Some(ShardId { index: i, count: n })
+    }
+
+    fn addrs(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("h:{i}")).collect()
+    }
+
+    #[test]
+    fn a_good_list_has_no_problems_and_down_nodes_are_not_judged() {
+        assert!(check_layout(&addrs(3), &[s(0, 3), s(1, 3), s(2, 3)]).is_empty());
+        assert!(check_layout(&addrs(3), &[s(0, 3), None, s(2, 3)]).is_empty());
+    }
+
+    #[test]
+    fn wrong_order_duplicates_and_sizes_are_named() {
+        let p = check_layout(&addrs(3), &[s(1, 3), s(0, 3), s(2, 3)]);
+        assert_eq!(p.len(), 2);
+        assert_eq!(
+            p[0].to_string(),
+            "h:0 serves shard 1/3 but is listed at position 0: list the nodes in shard order"
+        );
+
+        let p = check_layout(&addrs(3), &[s(0, 3), s(0, 3), s(2, 3)]);
+        assert!(
+            p.iter()
+                .any(|p| p.to_string() == "h:0 and h:1 serve the same shard 0/3: only one node may serve a shard"),
+            "{p:?}"
+        );
+
+        let p = check_layout(&addrs(2), &[s(0, 3), s(1, 3)]);
+        assert_eq!(p.len(), 2);
+        assert!(p[0].to_string().contains("a cluster of 3 nodes, but --nodes lists 2"));
+    }
+}
