@@ -77,7 +77,10 @@ where
             let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
             match lines.is_empty() {
                 true => Err(e.into()),
-                false => Err(anyhow::anyhow!("{e}\n--nodes does not match the cluster:\n{}", lines.join("\n"))),
+                false => Err(anyhow::anyhow!(
+                    "{e}\n--nodes does not match the cluster:\n{}",
+                    lines.join("\n")
+                )),
             }
         }
         other => Ok(other?),
@@ -145,7 +148,11 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                     bytes(s.system.process_rss_bytes as f64),
                     grouped(c.errors())
                 ));
-                out.push_str(&format!("{:<22} service time since start: {}\n", "", s.latency.summary()));
+                out.push_str(&format!(
+                    "{:<22} service time since start: {}\n",
+                    "",
+                    s.latency.summary()
+                ));
                 if s.durability.is_durable() {
                     for line in s.durability.summary_lines() {
                         out.push_str(&format!("{:<22} {line}\n", ""));

@@ -69,6 +69,8 @@ pub struct App {
     pub view: ClusterView,
     pub selected: usize,
     pub mode: Mode,
+    /// The screen help was opened from, which Esc or `?` go back to.
+    pub under_help: Mode,
     pub paused: bool,
     pub interval: Duration,
     pub window: Duration,
@@ -84,6 +86,7 @@ impl App {
             view: ClusterView::new(&config.nodes),
             selected: 0,
             mode: Mode::Table,
+            under_help: Mode::Table,
             paused: false,
             interval: config.interval,
             window: config.window,
@@ -104,7 +107,8 @@ impl App {
             KeyCode::Char('q') => self.quit = true,
             KeyCode::Esc => match self.mode {
                 Mode::Table => self.quit = true,
-                _ => self.mode = Mode::Table,
+                Mode::Help => self.mode = self.under_help,
+                Mode::Detail => self.mode = Mode::Table,
             },
             KeyCode::Up | KeyCode::Char('k') => self.selected = self.selected.saturating_sub(1),
             KeyCode::Down | KeyCode::Char('j') => {
@@ -118,10 +122,11 @@ impl App {
                 }
             }
             KeyCode::Char('?') | KeyCode::Char('h') => {
-                self.mode = if self.mode == Mode::Help {
-                    Mode::Table
+                if self.mode == Mode::Help {
+                    self.mode = self.under_help;
                 } else {
-                    Mode::Help
+                    self.under_help = self.mode;
+                    self.mode = Mode::Help;
                 }
             }
             KeyCode::Char('p') | KeyCode::Char(' ') => self.paused = !self.paused,
@@ -152,6 +157,14 @@ impl App {
             _ => {}
         }
         None
+    }
+
+    /// The screen drawn beneath the help popup (or the current one).
+    pub fn screen_under_help(&self) -> Mode {
+        match self.mode {
+            Mode::Help => self.under_help,
+            other => other,
+        }
     }
 
     /// Takes in every sample waiting on `rx` (dropping them while paused).

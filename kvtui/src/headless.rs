@@ -22,7 +22,11 @@ pub struct NodeRow {
     pub ops_per_sec: Option<f64>,
     pub gets_per_sec: Option<f64>,
     pub puts_per_sec: Option<f64>,
+    pub errors_per_sec: Option<f64>,
     pub hit_ratio: Option<f64>,
+    /// Server-side service time over every op in the interval, in microseconds.
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
     /// kvd CPU, percent of one core, over the interval.
     pub cpu_percent: Option<f64>,
     pub host_cpu_percent: Option<f32>,
@@ -44,27 +48,54 @@ pub struct NodeRow {
 pub struct OnceReport {
     pub interval_ms: u64,
     pub nodes: Vec<NodeRow>,
-    pub total: Totals,
+    /// Sums over the nodes that answered; null when none did.
+    pub total: Option<Totals>,
+    /// What is wrong with `--nodes` as the nodes report it (wrong order, a shard served
+    /// twice, a cluster of another size).
+    pub problems: Vec<String>,
 }
 
-async fn sample_all(cluster: &Cluster, view: &mut ClusterView) {
+async fn sample_all(cluster: &Cluster) -> Vec<Sample> {
+    let mut samples = Vec::with_capacity(cluster.node_count());
     for node in 0..cluster.node_count() {
         let result = cluster.stats(node).await.map_err(|e| e.to_string());
-        view.apply(Sample {
+        samples.push(Sample {
             node,
             at: Instant::now(),
             result,
         });
     }
+    samples
 }
 
-/// Samples every node twice, `interval` apart.
+/// Longest extra wait for kvd's system sampler (it samples CPU and NICs once a second).
+const SYSTEM_SAMPLE_WAIT: Duration = Duration::from_millis(2500);
+
+/// Samples every node twice, at least `interval` apart, and later if need be: until each
+/// node that answered both times has taken a new CPU/NIC sample of its own in between
+/// (kvd samples those once a second; two polls between the same two kvd samples would show
+/// CPU 0).
 pub async fn sample_once(nodes: &[String], config: ClientConfig, interval: Duration) -> anyhow::Result<ClusterView> {
     let cluster = Cluster::new(nodes, config)?;
+    // Made first: sample times are measured from its start.
     let mut view = ClusterView::new(nodes);
-    sample_all(&cluster, &mut view).await;
+    let first = sample_all(&cluster).await;
+    let started = Instant::now();
     tokio::time::sleep(interval).await;
-    sample_all(&cluster, &mut view).await;
+    let last = loop {
+        let last = sample_all(&cluster).await;
+        let fresh = first.iter().zip(&last).all(|(a, b)| match (&a.result, &b.result) {
+            (Ok(a), Ok(b)) => a.system.system_sampled_ms != b.system.system_sampled_ms || b.restarted_since(a),
+            _ => true,
+        });
+        if fresh || started.elapsed() >= interval + SYSTEM_SAMPLE_WAIT {
+            break last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for s in first.into_iter().chain(last) {
+        view.apply(s);
+    }
     view.tick(Instant::now());
     Ok(view)
 }
@@ -89,7 +120,10 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
                 ops_per_sec: r.map(|r| r.ops_per_sec),
                 gets_per_sec: r.map(|r| r.gets_per_sec),
                 puts_per_sec: r.map(|r| r.puts_per_sec),
+                errors_per_sec: r.map(|r| r.errors_per_sec),
                 hit_ratio: r.and_then(|r| r.hit_ratio),
+                p50_us: n.recent_quantiles_ns().map(|(p50, _)| p50 as f64 / 1e3),
+                p99_us: n.recent_quantiles_ns().map(|(_, p99)| p99 as f64 / 1e3),
                 cpu_percent: r.map(|r| r.process_cpu_percent),
                 host_cpu_percent: s.map(|s| s.system.host_cpu_percent),
                 rss_bytes: s.map(|s| s.system.process_rss_bytes),
@@ -109,7 +143,8 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
     OnceReport {
         interval_ms: interval.as_millis() as u64,
         nodes,
-        total: view.totals(),
+        total: Some(view.totals()).filter(|t| t.up > 0),
+        problems: view.layout_problems().iter().map(ToString::to_string).collect(),
     }
 }
 
@@ -120,6 +155,9 @@ pub fn text(view: &ClusterView) -> String {
         if let Health::Down { error } = &n.health {
             out.push_str(&format!("{} is down: {error}\n", n.addr));
         }
+    }
+    for p in view.layout_problems() {
+        out.push_str(&format!("warning: {p}\n"));
     }
     out
 }

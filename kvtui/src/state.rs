@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use kvshared::latency::LatencyStats;
 use kvshared::stats::{NodeRates, NodeStats, RateTracker};
 
 /// One poll of one node.
@@ -58,6 +59,10 @@ pub struct NodeView {
     pub cpu: Series,
     /// kvd's own socket bytes in + out per second.
     pub net: Series,
+    /// Service times recorded between the last two good samples (server-side).
+    pub latency: Option<LatencyStats>,
+    /// Server-side p99 over all ops, per sample, in microseconds.
+    pub p99_us: Series,
 }
 
 impl NodeView {
@@ -72,7 +77,15 @@ impl NodeView {
             ops: Series::new(),
             cpu: Series::new(),
             net: Series::new(),
+            latency: None,
+            p99_us: Series::new(),
         }
+    }
+
+    /// Server-side p50 and p99 over every op between the last two samples, in ns.
+    pub fn recent_quantiles_ns(&self) -> Option<(u64, u64)> {
+        let all = self.latency.as_ref()?.all();
+        Some((all.quantile_ns(0.5)?, all.quantile_ns(0.99)?))
     }
 
     pub fn is_up(&self) -> bool {
@@ -89,11 +102,12 @@ pub struct Totals {
     pub ops_per_sec: f64,
     pub gets_per_sec: f64,
     pub puts_per_sec: f64,
+    pub errors_per_sec: f64,
     pub hit_ratio: Option<f64>,
     pub cpu_percent: f64,
     pub rss_bytes: u64,
-    pub bytes_in_per_sec: f64,
-    pub bytes_out_per_sec: f64,
+    pub net_in_per_sec: f64,
+    pub net_out_per_sec: f64,
     pub nic_rx_per_sec: f64,
     pub nic_tx_per_sec: f64,
 }
@@ -128,6 +142,15 @@ impl ClusterView {
         };
         match sample.result {
             Ok(stats) => {
+                node.latency = match &node.stats {
+                    Some(before) if node.is_up() && !stats.restarted_since(before) => {
+                        Some(stats.latency.since(&before.latency))
+                    }
+                    _ => None,
+                };
+                if let Some((_, p99)) = node.recent_quantiles_ns() {
+                    push(&mut node.p99_us, t, p99 as f64 / 1e3);
+                }
                 if let Some(r) = node.tracker.update(t, &stats) {
                     push(&mut node.ops, t, r.ops_per_sec);
                     if r.system_fresh() {
@@ -143,6 +166,7 @@ impl ClusterView {
             Err(error) => {
                 node.health = Health::Down { error };
                 node.rates = None;
+                node.latency = None;
                 // A node that comes back starts its rates afresh (it may have restarted).
                 node.tracker.reset();
             }
@@ -154,6 +178,13 @@ impl ClusterView {
         let t = self.secs(now);
         let total = self.totals().ops_per_sec;
         push(&mut self.total_ops, t, total);
+    }
+
+    /// What is wrong with the node list, from the shard each node last reported.
+    pub fn layout_problems(&self) -> Vec<kvshared::client::LayoutProblem> {
+        let addrs: Vec<String> = self.nodes.iter().map(|n| n.addr.clone()).collect();
+        let shards: Vec<_> = self.nodes.iter().map(|n| n.stats.as_ref().map(|s| s.shard)).collect();
+        kvshared::client::check_layout(&addrs, &shards)
     }
 
     pub fn totals(&self) -> Totals {
@@ -172,9 +203,10 @@ impl ClusterView {
                 t.ops_per_sec += r.ops_per_sec;
                 t.gets_per_sec += r.gets_per_sec;
                 t.puts_per_sec += r.puts_per_sec;
+                t.errors_per_sec += r.errors_per_sec;
                 t.cpu_percent += r.process_cpu_percent;
-                t.bytes_in_per_sec += r.bytes_in_per_sec;
-                t.bytes_out_per_sec += r.bytes_out_per_sec;
+                t.net_in_per_sec += r.bytes_in_per_sec;
+                t.net_out_per_sec += r.bytes_out_per_sec;
                 t.nic_rx_per_sec += r.host_rx_per_sec;
                 t.nic_tx_per_sec += r.host_tx_per_sec;
                 if let Some(h) = r.hit_ratio {

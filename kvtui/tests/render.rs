@@ -279,3 +279,197 @@ fn the_benchmark_panel_shows_progress_throughput_and_latency() {
         "{text}"
     );
 }
+
+/// `n` nodes of a cluster of `n`; the first `up` answer twice (with errors and service times
+/// on node 0), the rest were seen once and then stopped answering `down_for` before `now`.
+fn cluster(n: usize, up: usize, down_for: Duration) -> App {
+    let nodes: Vec<String> = (0..n).map(|i| format!("10.0.0.{}:7070", i + 1)).collect();
+    let mut app = App::new(
+        &DashboardConfig {
+            nodes,
+            client: Default::default(),
+            interval: Duration::from_millis(500),
+            window: Duration::from_secs(60),
+        },
+        false,
+    );
+    let t0 = app.view.started;
+    let t1 = t0 + Duration::from_secs(20);
+    for node in 0..n {
+        let mut first = stats(node as u32, 10_000, 0, 0, 0);
+        first.shard.count = n as u32;
+        app.view.apply(Sample {
+            node,
+            at: t0,
+            result: Ok(first),
+        });
+        if node < up {
+            let mut later = stats(node as u32, 30_000, 2_000_000, 100_000, 9_000);
+            later.shard.count = n as u32;
+            if node == 0 {
+                later.counts.wrong_shard = 40_000;
+                let mut dense = vec![0; kvshared::latency::BUCKETS];
+                dense[kvshared::latency::bucket_of(20_000)] = 90;
+                dense[kvshared::latency::bucket_of(900_000)] = 10;
+                later.latency.get = kvshared::latency::Latency::from_dense(&dense, 0);
+            }
+            app.view.apply(Sample {
+                node,
+                at: t1,
+                result: Ok(later),
+            });
+        } else {
+            app.view.apply(Sample {
+                node,
+                at: t1 - down_for,
+                result: Err("cannot connect: Connection refused".into()),
+            });
+        }
+    }
+    app.view.tick(t1);
+    app.now = t1;
+    app
+}
+
+fn row_count(text: &str, addr: &str) -> usize {
+    text.lines()
+        .filter(|l| l.contains(addr) && !l.contains("is down"))
+        .count()
+}
+
+/// With most nodes down every node row, the total and the charts' room are still there
+/// (the charts give way first, then the down lines).
+#[test]
+fn every_node_and_the_total_stay_visible_when_nodes_are_down() {
+    for (n, up, w, h) in [(5, 1, 160, 45), (3, 1, 250, 70), (8, 2, 160, 24), (5, 1, 80, 24)] {
+        let app = cluster(n, up, Duration::from_secs(12));
+        let text = screen(&app, w, h);
+        for i in 0..n {
+            assert!(
+                row_count(&text, &format!("10.0.0.{}:7070", i + 1)) >= 1,
+                "node {i} at {w}x{h}:\n{text}"
+            );
+        }
+        assert!(text.contains("TOTAL"), "{w}x{h}:\n{text}");
+        assert!(text.contains(&format!("{up}/{n} up")), "{w}x{h}:\n{text}");
+    }
+}
+
+/// On narrow terminals the least important columns go first: node and op/s stay whole.
+#[test]
+fn narrow_terminals_keep_node_and_ops_readable() {
+    let app = cluster(3, 3, Duration::ZERO);
+    for (w, h) in [(80, 24), (60, 15)] {
+        let text = screen(&app, w, h);
+        assert_eq!(cell(&text, "10.0.0.1:7070", "OP/S"), "105k", "{w}x{h}:\n{text}");
+        assert_eq!(cell(&text, "TOTAL", "OP/S"), "315k", "{w}x{h}:\n{text}");
+        assert!(cell(&text, "10.0.0.1:7070", "STATE") == "up", "{w}x{h}:\n{text}");
+    }
+    let text = screen(&app, 80, 24);
+    assert_eq!(cell(&text, "10.0.0.1:7070", "ERR/S"), "2.0k", "{text}");
+    let wide = screen(&app, 250, 45);
+    for h in ["NODE", "SHARD", "UPTIME", "HOST MEM", "NIC RX/TX", "TREND", "P99"] {
+        assert!(wide.contains(h), "{h} at 250 wide:\n{wide}");
+    }
+}
+
+/// A down node's last known figures are dimmed, its trend is blank, and its state says
+/// how long ago it last answered (20 s: its one good sample), unit included.
+#[test]
+fn a_down_node_shows_stale_figures_dimmed() {
+    let app = cluster(3, 2, Duration::from_secs(12));
+    let text = screen(&app, 250, 45);
+    assert_eq!(cell(&text, "10.0.0.3:7070", "STATE"), "down 20s", "{text}");
+    let trend = cell(&text, "10.0.0.3:7070", "TREND");
+    assert!(!trend.contains(['▁', '█']), "a frozen sparkline: {trend}");
+    assert_eq!(cell(&text, "10.0.0.3:7070", "KEYS"), "500k", "{text}");
+    let mut terminal = Terminal::new(TestBackend::new(250, 45)).unwrap();
+    terminal.draw(|f| kvtui::ui::draw(f, &app)).unwrap();
+    let buf = terminal.backend().buffer();
+    let y = (0..45)
+        .find(|&y| {
+            let line: String = (0..40).map(|x| buf[(x, y)].symbol().to_string()).collect();
+            line.contains("10.0.0.3:7070")
+        })
+        .unwrap();
+    let line: String = (0..250).map(|x| buf[(x, y)].symbol().to_string()).collect();
+    let keys_x = line.find("500k").unwrap() as u16;
+    assert_eq!(buf[(keys_x, y)].fg, ratatui::style::Color::DarkGray);
+}
+
+/// Errors per second are a column, red when not zero; the server's p50/p99 are columns.
+#[test]
+fn errors_and_server_latency_are_in_the_table() {
+    let app = cluster(3, 3, Duration::ZERO);
+    let text = screen(&app, 250, 45);
+    assert_eq!(cell(&text, "10.0.0.1:7070", "ERR/S"), "2.0k", "{text}");
+    assert_eq!(cell(&text, "10.0.0.2:7070", "ERR/S"), "0", "{text}");
+    assert_eq!(cell(&text, "10.0.0.1:7070", "P50"), "18 us", "{text}");
+    assert_eq!(cell(&text, "10.0.0.1:7070", "P99"), "849 us", "{text}");
+    assert_eq!(cell(&text, "10.0.0.2:7070", "P99"), "-", "{text}");
+    let mut terminal = Terminal::new(TestBackend::new(250, 45)).unwrap();
+    terminal.draw(|f| kvtui::ui::draw(f, &app)).unwrap();
+    let buf = terminal.backend().buffer();
+    let y = (0..45)
+        .find(|&y| {
+            let line: String = (0..40).map(|x| buf[(x, y)].symbol().to_string()).collect();
+            line.contains("10.0.0.1:7070")
+        })
+        .unwrap();
+    let line: String = (0..250).map(|x| buf[(x, y)].symbol().to_string()).collect();
+    let x = line.find("2.0k").unwrap() as u16;
+    assert_eq!(buf[(x, y)].fg, ratatui::style::Color::Red);
+    assert!(text.contains("kvd p99 service time"), "{text}");
+}
+
+/// Every chart has its legend at 160x45, the network chart too.
+#[test]
+fn charts_have_legends_at_160x45() {
+    let app = cluster(3, 3, Duration::ZERO);
+    let text = screen(&app, 160, 45);
+    // Each address: its table row and a legend entry in each of the four charts.
+    let legends = text.lines().map(|l| l.matches("10.0.0.2:7070").count()).sum::<usize>();
+    assert!(legends >= 5, "{legends} mentions:\n{text}");
+    assert!(text.contains("kvd network in+out"), "{text}");
+}
+
+/// The help popup fits whole at 160x45, and `?` from the detail view returns there.
+#[test]
+fn help_fits_and_returns_to_where_it_was_opened() {
+    use ratatui::crossterm::event::{KeyCode, KeyEvent};
+    let mut app = cluster(3, 3, Duration::ZERO);
+    app.on_key(KeyEvent::from(KeyCode::Enter));
+    app.on_key(KeyEvent::from(KeyCode::Char('?')));
+    let text = screen(&app, 160, 45);
+    assert!(
+        text.contains("select a node") && text.contains("says when --nodes does not match"),
+        "{text}"
+    );
+    app.on_key(KeyEvent::from(KeyCode::Esc));
+    assert_eq!(app.mode, Mode::Detail);
+    app.on_key(KeyEvent::from(KeyCode::Char('?')));
+    app.on_key(KeyEvent::from(KeyCode::Char('?')));
+    assert_eq!(app.mode, Mode::Detail);
+    app.on_key(KeyEvent::from(KeyCode::Esc));
+    assert_eq!(app.mode, Mode::Table);
+    assert!(!app.quit);
+}
+
+/// Nodes out of shard order, or two serving one shard: a red banner says so.
+#[test]
+fn a_banner_names_a_misconfigured_node_list() {
+    let mut app = cluster(3, 3, Duration::ZERO);
+    let t = app.now;
+    let mut s = stats(0, 40_000, 0, 0, 0);
+    s.shard.count = 3;
+    app.view.apply(Sample {
+        node: 1,
+        at: t,
+        result: Ok(s),
+    });
+    let text = screen(&app, 160, 45);
+    assert!(
+        text.contains("10.0.0.1:7070 and 10.0.0.2:7070 serve the same shard 0/3"),
+        "{text}"
+    );
+}

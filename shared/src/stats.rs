@@ -14,8 +14,8 @@
 use rkyv::{Archive, Deserialize as RkyvDeserialize, Serialize as RkyvSerialize};
 use serde::{Deserialize, Serialize};
 
-use crate::routing::ShardId;
 use crate::latency::LatencyStats;
+use crate::routing::ShardId;
 
 /// What a counter counts, for grouping in displays and in the Prometheus exposition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

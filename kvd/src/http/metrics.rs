@@ -144,11 +144,21 @@ fn op_durations(out: &mut String, shard: &str, s: &NodeStats) {
             let upper = upper_ns(i);
             if i % 4 == 0 && upper != u64::MAX {
                 let le = upper as f64 / 1e9;
-                let _ = writeln!(out, "{name}_bucket{{shard=\"{shard}\",op=\"{op}\",le=\"{le}\"}} {cumulative}");
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{{shard=\"{shard}\",op=\"{op}\",le=\"{le}\"}} {cumulative}"
+                );
             }
         }
-        let _ = writeln!(out, "{name}_bucket{{shard=\"{shard}\",op=\"{op}\",le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(out, "{name}_sum{{shard=\"{shard}\",op=\"{op}\"}} {}", latency.sum_ns as f64 / 1e9);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{shard=\"{shard}\",op=\"{op}\",le=\"+Inf\"}} {cumulative}"
+        );
+        let _ = writeln!(
+            out,
+            "{name}_sum{{shard=\"{shard}\",op=\"{op}\"}} {}",
+            latency.sum_ns as f64 / 1e9
+        );
         let _ = writeln!(out, "{name}_count{{shard=\"{shard}\",op=\"{op}\"}} {cumulative}");
     }
     let name = "kvd_map_shard_duration_seconds";
@@ -159,8 +169,16 @@ fn op_durations(out: &mut String, shard: &str, s: &NodeStats) {
         "Time sampled batches spent on one internal map shard's ops, lock wait included.",
     );
     for (i, latency) in s.latency.map_shards.iter().enumerate() {
-        let _ = writeln!(out, "{name}_sum{{shard=\"{shard}\",map_shard=\"{i}\"}} {}", latency.sum_ns as f64 / 1e9);
-        let _ = writeln!(out, "{name}_count{{shard=\"{shard}\",map_shard=\"{i}\"}} {}", latency.count());
+        let _ = writeln!(
+            out,
+            "{name}_sum{{shard=\"{shard}\",map_shard=\"{i}\"}} {}",
+            latency.sum_ns as f64 / 1e9
+        );
+        let _ = writeln!(
+            out,
+            "{name}_count{{shard=\"{shard}\",map_shard=\"{i}\"}} {}",
+            latency.count()
+        );
     }
 }
 
@@ -202,7 +220,10 @@ mod tests {
         let text = render(&s);
         let bucket = |le: &str| {
             let key = format!("kvd_op_duration_seconds_bucket{{shard=\"0/1\",op=\"get\",le=\"{le}\"}} ");
-            let line = text.lines().find(|l| l.starts_with(&key)).unwrap_or_else(|| panic!("{key} in {text}"));
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&key))
+                .unwrap_or_else(|| panic!("{key} in {text}"));
             line[key.len()..].parse::<u64>().unwrap()
         };
         assert_eq!(bucket("0.000002048"), 0);

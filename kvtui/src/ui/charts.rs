@@ -1,6 +1,7 @@
-//! Time-series charts over the sliding window: op/s, CPU and network per node.
+//! Time-series charts over the sliding window: op/s, server-side p99, CPU and network per
+//! node (on a narrow screen only the first two).
 
-use kvshared::units::si;
+use kvshared::units::{bytes_per_sec, micros, si};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
@@ -12,13 +13,23 @@ use super::node_color;
 use crate::app::App;
 use crate::state::Series;
 
+/// Below this width only the op/s and p99 charts are drawn.
+const ALL_CHARTS_WIDTH: u16 = 120;
+
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let [ops, cpu, net] = Layout::horizontal([
-        Constraint::Percentage(40),
-        Constraint::Percentage(30),
-        Constraint::Percentage(30),
-    ])
-    .areas(area);
+    let (ops, p99, cpu, net) = if area.width >= ALL_CHARTS_WIDTH {
+        let [ops, p99, cpu, net] = Layout::horizontal([
+            Constraint::Percentage(31),
+            Constraint::Percentage(23),
+            Constraint::Percentage(23),
+            Constraint::Percentage(23),
+        ])
+        .areas(area);
+        (ops, p99, Some(cpu), Some(net))
+    } else {
+        let [ops, p99] = Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
+        (ops, p99, None, None)
+    };
     let mut ops_series: Vec<(String, &Series, Color)> = app
         .view
         .nodes
@@ -44,20 +55,32 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     render_line_chart(frame, ops, " op/s ", &ops_series, &window, si);
     render_line_chart(
         frame,
-        cpu,
-        " kvd CPU % (of one core) ",
-        &per_node(|n| &n.cpu),
+        p99,
+        " kvd p99 service time ",
+        &per_node(|n| &n.p99_us),
         &window,
-        |v| format!("{v:.0}%"),
+        |v| micros(v.round() as u64),
     );
-    render_line_chart(
-        frame,
-        net,
-        " kvd network in+out ",
-        &per_node(|n| &n.net),
-        &window,
-        |v| format!("{}B/s", si(v)),
-    );
+    if let Some(cpu) = cpu {
+        render_line_chart(
+            frame,
+            cpu,
+            " kvd CPU % (of one core) ",
+            &per_node(|n| &n.cpu),
+            &window,
+            |v| format!("{v:.0}%"),
+        );
+    }
+    if let Some(net) = net {
+        render_line_chart(
+            frame,
+            net,
+            " kvd network in+out ",
+            &per_node(|n| &n.net),
+            &window,
+            |v| bytes_per_sec(v),
+        );
+    }
 }
 
 /// The stretch of time a chart shows, in seconds since the dashboard started.
@@ -103,6 +126,9 @@ pub fn render_line_chart(
     let chart = Chart::new(datasets)
         .block(Block::default().borders(Borders::ALL).title(title))
         .legend_position(Some(LegendPosition::TopLeft))
+        // The default hides a legend wider than a quarter of the chart, which is every
+        // legend of a few nodes' addresses.
+        .hidden_legend_constraints((Constraint::Percentage(70), Constraint::Percentage(70)))
         .x_axis(
             Axis::default()
                 .bounds([start, end])

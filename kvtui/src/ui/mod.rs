@@ -33,26 +33,51 @@ pub fn node_color(i: usize) -> Color {
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
+    let problems: Vec<String> = app.view.layout_problems().iter().map(ToString::to_string).collect();
+    let banner_height = problems.len().min(3) as u16;
     let bench_height = if app.bench.is_some() { 10 } else { 0 };
-    let table_height = (app.view.nodes.len() as u16 + 5).min(area.height / 2).max(6);
-    let [header, bench_area, table_area, rest] = Layout::vertical([
+    // The table takes what it needs to show every node and the total; the charts get the
+    // rest (and shrink to nothing on a short screen).
+    let room = area.height.saturating_sub(1 + banner_height + bench_height);
+    let table_height = table::wanted_height(&app.view).min(room);
+    let [header, banner, bench_area, table_area, rest] = Layout::vertical([
         Constraint::Length(1),
+        Constraint::Length(banner_height),
         Constraint::Length(bench_height),
         Constraint::Length(table_height),
         Constraint::Min(0),
     ])
     .areas(area);
     frame.render_widget(header_line(app), header);
+    if banner_height > 0 {
+        let lines: Vec<Line> = problems
+            .iter()
+            .take(banner_height as usize)
+            .map(|p| {
+                Line::styled(
+                    format!(" --nodes does not match the cluster: {p}"),
+                    Style::default()
+                        .fg(Color::White)
+                        .bg(Color::Red)
+                        .add_modifier(Modifier::BOLD),
+                )
+            })
+            .collect();
+        frame.render_widget(Paragraph::new(lines), banner);
+    }
     if let Some(b) = &app.bench {
         bench::render(frame, bench_area, b);
     }
     table::render(frame, table_area, app);
-    match app.mode {
-        Mode::Detail => detail::render(frame, rest, app),
-        _ => charts::render(frame, rest, app),
+    if rest.height >= 5 {
+        match app.screen_under_help() {
+            Mode::Detail => detail::render(frame, rest, app),
+            _ => charts::render(frame, rest, app),
+        }
     }
     if app.mode == Mode::Help {
-        help::render(frame, centered(area, 62, 18));
+        let (w, h) = help::size();
+        help::render(frame, centered(area, w, h));
     }
 }
 
