@@ -73,6 +73,8 @@ pub async fn run_with_dashboard(
         client: cluster.config().clone(),
         interval: std::time::Duration::from_millis(500),
         window: std::time::Duration::from_secs(60),
+        record: None,
+        replay: None,
     };
     let exit = tokio::task::spawn_blocking(move || kvtui::run_dashboard(&handle, config, Some(source))).await??;
     if exit == Exit::Quit {

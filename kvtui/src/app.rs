@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::bench::{BenchProgress, BenchSource};
 use crate::state::{ClusterView, Sample, Series};
+use crate::recording::{self, Recorder, Recording, ReplayClock};
 use crate::{collector, terminal};
 
 /// Which screen is shown.
@@ -31,6 +32,10 @@ pub struct DashboardConfig {
     pub interval: Duration,
     /// Chart window.
     pub window: Duration,
+    /// Append every sample to this file (`--record`).
+    pub record: Option<std::path::PathBuf>,
+    /// Show this recording instead of polling (`--replay`), at this speed.
+    pub replay: Option<(Recording, f64)>,
 }
 
 /// A benchmark's live figures, as the embedded panel shows them.
@@ -78,6 +83,8 @@ pub struct App {
     pub quit: bool,
     /// The instant the screen represents (frozen while paused).
     pub now: Instant,
+    /// Replaying a recording at this speed.
+    pub replay: Option<f64>,
 }
 
 impl App {
@@ -93,6 +100,7 @@ impl App {
             bench: with_bench.then(BenchView::default),
             quit: false,
             now: Instant::now(),
+            replay: None,
         }
     }
 
@@ -167,16 +175,23 @@ impl App {
         }
     }
 
-    /// Takes in every sample waiting on `rx` (dropping them while paused).
-    pub fn drain(&mut self, rx: &Receiver<Sample>) -> usize {
+    /// Takes in every sample waiting on `rx` (dropping them from the view while paused;
+    /// a recording gets them all).
+    pub fn drain(&mut self, rx: &Receiver<Sample>, mut recorder: Option<&mut Recorder>) -> anyhow::Result<usize> {
         let mut n = 0;
         while let Ok(s) = rx.try_recv() {
+            if let Some(r) = recorder.as_deref_mut() {
+                r.write(&s)?;
+            }
             if !self.paused {
                 self.view.apply(s);
                 n += 1;
             }
         }
-        n
+        if let Some(r) = recorder {
+            r.flush()?;
+        }
+        Ok(n)
     }
 }
 
@@ -211,14 +226,29 @@ pub fn run_dashboard(
 ) -> anyhow::Result<Exit> {
     let (tx, rx) = channel();
     let (interval_tx, interval_rx) = watch::channel(config.interval);
-    collector::spawn(runtime, &config.nodes, &config.client, interval_rx, tx)?;
     let mut app = App::new(&config, bench.is_some());
+    let clock = match config.replay.clone() {
+        None => {
+            collector::spawn(runtime, &config.nodes, &config.client, interval_rx, tx)?;
+            None
+        }
+        Some((recording, speed)) => {
+            let clock = ReplayClock::new(app.view.started, speed);
+            app.replay = Some(speed);
+            recording::play(recording, clock, tx);
+            Some(clock)
+        }
+    };
+    let mut recorder = match &config.record {
+        Some(path) => Some(Recorder::open(path, &config.nodes)?),
+        None => None,
+    };
     let stop = stop_on_signals(runtime);
     let mut guard = terminal::TerminalGuard::enter()?;
     let mut last_tick = Instant::now();
     loop {
-        app.drain(&rx);
-        let now = Instant::now();
+        app.drain(&rx, recorder.as_mut())?;
+        let now = clock.map_or_else(Instant::now, |c| c.now());
         if !app.paused {
             app.now = now;
             if now.duration_since(last_tick) >= app.interval {
@@ -283,6 +313,8 @@ mod tests {
                 client: Default::default(),
                 interval: Duration::from_millis(500),
                 window: Duration::from_secs(60),
+                record: None,
+                replay: None,
             },
             false,
         )

@@ -33,7 +33,7 @@ pub fn spawn(
         },
     )?);
     for node in 0..nodes.len() {
-        let (cluster, interval, samples) = (cluster.clone(), interval.clone(), samples.clone());
+        let (cluster, mut interval, samples) = (cluster.clone(), interval.clone(), samples.clone());
         runtime.spawn(async move {
             let mut backoff = *interval.borrow();
             loop {
@@ -53,7 +53,16 @@ pub fn spawn(
                 } else {
                     (backoff * 2).clamp(every, MAX_BACKOFF)
                 };
-                tokio::time::sleep(backoff).await;
+                // A new interval (`+`/`-`) takes effect now, not after the old one's sleep.
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    changed = interval.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        backoff = *interval.borrow();
+                    }
+                }
             }
         });
     }

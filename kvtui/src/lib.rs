@@ -7,6 +7,7 @@
 //! * [`ui`]: drawing, one file per widget (table, charts, detail, help, benchmark panel).
 //! * [`app`]: key handling and the main loop; [`terminal`]: the RAII terminal guard.
 //! * [`headless`]: `--once` output (JSON or the table as text).
+//! * [`recording`]: `--record` (samples appended as JSON lines) and `--replay`.
 //! * [`bench`](mod@bench): the trait a benchmark implements to appear in the dashboard.
 //!
 //! Collection, state and drawing are separate, so tests render state built by hand into
@@ -17,6 +18,7 @@ pub mod bench;
 pub mod cli;
 pub mod collector;
 pub mod headless;
+pub mod recording;
 pub mod state;
 pub mod terminal;
 pub mod ui;

@@ -45,11 +45,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if !std::io::stdout().is_terminal() {
         anyhow::bail!("stdout is not a terminal; use --once (or --once --json) for a one-shot sample");
     }
+    let replay = match &cli.replay {
+        Some(path) => Some((kvtui::recording::read(path)?, cli.speed)),
+        None => None,
+    };
     let config = DashboardConfig {
-        nodes,
+        nodes: replay.as_ref().map_or(nodes, |(r, _)| r.nodes.clone()),
         client,
         interval: cli.interval,
         window: cli.window,
+        record: cli.record,
+        replay,
     };
     kvtui::run_dashboard(rt.handle(), config, None)?;
     Ok(ExitCode::SUCCESS)

@@ -58,3 +58,39 @@ async fn a_node_that_comes_back_is_picked_up_again() {
     let _ = stop_tx.send(());
     let _ = running.await;
 }
+
+/// After `-` from a 10 s interval the next poll comes at once, not when the old 10 s sleep
+/// would have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_interval_takes_effect_at_once() {
+    let server = Server::bind("127.0.0.1:0", NodeConfig::default()).await.unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run(async {
+        let _ = stop_rx.await;
+    }));
+    let (tx, rx) = channel();
+    let (interval_tx, interval) = watch::channel(Duration::from_secs(10));
+    kvtui::collector::spawn(
+        &tokio::runtime::Handle::current(),
+        std::slice::from_ref(&addr),
+        &kvshared::client::ClientConfig::default(),
+        interval,
+        tx,
+    )
+    .unwrap();
+    let rx = tokio::task::spawn_blocking(move || {
+        let first = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(first.result.is_ok());
+        rx
+    })
+    .await
+    .unwrap();
+    interval_tx.send(Duration::from_millis(100)).unwrap();
+    let next = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(5)).is_ok())
+        .await
+        .unwrap();
+    assert!(next, "no poll within 5 s of the interval going from 10 s to 100 ms");
+    let _ = stop_tx.send(());
+    let _ = running.await;
+}

@@ -68,7 +68,18 @@ async fn once_json_reports_live_nodes_with_moving_counters_and_the_dead_one_as_d
         assert!(row["ops_per_sec"].as_f64().unwrap() > 0.0, "counters moved: {row}");
         assert!(row["puts"].as_u64().unwrap() > 0);
         assert!(row["rss_bytes"].as_u64().unwrap() > 0);
+        // Two distinct kvd CPU samples apart, under load: never a spurious 0.
+        assert!(row["cpu_percent"].as_f64().unwrap() > 0.0, "CPU 0 under load: {row}");
+        assert!(row["p99_us"].as_f64().unwrap() > 0.0, "server latency: {row}");
+        assert!(row["net_in_per_sec"].as_f64().unwrap() > 0.0);
     }
+    assert!(report["total"]["net_in_per_sec"].as_f64().unwrap() > 0.0, "named as per node");
+    // Two nodes of a 2-node cluster and a third address: the list does not match.
+    let problems = report["problems"].as_array().unwrap();
+    assert!(
+        problems.iter().any(|p| p.as_str().unwrap().contains("a cluster of 2 nodes, but --nodes lists 3")),
+        "{problems:?}"
+    );
     assert_eq!(rows[2]["up"], false);
     assert!(rows[2]["error"].as_str().unwrap().contains(&dead.to_string()));
     assert_eq!(report["total"]["up"], 2);
@@ -86,6 +97,15 @@ async fn once_json_reports_live_nodes_with_moving_counters_and_the_dead_one_as_d
         text.contains("NODE") && text.contains("TOTAL") && text.contains("is down"),
         "{text}"
     );
+
+    // No node answers: no total to speak of (null, not zeros).
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kvtui"))
+        .args(["--once", "--json", "--interval", "100ms", "--nodes", &dead.to_string()])
+        .output()
+        .await
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["total"].is_null(), "{report}");
 
     // Every node up: exit 0.
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kvtui"))

@@ -66,6 +66,8 @@ fn app() -> App {
             client: Default::default(),
             interval: Duration::from_millis(500),
             window: Duration::from_secs(60),
+            record: None,
+            replay: None,
         },
         false,
     );
@@ -243,6 +245,8 @@ fn the_benchmark_panel_shows_progress_throughput_and_latency() {
             client: Default::default(),
             interval: Duration::from_millis(500),
             window: Duration::from_secs(60),
+            record: None,
+            replay: None,
         },
         true,
     );
@@ -290,6 +294,8 @@ fn cluster(n: usize, up: usize, down_for: Duration) -> App {
             client: Default::default(),
             interval: Duration::from_millis(500),
             window: Duration::from_secs(60),
+            record: None,
+            replay: None,
         },
         false,
     );

@@ -96,6 +96,12 @@ fn header_line(app: &App) -> Paragraph<'static> {
             app.window.as_secs()
         )),
     ];
+    if let Some(speed) = app.replay {
+        spans.push(Span::styled(
+            format!("   REPLAY {speed}x"),
+            Style::default().fg(Color::Black).bg(Color::Cyan),
+        ));
+    }
     if app.paused {
         spans.push(Span::styled(
             "   PAUSED",
