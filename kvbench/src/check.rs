@@ -67,6 +67,29 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
+/// What happened to the ops that are not plain successes, with the real cause: refused
+/// ops by kind (a node down is not a wrong --nodes order), and ops of unknown outcome.
+fn explain(recording: &kvshared::client::Recording) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (kind, (n, first)) in &recording.refused {
+        let why = match *kind {
+            "node_down" | "connect" | "shutting_down" | "stalled" => {
+                "a node was down or not answering; they never ran, so the check leaves them out"
+            }
+            "wrong_shard" => "refused as another shard's: is --nodes in shard order?",
+            _ => "they failed before running, so the check leaves them out",
+        };
+        lines.push(format!("{n} ops not run ({why}); first: {first}"));
+    }
+    if recording.unknown > 0 {
+        lines.push(format!(
+            "{} ops have an unknown outcome (sent, no answer: a timeout or a node lost mid-request); the checker lets each have taken effect or not",
+            recording.unknown
+        ));
+    }
+    lines
+}
+
 async fn record_history(args: &CheckArgs) -> anyhow::Result<History> {
     let cluster = connect::cluster(&args.cluster).await?;
     let stamp = SystemTime::now()
@@ -90,19 +113,8 @@ async fn record_history(args: &CheckArgs) -> anyhow::Result<History> {
         config.clients, config.keys, config.duration
     );
     let recording = record(cluster, &config).await;
-    for (kind, (n, first)) in &recording.refused {
-        let why = match *kind {
-            "node_down" | "connect" | "shutting_down" => "a node was down; they never ran, so they are left out",
-            "wrong_shard" => "refused as another shard's: is --nodes in shard order?",
-            _ => "they failed before running, so they are left out",
-        };
-        eprintln!("kvbench check: {n} ops not run ({why}); first: {first}");
-    }
-    if recording.unknown > 0 {
-        eprintln!(
-            "kvbench check: {} ops have an unknown outcome (sent, no answer: timeout or a node lost mid-request); the checker lets each have taken effect or not",
-            recording.unknown
-        );
+    for line in explain(&recording) {
+        eprintln!("kvbench check: {line}");
     }
     if let Some(path) = &args.history {
         std::fs::write(path, serde_json::to_vec(&recording.history)?)
@@ -110,4 +122,22 @@ async fn record_history(args: &CheckArgs) -> anyhow::Result<History> {
         eprintln!("kvbench check: history saved to {}", path.display());
     }
     Ok(recording.history)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_node_is_named_as_such_not_as_a_wrong_order() {
+        let mut recording = kvshared::client::Recording::default();
+        recording
+            .refused
+            .insert("node_down", (183_709, "node 127.0.0.1:7071 is down".into()));
+        recording.unknown = 3;
+        let lines = explain(&recording);
+        assert!(lines[0].starts_with("183709 ops not run (a node was down"), "{lines:?}");
+        assert!(!lines[0].contains("shard order"));
+        assert!(lines[1].starts_with("3 ops have an unknown outcome"), "{lines:?}");
+    }
 }

@@ -453,3 +453,60 @@ async fn a_frozen_node_does_not_stop_the_other_nodes_ops() {
         out.errors
     );
 }
+
+/// Nodes listed out of shard order: kvbench refuses to start and says why, instead of
+/// reporting millions of refused ops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_list_out_of_order_is_refused_at_start() {
+    let nodes = LocalCluster::start(2, |_| {}).await.unwrap();
+    let mut addrs = nodes.addrs();
+    addrs.reverse();
+    let Command::Run(args) = parse(&["run", "--nodes", &addrs.join(","), "--duration", "1s"]) else {
+        unreachable!()
+    };
+    let err = kvbench::connect::cluster(&args.bench.cluster).await.err().unwrap();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("--nodes does not match the cluster") && text.contains("list the nodes in shard order"),
+        "{text}"
+    );
+}
+
+/// A node dying mid-load: the error says how many records were stored and that running the
+/// load again starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_cut_short_says_how_far_it_got() {
+    let mut nodes = LocalCluster::start(2, |_| {}).await.unwrap();
+    let list = nodes.addrs().join(",");
+    let Command::Load(args) = parse(&[
+        "load",
+        "--nodes",
+        &list,
+        "--records",
+        "20000000",
+        "--value-size",
+        "16",
+        "--quiet",
+        "--timeout",
+        "1s",
+    ]) else {
+        unreachable!()
+    };
+    let dying = nodes.nodes.pop().unwrap();
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        dying.stop().await;
+    });
+    let err = tokio::time::timeout(std::time::Duration::from_secs(60), kvbench::load::command(args))
+        .await
+        .expect("the load hung after a node died")
+        .err()
+        .expect("the load cannot finish with a node gone");
+    killer.await.unwrap();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("the load stopped after") && text.contains("of 20,000,000 records were stored"),
+        "{text}"
+    );
+    assert!(text.contains("does not resume"), "{text}");
+}

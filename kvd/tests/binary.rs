@@ -22,6 +22,23 @@ fn client_verbs_and_exit_codes() {
     let stats = kvd(&["stats", "--nodes", &addr, "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(json[0]["stats"]["puts"], 1);
+    // The service times: one put, two gets (a hit, a miss), one delete, each timed once.
+    let latency = &json[0]["stats"]["latency"];
+    let count = |kind: &str| -> u64 {
+        latency[kind]["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b[1].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!((count("get"), count("put"), count("delete")), (2, 1, 1), "{latency}");
+    let text = kvd(&["stats", "--nodes", &addr]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("service time since start: get p50"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
     let partly_down = kvd(&["stats", "--nodes", &format!("{addr},127.0.0.1:1"), "--timeout", "500ms"]);
     assert_eq!(
         partly_down.status.code(),
@@ -37,6 +54,29 @@ fn client_verbs_and_exit_codes() {
         "one-line reason"
     );
     drop(server);
+}
+
+/// Two nodes given in the wrong order: the client verbs name the problem, not just the
+/// refusal.
+#[test]
+fn client_verbs_name_a_node_list_in_the_wrong_order() {
+    let (a, addr_a) = start(&["--shard", "0/2"]);
+    let (b, addr_b) = start(&["--shard", "1/2"]);
+    let swapped = format!("{addr_b},{addr_a}");
+    let mut explained = false;
+    for i in 0..20 {
+        let put = kvd(&["put", "--nodes", &swapped, &format!("k{i}"), "v"]);
+        if put.status.code() == Some(2) {
+            let err = String::from_utf8_lossy(&put.stderr);
+            assert!(err.contains("list the nodes in shard order"), "{err}");
+            explained = true;
+            break;
+        }
+    }
+    assert!(explained, "no key of 20 went to the wrong node");
+    let stats = kvd(&["stats", "--nodes", &swapped]);
+    assert!(String::from_utf8_lossy(&stats.stderr).contains("is listed at position 0"));
+    drop((a, b));
 }
 
 #[test]

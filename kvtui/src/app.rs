@@ -9,8 +9,8 @@ use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, Ke
 use tokio::sync::watch;
 
 use crate::bench::{BenchProgress, BenchSource};
-use crate::state::{ClusterView, Sample, Series};
 use crate::recording::{self, Recorder, Recording, ReplayClock};
+use crate::state::{ClusterView, Sample, Series};
 use crate::{collector, terminal};
 
 /// Which screen is shown.

@@ -52,9 +52,16 @@ pub struct Cli {
 /// `--interval`: a duration within the range `+`/`-` move in.
 fn parse_interval(text: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-    let (low, high) = (crate::app::INTERVALS[0], crate::app::INTERVALS[crate::app::INTERVALS.len() - 1]);
+    let (low, high) = (
+        crate::app::INTERVALS[0],
+        crate::app::INTERVALS[crate::app::INTERVALS.len() - 1],
+    );
     if d < low || d > high {
-        return Err(format!("must be between {} and {}", humantime::format_duration(low), humantime::format_duration(high)));
+        return Err(format!(
+            "must be between {} and {}",
+            humantime::format_duration(low),
+            humantime::format_duration(high)
+        ));
     }
     Ok(d)
 }
@@ -82,10 +89,20 @@ mod tests {
     #[test]
     fn interval_and_window_are_checked() {
         let parse = |args: &[&str]| Cli::try_parse_from([&["kvtui"], args].concat());
-        assert!(parse(&["--interval", "0s"]).unwrap_err().to_string().contains("between 100ms and 10s"));
+        assert!(
+            parse(&["--interval", "0s"])
+                .unwrap_err()
+                .to_string()
+                .contains("between 100ms and 10s")
+        );
         assert!(parse(&["--interval", "11s"]).is_err());
         assert_eq!(parse(&["--interval", "2s"]).unwrap().interval, Duration::from_secs(2));
-        assert!(parse(&["--window", "2h"]).unwrap_err().to_string().contains("60s or 5m"));
+        assert!(
+            parse(&["--window", "2h"])
+                .unwrap_err()
+                .to_string()
+                .contains("60s or 5m")
+        );
         assert_eq!(parse(&["--window", "5m"]).unwrap().window, Duration::from_secs(300));
     }
 }

@@ -111,11 +111,7 @@ pub fn read(path: &Path) -> anyhow::Result<Recording> {
                     i + 1
                 );
             }
-            Err(e) => anyhow::bail!(
-                "{} line {}: not a kvtui recording line ({e})",
-                path.display(),
-                i + 1
-            ),
+            Err(e) => anyhow::bail!("{} line {}: not a kvtui recording line ({e})", path.display(), i + 1),
         }
     }
     if records.is_empty() {
@@ -218,7 +214,11 @@ mod tests {
     #[test]
     fn a_damaged_line_is_refused_with_its_number() {
         let path = scratch("bad");
-        std::fs::write(&path, "{\"unix_ms\":1,\"addr\":\"a:1\",\"error\":\"x\"}\nnot json\n{}\n").unwrap();
+        std::fs::write(
+            &path,
+            "{\"unix_ms\":1,\"addr\":\"a:1\",\"error\":\"x\"}\nnot json\n{}\n",
+        )
+        .unwrap();
         let e = read(&path).unwrap_err().to_string();
         assert!(e.contains("line 2"), "{e}");
         std::fs::remove_file(&path).unwrap();

@@ -73,11 +73,17 @@ async fn once_json_reports_live_nodes_with_moving_counters_and_the_dead_one_as_d
         assert!(row["p99_us"].as_f64().unwrap() > 0.0, "server latency: {row}");
         assert!(row["net_in_per_sec"].as_f64().unwrap() > 0.0);
     }
-    assert!(report["total"]["net_in_per_sec"].as_f64().unwrap() > 0.0, "named as per node");
+    assert!(
+        report["total"]["net_in_per_sec"].as_f64().unwrap() > 0.0,
+        "named as per node"
+    );
     // Two nodes of a 2-node cluster and a third address: the list does not match.
     let problems = report["problems"].as_array().unwrap();
     assert!(
-        problems.iter().any(|p| p.as_str().unwrap().contains("a cluster of 2 nodes, but --nodes lists 3")),
+        problems.iter().any(|p| p
+            .as_str()
+            .unwrap()
+            .contains("a cluster of 2 nodes, but --nodes lists 3")),
         "{problems:?}"
     );
     assert_eq!(rows[2]["up"], false);

@@ -27,7 +27,11 @@ fn children_of(pid: u32) -> Vec<u32> {
 fn kvtui_below(root: u32) -> Option<u32> {
     let mut todo = children_of(root);
     while let Some(pid) = todo.pop() {
-        if std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() == "kvtui" {
+        if std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap_or_default()
+            .trim()
+            == "kvtui"
+        {
             return Some(pid);
         }
         todo.extend(children_of(pid));
@@ -86,10 +90,7 @@ async fn a_recording_holds_every_sample_and_replays() {
     let file = std::env::temp_dir().join(format!("kvtui-record-{}.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&file);
 
-    let (script, pid, _) = on_a_terminal(&format!(
-        "--nodes {addr} --interval 100ms --record {}",
-        file.display()
-    ));
+    let (script, pid, _) = on_a_terminal(&format!("--nodes {addr} --interval 100ms --record {}", file.display()));
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::fs::read_to_string(&file).map_or(0, |t| t.lines().count()) < 5 {
         assert!(Instant::now() < deadline, "kvtui recorded fewer than 5 samples in 20 s");
@@ -99,7 +100,10 @@ async fn a_recording_holds_every_sample_and_replays() {
     let recording = kvtui::recording::read(&file).unwrap();
     assert!(recording.records.len() >= 5);
     assert_eq!(recording.nodes, vec![addr.clone()]);
-    assert!(recording.records.iter().all(|r| r.stats.is_some()), "every poll answered");
+    assert!(
+        recording.records.iter().all(|r| r.stats.is_some()),
+        "every poll answered"
+    );
     let times: Vec<u64> = recording.records.iter().map(|r| r.unix_ms).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
 

@@ -318,6 +318,9 @@ fn cluster(n: usize, up: usize, down_for: Duration) -> App {
                 dense[kvshared::latency::bucket_of(20_000)] = 90;
                 dense[kvshared::latency::bucket_of(900_000)] = 10;
                 later.latency.get = kvshared::latency::Latency::from_dense(&dense, 0);
+                let mut hot = vec![0; kvshared::latency::BUCKETS];
+                hot[kvshared::latency::bucket_of(3_000_000)] = 7;
+                later.latency.map_shards = vec![Default::default(), kvshared::latency::Latency::from_dense(&hot, 0)];
             }
             app.view.apply(Sample {
                 node,
@@ -478,4 +481,18 @@ fn a_banner_names_a_misconfigured_node_list() {
         text.contains("10.0.0.1:7070 and 10.0.0.2:7070 serve the same shard 0/3"),
         "{text}"
     );
+}
+
+/// The detail view gives the node's service time per op kind and its slowest map shards.
+#[test]
+fn the_detail_view_shows_service_times_and_the_slowest_map_shard() {
+    let mut app = cluster(3, 3, Duration::ZERO);
+    app.mode = Mode::Detail;
+    let text = screen(&app, 200, 50);
+    for needle in [
+        "service time, last interval: get p50 18 us p99 849 us",
+        "slowest map shards (p99, last interval): #1 2.9 ms (7 batches)",
+    ] {
+        assert!(text.contains(needle), "{needle} missing:\n{text}");
+    }
 }

@@ -187,6 +187,19 @@ impl LatencyStats {
         if parts.is_empty() { "-".into() } else { parts.join("; ") }
     }
 
+    /// The `n` map shards with the highest p99: (shard, p99 in ns, sampled batches).
+    pub fn slowest_map_shards(&self, n: usize) -> Vec<(usize, u64, u64)> {
+        let mut shards: Vec<(usize, u64, u64)> = self
+            .map_shards
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| Some((i, l.quantile_ns(0.99)?, l.count())))
+            .collect();
+        shards.sort_by_key(|&(i, p99, _)| (std::cmp::Reverse(p99), i));
+        shards.truncate(n);
+        shards
+    }
+
     /// What was recorded after `before`.
     pub fn since(&self, before: &LatencyStats) -> LatencyStats {
         let empty = Latency::default();

@@ -1,6 +1,6 @@
 //! The selected node's detail view: every counter, errors by kind, per-interface network.
 
-use kvshared::units::{bytes, bytes_per_sec, grouped, si, uptime};
+use kvshared::units::{bytes, bytes_per_sec, grouped, nanos, si, uptime};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -101,6 +101,25 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 Line::from(""),
             ]);
             lines.extend(s.durability.summary_lines().into_iter().map(Line::from));
+            let recent = n.latency.as_ref();
+            lines.extend([
+                Line::from(format!(
+                    "service time, last interval: {}",
+                    recent.map_or("-".into(), |l| l.summary())
+                )),
+                Line::from(format!("service time, since start:   {}", s.latency.summary())),
+                Line::from(format!(
+                    "slowest map shards (p99, last interval): {}",
+                    recent
+                        .map(|l| l.slowest_map_shards(3))
+                        .filter(|v| !v.is_empty())
+                        .map_or("-".into(), |v| v
+                            .iter()
+                            .map(|(i, p99, n)| format!("#{i} {} ({n} batches)", nanos(*p99)))
+                            .collect::<Vec<_>>()
+                            .join("   "))
+                )),
+            ]);
             lines.extend([
                 Line::from(""),
                 Line::styled("errors by kind", Style::default().add_modifier(Modifier::BOLD)),
