@@ -500,8 +500,7 @@ async fn a_load_cut_short_says_how_far_it_got() {
     let err = tokio::time::timeout(std::time::Duration::from_secs(60), kvbench::load::command(args))
         .await
         .expect("the load hung after a node died")
-        .err()
-        .expect("the load cannot finish with a node gone");
+        .expect_err("the load cannot finish with a node gone");
     killer.await.unwrap();
     let text = format!("{err:#}");
     assert!(

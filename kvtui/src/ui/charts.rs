@@ -78,7 +78,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             " kvd network in+out ",
             &per_node(|n| &n.net),
             &window,
-            |v| bytes_per_sec(v),
+            bytes_per_sec,
         );
     }
 }
