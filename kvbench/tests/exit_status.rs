@@ -25,16 +25,23 @@ async fn output(args: Vec<&str>) -> std::process::Output {
 }
 
 /// Failed ops make `kvbench run` exit 1, unless failures are allowed. The failures here:
-/// the client is given one node of a two-node cluster, so the other node's keys are refused
-/// as wrong-shard.
+/// the nodes have a memory cap too small for any write and refuse to evict, so every
+/// update is refused as out of memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_ops_give_exit_status_1_unless_allowed() {
-    let cluster = LocalCluster::start(2, |_| {}).await.unwrap();
-    let one_node = cluster.addrs()[0].clone();
+    let cluster = LocalCluster::start(2, |c| {
+        c.memory = Some(kvd::store::MemoryLimit {
+            max_bytes: 1,
+            eviction: kvd::store::Eviction::None,
+        })
+    })
+    .await
+    .unwrap();
+    let nodes = cluster.addrs().join(",");
     let common = [
         "run",
         "--nodes",
-        &one_node,
+        &nodes,
         "--records",
         "200",
         "--tasks",
@@ -51,7 +58,7 @@ async fn failed_ops_give_exit_status_1_unless_allowed() {
     ];
     let out = output(common.to_vec()).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("wrong_shard"), "{stdout}");
+    assert!(stdout.contains("out_of_memory"), "{stdout}");
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
 
     let allowed = output([&common[..], &["--allow-failures"]].concat()).await;

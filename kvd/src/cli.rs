@@ -109,6 +109,13 @@ pub struct ServeArgs {
     /// (100000entries). Smaller: faster restarts, more snapshot writing.
     #[arg(long, value_name = "SIZE|Nentries", default_value = crate::durable::DEFAULT_SNAPSHOT_EVERY, requires = "data_dir")]
     pub snapshot_every: SnapshotEvery,
+    /// Make this shard a replica group: every member's --listen address (this node's among
+    /// them), the same list, in the same order, on every member. The group's leader serves
+    /// the shard; the others say who leads; a write is answered once a majority has it.
+    /// The first start of a member initialises the group, a restart rejoins it. Clients
+    /// list a group's members separated by `|` in --nodes.
+    #[arg(long, value_delimiter = ',', value_name = "ADDR,ADDR,...", requires = "data_dir")]
+    pub group: Vec<String>,
     /// Cap on the memory the stored data takes (keys, values and their overhead, as
     /// accounted: see the README), e.g. 100mb, 2gb [default: unlimited].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
@@ -173,6 +180,19 @@ impl ServeArgs {
                 self.shard,
                 self.shard.count
             ));
+        }
+        if !self.group.is_empty() {
+            if !self.group.contains(&self.listen) {
+                return Err(format!(
+                    "--group must list this node's own --listen address {} (as written there)",
+                    self.listen
+                ));
+            }
+            for (i, m) in self.group.iter().enumerate() {
+                if self.group[..i].contains(m) {
+                    return Err(format!("--group lists {m} twice"));
+                }
+            }
         }
         if self.read_timeout.is_zero() {
             return Err("--read-timeout must be more than 0".into());

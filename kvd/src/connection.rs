@@ -35,6 +35,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::budget::{FREE_PER_CONNECTION, ReplyAllowance};
+use crate::durable::raft::LogError;
 use crate::node::{LogWait, Node};
 use crate::store::Scratch;
 use crate::warn_limit::PER_CONNECTION;
@@ -504,6 +505,20 @@ impl Connection {
                         .map(|()| true)
                 }
             },
+            FrameKind::RaftRequest => match self.node.serve_raft(&self.body).await {
+                Some(reply) => {
+                    self.out.clear();
+                    raw_frame(&mut self.out, FrameKind::RaftResponse, header.id, &reply);
+                    Ok(true)
+                }
+                None => self
+                    .encode_error(
+                        header.id,
+                        ErrorCode::Refused,
+                        "this node is not a member of a replica group".into(),
+                    )
+                    .map(|()| true),
+            },
             FrameKind::StatsRequest => {
                 self.publish();
                 encode_frame(FrameKind::StatsResponse, header.id, &self.node.stats(), &mut self.out).map(|()| true)
@@ -527,7 +542,9 @@ impl Connection {
             | FrameKind::StatsResponse
             | FrameKind::ErrorResponse
             | FrameKind::AuthOk
-            | FrameKind::ConfigOk) => {
+            | FrameKind::ConfigOk
+            | FrameKind::RaftResponse
+            | FrameKind::NotLeader) => {
                 self.tally.bad_frame += 1;
                 self.encode_error(
                     header.id,
@@ -556,14 +573,27 @@ impl Connection {
                 head.log.wait().await;
                 waited = true;
             }
-            match head.log.finish(&mut head.response, max_reply) {
+            let not_leader = match head.log.finish(&mut head.response, max_reply) {
                 None => break,
-                Some(Err(e)) => return Err(format!("the shard's log failed: {e}")),
-                Some(Ok(())) => {}
-            }
+                Some(Err(LogError::Failed(e))) => return Err(format!("the shard's log failed: {e}")),
+                Some(Err(LogError::NotLeader(leader))) => Some(leader),
+                Some(Ok(())) => None,
+            };
             let Some(done) = self.waiting.pop_front() else { break };
-            encode_frame(FrameKind::BatchResponse, done.id, &done.response, &mut self.out)
-                .map_err(|e| format!("cannot encode a reply: {e}"))?;
+            match not_leader {
+                // Nothing of the batch ran: the client sends it to the leader.
+                Some(leader) => {
+                    self.out.clear();
+                    raw_frame(
+                        &mut self.out,
+                        FrameKind::NotLeader,
+                        done.id,
+                        leader.unwrap_or_default().as_bytes(),
+                    );
+                }
+                None => encode_frame(FrameKind::BatchResponse, done.id, &done.response, &mut self.out)
+                    .map_err(|e| format!("cannot encode a reply: {e}"))?,
+            }
             self.write_out().await.map_err(|e| e.to_string())?;
             if self.response.heap_bytes() < done.response.heap_bytes() {
                 self.response = done.response;
@@ -705,4 +735,18 @@ impl Connection {
         self.node.counters.add_counts(self.id, &self.tally);
         self.tally = Counts::default();
     }
+}
+
+/// Puts a frame of `kind` whose body is `body` as it is into `out`.
+fn raw_frame(out: &mut AlignedVec, kind: FrameKind, id: u64, body: &[u8]) {
+    out.clear();
+    out.extend_from_slice(
+        &FrameHeader {
+            kind,
+            len: body.len() as u32,
+            id,
+        }
+        .encode(),
+    );
+    out.extend_from_slice(body);
 }

@@ -51,6 +51,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         fsync: args.fsync,
         snapshot_every: args.snapshot_every,
+        group: args
+            .group
+            .iter()
+            .position(|m| *m == args.listen)
+            .map(|me| (me, args.group.clone())),
         memory: args.max_memory.map(|max| MemoryLimit {
             max_bytes: max as usize,
             eviction: args.eviction,

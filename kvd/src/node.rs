@@ -8,7 +8,7 @@ use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
 use kvshared::latency::LatencyStats;
 use kvshared::routing::ShardId;
-use kvshared::stats::{Counts, NodeStats};
+use kvshared::stats::{Counts, GroupFigures, NodeStats};
 use kvshared::tls::TlsServer;
 use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, OpKind, ReplyView, encode_frame};
 use tokio::sync::oneshot;
@@ -16,8 +16,8 @@ use tokio::sync::oneshot;
 use crate::budget::BufferBudget;
 use crate::counters::Counters;
 use crate::durable::log::FsyncPolicy;
-use crate::durable::raft::{DurableShard, LogAnswer};
-use crate::durable::{DurableConfig, SnapshotEvery};
+use crate::durable::raft::{DurableShard, LogAnswer, LogError};
+use crate::durable::{DurableConfig, GroupConfig, SnapshotEvery};
 use crate::latency::{KINDS, OpLatencies};
 use crate::sampler::Sampler;
 use crate::store::{MemoryLimit, ReplyRoom, Scratch, Store};
@@ -99,6 +99,8 @@ pub struct NodeConfig {
     pub snapshot_every: SnapshotEvery,
     /// Log segment size (not a flag: tests make it small to see segments rotate and go).
     pub segment_bytes: u64,
+    /// `--group`: every member's address, and this node's place among them (from 0).
+    pub group: Option<(usize, Vec<String>)>,
     /// Tokio worker threads, reported in stats.
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
@@ -127,6 +129,7 @@ impl Default for NodeConfig {
             fsync: FsyncPolicy::Always,
             snapshot_every: SnapshotEvery::Bytes(64 << 20),
             segment_bytes: crate::durable::log::SEGMENT_BYTES,
+            group: None,
             worker_threads: 1,
             sample_period: Duration::from_secs(1),
             #[cfg(test)]
@@ -202,6 +205,21 @@ impl Node {
                 fsync: self.config.fsync,
                 snapshot_every: self.config.snapshot_every,
                 segment_bytes: self.config.segment_bytes,
+                group: self.config.group.as_ref().map(|(me, members)| GroupConfig {
+                    me: *me as u64 + 1,
+                    members: members
+                        .iter()
+                        .enumerate()
+                        .map(|(i, addr)| (i as u64 + 1, openraft::BasicNode { addr: addr.clone() }))
+                        .collect(),
+                    client: kvshared::client::ClientConfig {
+                        auth: self.config.auth.clone(),
+                        max_frame: self.config.max_frame,
+                        request_timeout: Duration::from_secs(2),
+                        connect_timeout: Duration::from_millis(500),
+                        ..Default::default()
+                    },
+                }),
             },
         )
         .await
@@ -251,15 +269,22 @@ impl Node {
             self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
             return None;
         };
+        if let Err(not_leader) = log.leadership() {
+            // A member that does not lead its group runs nothing and says who leads.
+            return Some(LogWait::refused(not_leader));
+        }
         let mut logged = Vec::new();
         self.store.ops_to_log(batch, &mut scratch.written, &mut logged);
         if logged.is_empty() {
             self.store.execute(batch, out, room, scratch, tally);
             self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
-            return None;
+            // In a replica group the reads, run here, are answered once a majority confirms
+            // (after they ran) that this member still leads.
+            return log.confirm_leadership().map(LogWait::confirming);
         }
         self.store.execute_except(batch, &logged, out, room, scratch, tally);
         self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
+        let confirm = (logged.len() < batch.len()).then(|| log.confirm_leadership()).flatten();
         let mut part = BatchRequest::new();
         let mut logged_kinds = [0; KINDS];
         for &i in &logged {
@@ -273,13 +298,15 @@ impl Node {
             Ok(()) => log.submit(frame.get(HEADER_LEN..).unwrap_or_default().to_vec()),
             Err(e) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                let _ = tx.send(Err(e.to_string()));
+                let _ = tx.send(Err(LogError::Failed(e.to_string())));
                 rx
             }
         };
         Some(LogWait {
-            answer,
+            answer: Some(answer),
             outcome: None,
+            confirm,
+            confirmed: None,
             positions: logged,
             timing: Some((began, logged_kinds, self.latencies.clone())),
         })
@@ -302,6 +329,15 @@ impl Node {
             tracing::info!(max_memory_bytes = ?max, "memory cap changed (config request)");
         }
         Ok(())
+    }
+
+    /// Answers a raft RPC from another member of this node's replica group (`None`: this
+    /// node is in no group).
+    pub async fn serve_raft(&self, body: &[u8]) -> Option<Vec<u8>> {
+        match &self.durable {
+            Some(log) if self.config.group.is_some() => Some(log.serve_rpc(body).await),
+            _ => None,
+        }
     }
 
     /// A snapshot of every figure the node reports.
@@ -328,6 +364,22 @@ impl Node {
                 .map_or(String::new(), |l| l.eviction.name().to_string()),
             worker_threads: self.config.worker_threads as u32,
             durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
+            group: match (&self.durable, &self.config.group) {
+                (Some(log), Some((_, members))) => {
+                    let (role, term, leader, applied) = log.group_figures();
+                    GroupFigures {
+                        role,
+                        term,
+                        leader: members
+                            .get((leader as usize).wrapping_sub(1))
+                            .cloned()
+                            .unwrap_or_default(),
+                        applied_index: applied,
+                        members: members.clone(),
+                    }
+                }
+                _ => GroupFigures::default(),
+            },
             latency: {
                 let [get, put, delete] = self.latencies.snapshot();
                 LatencyStats {
@@ -346,10 +398,14 @@ impl Node {
     }
 }
 
-/// A batch whose logged ops wait for their log entry (see [`Node::execute`]).
+/// A batch that waits for the log (see [`Node::execute`]): for its logged ops' entry to be
+/// applied, and in a replica group for a majority to confirm that this member still leads
+/// (for the reads it ran); or a member's refusal because another leads.
 pub struct LogWait {
-    answer: oneshot::Receiver<LogAnswer>,
+    answer: Option<oneshot::Receiver<LogAnswer>>,
     outcome: Option<LogAnswer>,
+    confirm: Option<oneshot::Receiver<Result<(), LogError>>>,
+    confirmed: Option<Result<(), LogError>>,
     /// Where each logged op's result goes in the batch's response.
     positions: Vec<u32>,
     /// When the batch began, its logged ops per kind, and where their service time goes
@@ -358,42 +414,103 @@ pub struct LogWait {
 }
 
 impl LogWait {
-    /// Waits until the entry is committed and applied (or the log failed). Cancel-safe: the
-    /// outcome is kept for `LogWait::take`.
-    pub async fn wait(&mut self) {
-        if self.outcome.is_none() {
-            let answer = (&mut self.answer).await;
-            self.outcome = Some(answer.unwrap_or_else(|_| Err(LOG_STOPPED.into())));
+    /// Nothing ran: this member does not lead its group.
+    fn refused(why: LogError) -> LogWait {
+        LogWait {
+            answer: None,
+            outcome: None,
+            confirm: None,
+            confirmed: Some(Err(why)),
+            positions: Vec::new(),
+            timing: None,
         }
     }
 
-    /// The outcome, if it has come.
-    fn take(&mut self) -> Option<LogAnswer> {
-        if self.outcome.is_none() {
-            match self.answer.try_recv() {
-                Ok(answer) => self.outcome = Some(answer),
-                Err(oneshot::error::TryRecvError::Empty) => return None,
-                Err(oneshot::error::TryRecvError::Closed) => self.outcome = Some(Err(LOG_STOPPED.into())),
+    /// Reads that ran, waiting for the leadership check.
+    fn confirming(confirm: oneshot::Receiver<Result<(), LogError>>) -> LogWait {
+        LogWait {
+            answer: None,
+            outcome: None,
+            confirm: Some(confirm),
+            confirmed: None,
+            positions: Vec::new(),
+            timing: None,
+        }
+    }
+
+    /// Waits until the entry is committed and applied and leadership is confirmed (or
+    /// either failed). Cancel-safe: outcomes are kept for `LogWait::finish`.
+    pub async fn wait(&mut self) {
+        if self.outcome.is_none()
+            && let Some(answer) = self.answer.as_mut()
+        {
+            let answer = answer.await;
+            self.outcome = Some(answer.unwrap_or_else(|_| Err(LogError::Failed(LOG_STOPPED.into()))));
+        }
+        if self.confirmed.is_none()
+            && let Some(confirm) = self.confirm.as_mut()
+        {
+            let confirmed = confirm.await;
+            self.confirmed = Some(confirmed.unwrap_or(Err(LogError::NotLeader(None))));
+        }
+    }
+
+    /// Polls both outcomes without waiting; true once every awaited one has come.
+    fn ready(&mut self) -> bool {
+        if self.outcome.is_none()
+            && let Some(answer) = self.answer.as_mut()
+        {
+            match answer.try_recv() {
+                Ok(a) => self.outcome = Some(a),
+                Err(oneshot::error::TryRecvError::Empty) => return false,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    self.outcome = Some(Err(LogError::Failed(LOG_STOPPED.into())))
+                }
             }
         }
-        self.outcome.take()
+        if self.confirmed.is_none()
+            && let Some(confirm) = self.confirm.as_mut()
+        {
+            match confirm.try_recv() {
+                Ok(c) => self.confirmed = Some(c),
+                Err(oneshot::error::TryRecvError::Empty) => return false,
+                Err(oneshot::error::TryRecvError::Closed) => self.confirmed = Some(Err(LogError::NotLeader(None))),
+            }
+        }
+        true
     }
 
-    /// Once the entry is applied: puts the logged ops' results into `out` (found values
-    /// only while the reply stays within `max_reply` bytes) and returns `Some(Ok)`; `None`
-    /// while it is not. An error means the outcome is unknown: the batch may have been
-    /// logged, so the caller must not answer it as failed.
-    pub fn finish(&mut self, out: &mut BatchResponse, max_reply: usize) -> Option<Result<(), String>> {
-        let reply = match self.take()? {
-            Ok(reply) => reply,
-            Err(e) => return Some(Err(e)),
+    /// Once everything awaited has come: puts the logged ops' results into `out` (found
+    /// values only while the reply stays within `max_reply` bytes) and returns `Some(Ok)`;
+    /// `None` while it has not. `NotLeader` means nothing of the batch took effect (the
+    /// client asks the leader); `Failed` means the outcome is unknown: the batch may have
+    /// been logged, so the caller must not answer it as failed.
+    pub fn finish(&mut self, out: &mut BatchResponse, max_reply: usize) -> Option<Result<(), LogError>> {
+        if !self.ready() {
+            return None;
+        }
+        let confirmed = self.confirmed.take().unwrap_or(Ok(()));
+        let reply = match self.outcome.take() {
+            None => return Some(confirmed),
+            Some(Err(e)) => return Some(Err(e)),
+            Some(Ok(reply)) => reply,
         };
+        if let Err(e) = confirmed {
+            // The writes committed but the reads run beside them may be stale.
+            return Some(Err(LogError::Failed(format!(
+                "the writes were logged, but the reads could not be confirmed: {e}"
+            ))));
+        }
         let mut body: AlignedVec = AlignedVec::new();
         body.extend_from_slice(&reply);
         let view = match ReplyView::parse(&body) {
             Ok(view) if view.len() == self.positions.len() => view,
-            Ok(_) => return Some(Err("the log answered a different number of ops".into())),
-            Err(e) => return Some(Err(format!("the log's answer does not decode: {e}"))),
+            Ok(_) => {
+                return Some(Err(LogError::Failed(
+                    "the log answered a different number of ops".into(),
+                )));
+            }
+            Err(e) => return Some(Err(LogError::Failed(format!("the log's answer does not decode: {e}")))),
         };
         if let Some((began, kinds, latencies)) = self.timing.take() {
             latencies.record(kinds, elapsed_ns(began));

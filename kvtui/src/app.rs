@@ -243,7 +243,15 @@ pub fn run_dashboard(
         Some(path) => Some(Recorder::open(path, &config.nodes)?),
         None => None,
     };
-    let stop = stop_on_signals(runtime);
+    // Set when this function returns, however it returns (see `stop_on_signals`).
+    struct Returned(Arc<AtomicBool>);
+    impl Drop for Returned {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let returned = Returned(Arc::new(AtomicBool::new(false)));
+    let stop = stop_on_signals(runtime, returned.0.clone());
     let mut guard = terminal::TerminalGuard::enter()?;
     let mut last_tick = Instant::now();
     loop {
@@ -278,10 +286,13 @@ pub fn run_dashboard(
     }
 }
 
+/// How long after SIGTERM/SIGHUP the dashboard may take to return before the process ends.
+const SIGNAL_GRACE: Duration = Duration::from_secs(2);
+
 /// A flag set on SIGTERM or SIGHUP (a closed terminal, `kill`), so the dashboard returns
 /// through the guard that restores the terminal, as on q or Ctrl-C, instead of dying in the
 /// alternate screen with the cursor hidden.
-fn stop_on_signals(runtime: &tokio::runtime::Handle) -> Arc<AtomicBool> {
+fn stop_on_signals(runtime: &tokio::runtime::Handle, returned: Arc<AtomicBool>) -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     #[cfg(unix)]
     {
@@ -295,6 +306,14 @@ fn stop_on_signals(runtime: &tokio::runtime::Handle) -> Arc<AtomicBool> {
                     _ = hup.recv() => {},
                 }
                 flag.store(true, Ordering::Relaxed);
+                // The dashboard returns within a frame and restores the terminal. When the
+                // terminal itself is gone (SIGHUP from a closed tmux pane), crossterm's event
+                // poll can spin on end-of-input and never return to check the flag: end the
+                // process rather than spin.
+                tokio::time::sleep(SIGNAL_GRACE).await;
+                if !returned.load(Ordering::Relaxed) {
+                    std::process::exit(1);
+                }
             });
         }
     }

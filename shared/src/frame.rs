@@ -30,7 +30,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// statuses `TooLarge` and `OutOfMemory`, the `AuthRequest`/`AuthOk` handshake, and
 /// `ConfigRequest`/`ConfigOk`.
 /// 4: the conditional puts `PutIfAbsent`/`PutIfPresent` and the status `NotStored`.
-/// 5: `NodeStats` carries service-time histograms (`LatencyStats`).
+/// 5: `NodeStats` carries service-time histograms (`LatencyStats`) and a replica group's
+/// figures; the frames `RaftRequest`/`RaftResponse` and `NotLeader`.
 pub const VERSION: u8 = 5;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
@@ -57,6 +58,9 @@ pub enum FrameKind {
     AuthRequest = 0x03,
     /// Body: [`crate::wire::ConfigRequest`]; a change to the node's settings at run time.
     ConfigRequest = 0x04,
+    /// Body: a raft RPC between the members of a replica group (kvd's own encoding; opaque
+    /// here).
+    RaftRequest = 0x05,
     /// Body: [`crate::wire::BatchResponse`].
     BatchResponse = 0x81,
     /// Body: [`crate::stats::NodeStats`].
@@ -65,6 +69,11 @@ pub enum FrameKind {
     AuthOk = 0x83,
     /// Body: empty; the settings were changed.
     ConfigOk = 0x84,
+    /// Body: the answer to a [`FrameKind::RaftRequest`].
+    RaftResponse = 0x85,
+    /// Body: the leader's address as UTF-8, or empty when unknown. This member of a replica
+    /// group is not its leader and ran nothing of the request: send it to the leader.
+    NotLeader = 0x86,
     /// Body: [`crate::wire::ErrorReply`]; the request with this id failed as a whole.
     ErrorResponse = 0xFF,
 }
@@ -76,10 +85,13 @@ impl FrameKind {
             0x02 => FrameKind::StatsRequest,
             0x03 => FrameKind::AuthRequest,
             0x04 => FrameKind::ConfigRequest,
+            0x05 => FrameKind::RaftRequest,
             0x81 => FrameKind::BatchResponse,
             0x82 => FrameKind::StatsResponse,
             0x83 => FrameKind::AuthOk,
             0x84 => FrameKind::ConfigOk,
+            0x85 => FrameKind::RaftResponse,
+            0x86 => FrameKind::NotLeader,
             0xFF => FrameKind::ErrorResponse,
             _ => return None,
         })

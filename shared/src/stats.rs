@@ -311,6 +311,21 @@ impl Durability {
     }
 }
 
+/// A replica group member's place in its group.
+#[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GroupFigures {
+    /// `leader`, `follower` or `learner`; empty when the node is in no replica group.
+    pub role: String,
+    /// The raft term this member is in.
+    pub term: u64,
+    /// The leader's address as this member knows it (empty: none known).
+    pub leader: String,
+    /// The last log entry applied here.
+    pub applied_index: u64,
+    /// Every member's address (`--group`).
+    pub members: Vec<String>,
+}
+
 /// One node's statistics at one instant.
 #[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct NodeStats {
@@ -339,6 +354,9 @@ pub struct NodeStats {
     /// The shard's log and snapshots (`durability.mode` is `memory` without `--data-dir`).
     #[serde(default)]
     pub durability: Durability,
+    /// The node's replica group (empty `role` when it is in none).
+    #[serde(default)]
+    pub group: GroupFigures,
     /// Service-time histograms since the node started (see [`LatencyStats`]).
     #[serde(default)]
     pub latency: LatencyStats,
@@ -365,6 +383,7 @@ impl Default for NodeStats {
             eviction: String::new(),
             worker_threads: 0,
             durability: Durability::default(),
+            group: GroupFigures::default(),
             latency: LatencyStats::default(),
             counts: Counts::default(),
             system: SystemFigures::default(),

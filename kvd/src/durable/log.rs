@@ -186,7 +186,12 @@ impl LogFiles {
     }
 
     /// Appends records `first..first + payloads.len()` (not yet durable: see [`LogFiles::sync`]).
+    /// A `first` past the end (a replica that installed a snapshot newer than its log) starts
+    /// the log afresh there: every segment before is covered by that snapshot and deleted.
     pub fn append(&mut self, first: u64, payloads: &[Vec<u8>]) -> Result<(), LogError> {
+        if first > self.next_index() {
+            self.restart_at(first)?;
+        }
         if first != self.next_index() {
             return Err(LogError::Misuse(format!(
                 "append at {first}, but the log's next index is {}",
@@ -207,6 +212,57 @@ impl LogFiles {
             end += (segment::RECORD_HEADER_LEN + p.len()) as u64;
             self.active_info.ends.push(end);
         }
+        Ok(())
+    }
+
+    /// Takes back the records from `index` on (a replica's entries that its new leader
+    /// does not have). Only records of the active segment can be taken back: older ones are
+    /// committed, and raft never takes committed entries back.
+    pub fn truncate_from(&mut self, index: u64) -> Result<(), LogError> {
+        if index >= self.next_index() {
+            return Ok(());
+        }
+        if index < self.active_info.first {
+            return Err(LogError::Misuse(format!(
+                "cannot take back records from {index}: the active segment starts at {}",
+                self.active_info.first
+            )));
+        }
+        let keep = (index - self.active_info.first) as usize;
+        let len = match keep {
+            0 => segment::HEADER_LEN as u64,
+            k => self.active_info.ends[k - 1],
+        };
+        self.active = Segment::open_at(&self.active_info.path, len)?;
+        self.active_info.ends.truncate(keep);
+        Ok(())
+    }
+
+    /// Deletes every segment and starts a new one at `first`.
+    fn restart_at(&mut self, first: u64) -> Result<(), LogError> {
+        let path = self.dir.join(segment_name(first));
+        let next = Segment::create(&path)?;
+        let old = std::mem::replace(
+            &mut self.active_info,
+            SegmentFile {
+                first,
+                path,
+                ends: Vec::new(),
+            },
+        );
+        self.active = next;
+        for s in self.closed.drain(..).chain([old]) {
+            std::fs::remove_file(&s.path).map_err(|source| LogError::Dir {
+                dir: s.path.clone(),
+                what: "remove a segment a snapshot covers",
+                source,
+            })?;
+        }
+        super::sync_dir(&self.dir).map_err(|source| LogError::Dir {
+            dir: self.dir.clone(),
+            what: "fsync the directory",
+            source,
+        })?;
         Ok(())
     }
 
@@ -273,6 +329,8 @@ enum Job {
     },
     /// Delete the segments that only hold records up to this index.
     Purge(u64),
+    /// Take back the records from this index on.
+    Truncate(u64),
 }
 
 /// What the writer has done, for stats.
@@ -337,25 +395,35 @@ impl GroupCommit {
                             Err(_) => break,
                         },
                     };
-                    // Everything queued while the last fsync ran goes into this one.
+                    // Everything queued while the last fsync ran goes into this one, in
+                    // order (a truncation applies between the appends around it).
                     let mut batch = Vec::new();
                     let mut purge = None;
-                    for job in first.into_iter().chain(rx.try_iter()) {
-                        match job {
-                            Job::Append { first, payloads, done } => batch.push((first, payloads, done)),
-                            Job::Purge(through) => purge = purge.max(Some(through)),
-                        }
-                    }
                     let mut outcome = Ok(());
                     let mut bytes = 0u64;
-                    for (first, payloads, _) in &batch {
-                        bytes += payloads
-                            .iter()
-                            .map(|p| (segment::RECORD_HEADER_LEN + p.len()) as u64)
-                            .sum::<u64>();
-                        if let Err(e) = files.append(*first, payloads) {
-                            outcome = Err(e.to_string());
-                            break;
+                    let mut records = 0u64;
+                    for job in first.into_iter().chain(rx.try_iter()) {
+                        match job {
+                            Job::Append { first, payloads, done } => {
+                                bytes += payloads
+                                    .iter()
+                                    .map(|p| (segment::RECORD_HEADER_LEN + p.len()) as u64)
+                                    .sum::<u64>();
+                                records += payloads.len() as u64;
+                                if outcome.is_ok()
+                                    && let Err(e) = files.append(first, &payloads)
+                                {
+                                    outcome = Err(e.to_string());
+                                }
+                                batch.push(done);
+                            }
+                            Job::Purge(through) => purge = purge.max(Some(through)),
+                            Job::Truncate(from) => {
+                                if let Err(e) = files.truncate_from(from) {
+                                    tracing::error!(error = %e, "could not take back log records");
+                                    outcome = Err(e.to_string());
+                                }
+                            }
                         }
                     }
                     let sync_now = match policy {
@@ -386,11 +454,11 @@ impl GroupCommit {
                             let _ = f.fsync_us.record((took.as_micros() as u64).max(1));
                         }
                         f.appends += batch.len() as u64;
-                        f.records += batch.iter().map(|(_, p, _)| p.len() as u64).sum::<u64>();
+                        f.records += records;
                         f.bytes += bytes;
                         f.disk_bytes = files.disk_bytes();
                     }
-                    for (_, _, done) in batch {
+                    for done in batch {
                         done(outcome.clone());
                     }
                 }
@@ -411,6 +479,12 @@ impl GroupCommit {
         if let Err(mpsc::SendError(Job::Append { done, .. })) = self.jobs.send(job) {
             done(Err("the log writer has stopped".into()));
         }
+    }
+
+    /// Takes back, on the writer thread and in order with the appends, the records from
+    /// `index` on.
+    pub fn truncate_from(&self, index: u64) {
+        let _ = self.jobs.send(Job::Truncate(index));
     }
 
     /// Deletes, on the writer thread, the segments whose records all have indexes up to

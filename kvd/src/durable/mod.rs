@@ -12,6 +12,7 @@
 
 pub mod catalog;
 pub mod log;
+pub mod network;
 pub mod raft;
 pub mod segment;
 pub mod snapshot;
@@ -24,7 +25,7 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// How a durable shard keeps its log.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct DurableConfig {
     /// `--fsync`.
     pub fsync: log::FsyncPolicy,
@@ -32,6 +33,19 @@ pub struct DurableConfig {
     pub snapshot_every: SnapshotEvery,
     /// Start a new log segment past this size ([`log::SEGMENT_BYTES`]; smaller in tests).
     pub segment_bytes: u64,
+    /// `--group`: the replica group this member belongs to (none: a group of one).
+    pub group: Option<GroupConfig>,
+}
+
+/// A member's replica group.
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// This member's id (its place in `--group`, from 1).
+    pub me: u64,
+    /// Every member by id, with its address.
+    pub members: std::collections::BTreeMap<u64, openraft::BasicNode>,
+    /// How to reach the others (timeouts, token, TLS).
+    pub client: kvshared::client::ClientConfig,
 }
 
 /// `--snapshot-every`: how much log starts a snapshot.

@@ -220,10 +220,12 @@ impl RaftLogStorage<ShardRaft> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> StorageResult<()> {
-        // A lone voter never has entries to take back; replica groups will need this.
-        Err(io_error(format!(
-            "truncating the log at {log_id} is not supported yet (a group of one voter never needs it)"
-        )))
+        // A replica's uncommitted entries that its new leader does not have: gone from
+        // memory now, from disk in order with the next appends (see `LogFiles::truncate_from`).
+        let mut inner = self.inner.lock();
+        inner.entries.split_off(&log_id.index);
+        inner.writer.truncate_from(log_id.index);
+        Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> StorageResult<()> {
@@ -500,72 +502,44 @@ impl RaftStateMachine<ShardRaft> for StateMachine {
     }
 }
 
-/// The network of a group of one: there is nobody to talk to.
-pub struct Alone;
-
-/// A connection to no one.
-pub struct NoPeer;
-
-impl openraft::network::RaftNetworkFactory<ShardRaft> for Alone {
-    type Network = NoPeer;
-
-    async fn new_client(&mut self, _target: u64, _node: &BasicNode) -> NoPeer {
-        NoPeer
-    }
-}
-
-fn unreachable<E: std::error::Error>() -> openraft::error::RPCError<u64, BasicNode, E> {
-    openraft::error::RPCError::Unreachable(openraft::error::Unreachable::new(&std::io::Error::other(
-        "a group of one voter has no peers",
-    )))
-}
-
-impl openraft::network::RaftNetwork<ShardRaft> for NoPeer {
-    async fn append_entries(
-        &mut self,
-        _rpc: openraft::raft::AppendEntriesRequest<ShardRaft>,
-        _option: openraft::network::RPCOption,
-    ) -> Result<
-        openraft::raft::AppendEntriesResponse<u64>,
-        openraft::error::RPCError<u64, BasicNode, openraft::error::RaftError<u64>>,
-    > {
-        Err(unreachable())
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        _rpc: openraft::raft::InstallSnapshotRequest<ShardRaft>,
-        _option: openraft::network::RPCOption,
-    ) -> Result<
-        openraft::raft::InstallSnapshotResponse<u64>,
-        openraft::error::RPCError<
-            u64,
-            BasicNode,
-            openraft::error::RaftError<u64, openraft::error::InstallSnapshotError>,
-        >,
-    > {
-        Err(unreachable())
-    }
-
-    async fn vote(
-        &mut self,
-        _rpc: openraft::raft::VoteRequest<u64>,
-        _option: openraft::network::RPCOption,
-    ) -> Result<
-        openraft::raft::VoteResponse<u64>,
-        openraft::error::RPCError<u64, BasicNode, openraft::error::RaftError<u64>>,
-    > {
-        Err(unreachable())
-    }
-}
-
-/// A shard's raft group of one voter over `dir`, applying to `store`.
+/// A shard's raft group over `dir`, applying to `store`: of one voter, or of the members
+/// of `--group` (replica groups).
 pub struct DurableShard {
     raft: openraft::Raft<ShardRaft>,
     proposals: tokio::sync::mpsc::UnboundedSender<Proposal>,
     writer: Arc<GroupCommit>,
     snapshots: Arc<parking_lot::Mutex<Snapshots>>,
     fsync: FsyncPolicy,
+    /// This member's id, and whether there are other members.
+    me: u64,
+    grouped: bool,
+    /// Leadership checks for reads, shared by all the reads waiting at one moment.
+    confirms: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<Result<(), LogError>>>,
+}
+
+/// Why the log did not answer a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogError {
+    /// This member does not lead its group (the leader's address, when known): nothing of
+    /// the batch ran; the client should ask the leader.
+    NotLeader(Option<String>),
+    /// The log failed; the batch may have been logged (its outcome is unknown).
+    Failed(String),
+}
+
+impl std::fmt::Display for LogError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogError::NotLeader(Some(l)) => write!(f, "not the leader of the group ({l} is)"),
+            LogError::NotLeader(None) => write!(f, "not the leader of the group (none known)"),
+            LogError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The leader's address from openraft's forward-to-leader hint.
+fn leader_hint(f: &openraft::error::ForwardToLeader<u64, BasicNode>) -> LogError {
+    LogError::NotLeader(f.leader_node.as_ref().map(|n| n.addr.clone()))
 }
 
 /// A batch waiting for the proposer, and where its answer goes.
@@ -573,7 +547,7 @@ type Proposal = (Vec<u8>, tokio::sync::oneshot::Sender<LogAnswer>);
 
 /// What the log answers a submitted batch: its encoded response body, or why it failed (the
 /// outcome is then unknown: the batch may have been logged).
-pub type LogAnswer = Result<Vec<u8>, String>;
+pub type LogAnswer = Result<Vec<u8>, LogError>;
 
 /// Group commit above the log: takes every batch queued while earlier entries were being
 /// committed, proposes them as one entry (up to [`PROPOSALS_IN_FLIGHT`] entries at once), and
@@ -603,8 +577,12 @@ async fn propose(raft: openraft::Raft<ShardRaft>, mut queue: tokio::sync::mpsc::
                     }
                 }
                 Err(e) => {
+                    let why = match e.forward_to_leader() {
+                        Some(f) => leader_hint(f),
+                        None => LogError::Failed(e.to_string()),
+                    };
                     for answer in answers {
-                        let _ = answer.send(Err(e.to_string()));
+                        let _ = answer.send(Err(why.clone()));
                     }
                 }
             }
@@ -652,8 +630,41 @@ async fn watch_log(
     }
 }
 
-/// This node's id in its group of one.
+/// Confirms leadership for the reads that asked: one read-index round (a heartbeat to a
+/// majority) for every request queued when it starts; requests that arrive during a round
+/// wait for the next, which begins after their reads ran.
+async fn confirm(
+    raft: openraft::Raft<ShardRaft>,
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<tokio::sync::oneshot::Sender<Result<(), LogError>>>,
+) {
+    while let Some(first) = queue.recv().await {
+        let mut waiting = vec![first];
+        while let Ok(more) = queue.try_recv() {
+            waiting.push(more);
+        }
+        let outcome = match raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(match e.forward_to_leader() {
+                Some(f) => leader_hint(f),
+                None => LogError::NotLeader(None),
+            }),
+        };
+        for w in waiting {
+            let _ = w.send(outcome.clone());
+        }
+    }
+}
+
+/// This node's id in a group of one.
 const ME: u64 = 1;
+
+/// Raft timing of replica groups. The heartbeat is also openraft 0.9's timeout for an
+/// append round trip (a follower's fsync included), so it stays well above the 0.3-4 ms an
+/// fsync takes here; an election starts 0.4-0.8 s after the last heartbeat, so a leader's
+/// death costs its keys about a second (the aim) while a busy or slow heartbeat does
+/// not start needless elections.
+const GROUP_HEARTBEAT_MS: u64 = 100;
+const GROUP_ELECTION_MS: (u64, u64) = (400, 800);
 
 /// What a restart found and did, for the log line.
 #[derive(Debug, Default)]
@@ -678,6 +689,7 @@ impl DurableShard {
             fsync,
             snapshot_every: every,
             segment_bytes,
+            group,
         } = config;
         let (log, first_on_disk) = LogStore::open(dir, fsync, segment_bytes)?;
         let (writer, last_log_index, fresh) = {
@@ -743,42 +755,75 @@ impl DurableShard {
         // Replay restores every acknowledged write, whatever --max-memory says now.
         let cap = store.memory_limit();
         store.set_max_memory(None);
+        let (me, members, client) = match group {
+            Some(g) => (g.me, g.members, g.client),
+            None => (ME, BTreeMap::from([(ME, BasicNode::default())]), Default::default()),
+        };
+        let grouped = members.len() > 1;
+        let (heartbeat, election) = match grouped {
+            true => (GROUP_HEARTBEAT_MS, GROUP_ELECTION_MS),
+            false => (250, (300, 600)),
+        };
         let config = openraft::Config {
-            heartbeat_interval: 250,
-            election_timeout_min: 300,
-            election_timeout_max: 600,
+            heartbeat_interval: heartbeat,
+            election_timeout_min: election.0,
+            election_timeout_max: election.1,
             snapshot_policy: openraft::SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: 0,
             ..Default::default()
         };
-        let raft = openraft::Raft::new(ME, Arc::new(config.validate()?), Alone, log, sm).await?;
+        let network = super::network::Network::new(client);
+        let raft = openraft::Raft::new(me, Arc::new(config.validate()?), network, log, sm).await?;
         if fresh {
-            let mut members = BTreeMap::new();
-            members.insert(ME, BasicNode::default());
+            // Every member of a new group initialises it with the same membership, which
+            // openraft allows; a member that restarts has a vote or a log and rejoins.
             raft.initialize(members).await?;
         }
         let (proposals, queue) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(propose(raft.clone(), queue));
+        let (confirms, confirm_queue) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(confirm(raft.clone(), confirm_queue));
         let shard = DurableShard {
             raft,
             proposals,
             writer,
             snapshots,
             fsync,
+            me,
+            grouped,
+            confirms,
         };
-        shard
-            .raft
-            .wait(Some(std::time::Duration::from_secs(10)))
-            .state(openraft::ServerState::Leader, "lead the group of one")
-            .await?;
         let last = shard.raft.metrics().borrow().last_log_index;
-        shard
-            .raft
-            .wait(Some(std::time::Duration::from_secs(300)))
-            .applied_index_at_least(last, "apply the recovered log")
-            .await?;
-        store.set_max_memory(cap.map(|l| l.max_bytes));
-        store.end_replay();
+        if grouped {
+            // A member serves (or says who leads) at once; what it replays commits when a
+            // leader is there, so the replay filter and the memory cap come back then.
+            let raft = shard.raft.clone();
+            let store = store.clone();
+            tokio::spawn(async move {
+                if raft
+                    .wait(Some(std::time::Duration::from_secs(24 * 3600)))
+                    .applied_index_at_least(last, "apply the recovered log")
+                    .await
+                    .is_ok()
+                {
+                    store.set_max_memory(cap.map(|l| l.max_bytes));
+                    store.end_replay();
+                }
+            });
+        } else {
+            shard
+                .raft
+                .wait(Some(std::time::Duration::from_secs(10)))
+                .state(openraft::ServerState::Leader, "lead the group of one")
+                .await?;
+            shard
+                .raft
+                .wait(Some(std::time::Duration::from_secs(300)))
+                .applied_index_at_least(last, "apply the recovered log")
+                .await?;
+            store.set_max_memory(cap.map(|l| l.max_bytes));
+            store.end_replay();
+        }
         recovery.entries_replayed = shard.applied_index().saturating_sub(base);
         tokio::spawn(watch_log(
             shard.raft.clone(),
@@ -795,9 +840,61 @@ impl DurableShard {
     pub fn submit(&self, batch_body: Vec<u8>) -> tokio::sync::oneshot::Receiver<LogAnswer> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         if let Err(tokio::sync::mpsc::error::SendError((_, tx))) = self.proposals.send((batch_body, tx)) {
-            let _ = tx.send(Err("the shard's log has stopped".into()));
+            let _ = tx.send(Err(LogError::Failed("the shard's log has stopped".into())));
         }
         rx
+    }
+
+    /// Whether this member may serve now: `Ok` when it leads its group (as far as it knows;
+    /// reads confirm it with [`DurableShard::confirm_leadership`]), else who does.
+    pub fn leadership(&self) -> Result<(), LogError> {
+        if !self.grouped {
+            return Ok(());
+        }
+        let m = self.raft.metrics().borrow().clone();
+        if m.current_leader == Some(self.me) && m.state == openraft::ServerState::Leader {
+            return Ok(());
+        }
+        let leader = m
+            .current_leader
+            .and_then(|id| m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()));
+        Err(LogError::NotLeader(leader))
+    }
+
+    /// For reads already run on this member: answers `Ok` once a majority has confirmed,
+    /// after they ran, that this member still leads (read index), so they could not have
+    /// missed a write another leader acknowledged. `None` for a group of one.
+    pub fn confirm_leadership(&self) -> Option<tokio::sync::oneshot::Receiver<Result<(), LogError>>> {
+        if !self.grouped {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Err(tokio::sync::mpsc::error::SendError(tx)) = self.confirms.send(tx) {
+            let _ = tx.send(Err(LogError::NotLeader(None)));
+        }
+        Some(rx)
+    }
+
+    /// Answers a raft RPC from another member (a `RaftRequest` frame's body).
+    pub async fn serve_rpc(&self, body: &[u8]) -> Vec<u8> {
+        super::network::serve(&self.raft, body).await
+    }
+
+    /// This member's place in its group: role, term, leader, commit and applied indexes.
+    pub fn group_figures(&self) -> (String, u64, u64, u64) {
+        let m = self.raft.metrics().borrow().clone();
+        let role = match m.state {
+            openraft::ServerState::Leader => "leader",
+            openraft::ServerState::Learner => "learner",
+            _ => "follower",
+        };
+        let committed = m.last_applied.map_or(0, |l| l.index);
+        (
+            role.to_string(),
+            m.current_term,
+            m.current_leader.unwrap_or(0),
+            committed,
+        )
     }
 
     /// The index of the last applied entry.
@@ -878,6 +975,7 @@ mod tests {
             fsync: FsyncPolicy::Always,
             snapshot_every: SnapshotEvery::Bytes(1 << 40),
             segment_bytes,
+            group: None,
         }
     }
 

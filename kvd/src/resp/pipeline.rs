@@ -318,6 +318,10 @@ async fn run_local(
     log.wait().await;
     match log.finish(response, max_reply) {
         Some(Ok(())) => None,
+        Some(Err(crate::durable::raft::LogError::NotLeader(leader))) => Some(format!(
+            "ERR this node is not its replica group's leader; nothing ran{}",
+            leader.map_or(String::new(), |l| format!(" (the leader is {l})"))
+        )),
         Some(Err(e)) => Some(format!(
             "ERR the shard's log failed; the write may or may not have taken effect: {e}"
         )),

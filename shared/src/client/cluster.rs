@@ -54,15 +54,41 @@ pub enum Outcome {
     NotStored,
 }
 
+/// Whether a request that failed with `e` did not run and another member of the group
+/// might run it (a leader change, a member down or shutting down).
+fn another_member_may_serve(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::NotLeader { .. }
+            | ClientError::Connect { .. }
+            | ClientError::Unavailable { .. }
+            | ClientError::Stalled { .. }
+            | ClientError::Server {
+                code: ErrorCode::ShuttingDown,
+                ..
+            }
+    )
+}
+
+/// Pause between tries of a replica group's members while none leads (an election).
+const FAILOVER_PAUSE: Duration = Duration::from_millis(50);
+
 /// First and longest pause before a node that failed is tried again.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
-/// A node's connections, and whether it is known to be down; a dead connection is
-/// replaced on next use.
+/// A connection slot's connection, and the member (index into `members`) it goes to.
+type MemberConnection = (usize, Arc<Connection>);
+
+/// A shard's connections, and whether it is known to be down; a dead connection is
+/// replaced on next use. A shard served by a replica group has several members; requests go
+/// to the one believed to lead (`current`), which moves on "not the leader" (to the member
+/// it names) and on a member that cannot be reached (to the next).
 struct NodePool {
     addr: String,
-    slots: Vec<AsyncMutex<Option<Arc<Connection>>>>,
+    members: Vec<String>,
+    current: AtomicUsize,
+    slots: Vec<AsyncMutex<Option<MemberConnection>>>,
     next: AtomicUsize,
     /// While the node is known to be down: until when (ms since the cluster's epoch) its
     /// requests fail at once instead of trying it again. 0 while it is up.
@@ -95,6 +121,8 @@ impl Cluster {
             .iter()
             .map(|addr| NodePool {
                 addr: addr.clone(),
+                members: super::members(addr).map(str::to_string).collect(),
+                current: AtomicUsize::new(0),
                 slots: (0..config.conns_per_node.max(1))
                     .map(|_| AsyncMutex::new(None))
                     .collect(),
@@ -126,9 +154,36 @@ impl Cluster {
         self.nodes.len()
     }
 
-    /// Node `node`'s address as given.
+    /// Node `node`'s address as given (a replica group's members joined by `|`).
     pub fn addr(&self, node: usize) -> &str {
         &self.nodes[node].addr
+    }
+
+    /// The member of shard `node`'s group requests go to now (the only one for a single
+    /// node).
+    pub fn member_addr(&self, node: usize) -> &str {
+        let pool = &self.nodes[node];
+        let i = pool.current.load(Ordering::Relaxed) % pool.members.len().max(1);
+        pool.members.get(i).map_or(pool.addr.as_str(), String::as_str)
+    }
+
+    /// Moves shard `node`'s requests to the member named `leader` if it is one, else to the
+    /// next member.
+    fn follow(&self, node: usize, leader: Option<&str>) {
+        let pool = &self.nodes[node];
+        let now = pool.current.load(Ordering::Relaxed);
+        let next = leader
+            .and_then(|l| pool.members.iter().position(|m| m == l))
+            .unwrap_or(now + 1)
+            % pool.members.len().max(1);
+        if next != now % pool.members.len().max(1) {
+            tracing::debug!(shard = node, to = %pool.members[next], "following the group's leader");
+            pool.current.store(next, Ordering::Relaxed);
+        }
+    }
+
+    fn is_group(&self, node: usize) -> bool {
+        self.nodes[node].members.len() > 1
     }
 
     /// How the client talks to the nodes.
@@ -173,10 +228,21 @@ impl Cluster {
         }
     }
 
-    /// Notes the outcome of a request to `node` for the down/up bookkeeping.
+    /// Notes the outcome of a request to `node` for the down/up bookkeeping, and for a
+    /// replica group which member to ask next.
     fn observe<T>(&self, node: usize, result: &Result<T, ClientError>) {
         match result {
             Ok(_) => self.mark_up(node),
+            Err(ClientError::NotLeader { leader, .. }) => self.follow(node, leader.as_deref()),
+            Err(
+                ClientError::Connect { .. }
+                | ClientError::NodeDown { .. }
+                | ClientError::Stalled { .. }
+                | ClientError::Server {
+                    code: ErrorCode::ShuttingDown,
+                    ..
+                },
+            ) if self.is_group(node) => self.follow(node, None),
             Err(
                 ClientError::Connect { .. }
                 | ClientError::NodeDown { .. }
@@ -191,14 +257,15 @@ impl Cluster {
 
     async fn connection_in(&self, node: usize, slot: usize) -> Result<Arc<Connection>, ClientError> {
         let pool = &self.nodes[node];
+        let member = pool.current.load(Ordering::Relaxed) % pool.members.len().max(1);
         let mut guard = pool.slots[slot].lock().await;
-        if let Some(conn) = guard.as_ref().filter(|c| c.is_alive()) {
+        if let Some((_, conn)) = guard.as_ref().filter(|(m, c)| *m == member && c.is_alive()) {
             return Ok(conn.clone());
         }
         let c = &self.config;
         let conn = Arc::new(
             Connection::open(
-                &pool.addr,
+                self.member_addr(node),
                 c.pipeline,
                 c.max_frame,
                 c.connect_timeout,
@@ -207,7 +274,7 @@ impl Cluster {
             )
             .await?,
         );
-        *guard = Some(conn.clone());
+        *guard = Some((member, conn.clone()));
         Ok(conn)
     }
 
@@ -243,7 +310,12 @@ impl Cluster {
 
     /// Waits for the reply to a batch started on `node` with [`Cluster::start_batch`].
     pub async fn finish_batch(&self, node: usize, flight: InFlight) -> Result<Reply, ClientError> {
-        let reply = flight.wait(self.config.request_timeout).await;
+        let reply = match flight.wait(self.config.request_timeout).await {
+            // A replica group's member that does not lead ran nothing: an error, so that
+            // the next request goes to the member it names.
+            Ok(r) if r.kind == FrameKind::NotLeader => Err(r.unexpected()),
+            other => other,
+        };
         self.observe(node, &reply);
         reply
     }
@@ -298,6 +370,7 @@ impl Cluster {
             index[node].push(i);
         }
         // Queue every part first, then collect: the nodes work concurrently.
+        let began = tokio::time::Instant::now();
         let mut started = Vec::with_capacity(self.nodes.len());
         for (node, req) in parts.non_empty() {
             started.push((node, self.start_batch(node, req).await));
@@ -305,10 +378,22 @@ impl Cluster {
         let mut results: Vec<Option<Result<Outcome, ClientError>>> = vec![None; ops.len()];
         for (node, flight) in started {
             let idx = &index[node];
-            let reply = match flight {
+            let mut reply = match flight {
                 Ok(f) => self.finish_batch(node, f).await,
                 Err(e) => Err(e),
             };
+            // A replica group's leader moved, or the member asked is gone: the part did not
+            // run, so it is sent again, to the member named or the next one, while the
+            // request's time lasts. (An outcome that may have happened is never resent.)
+            while self.is_group(node)
+                && reply.as_ref().is_err_and(another_member_may_serve)
+                && began.elapsed() < self.config.request_timeout
+            {
+                if !matches!(&reply, Err(ClientError::NotLeader { leader: Some(_), .. })) {
+                    tokio::time::sleep(FAILOVER_PAUSE).await;
+                }
+                reply = self.send_batch(node, parts.batch(node)).await;
+            }
             let view = reply.as_ref().map_err(Clone::clone).and_then(|r| r.batch());
             let err = match view {
                 Ok(view) if view.len() == idx.len() => {
@@ -414,6 +499,32 @@ impl Cluster {
             addr: self.addr(node).to_string(),
             reason: e.to_string(),
         })
+    }
+
+    /// Sends a frame of `kind` with `body` as it is to member `node` (a single address) and
+    /// returns the reply, whatever its kind (replica groups' raft messages use it).
+    pub async fn call(&self, node: usize, kind: FrameKind, body: &[u8]) -> Result<Reply, ClientError> {
+        let conn = self.connection_in(node, self.next_slot(node)).await;
+        self.observe(node, &conn);
+        let reply = conn?
+            .start(|id, buf: &mut AlignedVec| {
+                buf.clear();
+                buf.extend_from_slice(
+                    &crate::frame::FrameHeader {
+                        kind,
+                        len: body.len() as u32,
+                        id,
+                    }
+                    .encode(),
+                );
+                buf.extend_from_slice(body);
+                Ok(())
+            })
+            .await?
+            .wait(self.config.request_timeout)
+            .await;
+        self.observe(node, &reply);
+        reply
     }
 
     /// Changes node `node`'s settings at run time (see [`ConfigRequest`]).

@@ -119,6 +119,13 @@ impl Reply {
                 },
                 Err(e) => self.protocol(e),
             },
+            FrameKind::NotLeader => ClientError::NotLeader {
+                addr,
+                leader: std::str::from_utf8(&self.body)
+                    .ok()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string),
+            },
             other => ClientError::Protocol {
                 addr,
                 reason: format!("unexpected reply kind {other:?}"),

@@ -19,6 +19,10 @@ pub enum ClientError {
     /// or far behind), so new ones fail at once instead of queueing behind them.
     #[error("{addr} has answered nothing for {silent_for:?} (stopped or overloaded?); not sent")]
     Stalled { addr: String, silent_for: Duration },
+    /// Not run: this member of a replica group is not its leader (`leader` names it when
+    /// the member knows).
+    #[error("{addr} is not the leader of its group{}", leader.as_ref().map_or(String::new(), |l| format!(" ({l} is)")))]
+    NotLeader { addr: String, leader: Option<String> },
     #[error("no answer from {addr} within {after:?}")]
     Timeout { addr: String, after: Duration },
     #[error("request of {len} bytes exceeds the frame limit of {max} bytes; use smaller batches")]
@@ -56,6 +60,7 @@ impl ClientError {
             ClientError::Unavailable { .. } => "node_down",
             ClientError::Timeout { .. } => "timeout",
             ClientError::Stalled { .. } => "stalled",
+            ClientError::NotLeader { .. } => "not_leader",
             ClientError::FrameTooLarge { .. } => "frame_too_large",
             ClientError::Encode { .. } => "encode",
             ClientError::Protocol { .. } => "protocol",
@@ -89,6 +94,7 @@ impl ClientError {
             ClientError::Connect { .. }
             | ClientError::Unavailable { .. }
             | ClientError::Stalled { .. }
+            | ClientError::NotLeader { .. }
             | ClientError::FrameTooLarge { .. }
             | ClientError::Encode { .. }
             | ClientError::Server { .. }

@@ -58,7 +58,9 @@ pub const DEFAULT_NODE: &str = "127.0.0.1:7070";
 /// Default request and connect timeout of every tool (`--timeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Splits a `--nodes` list (`host:port,host:port`), checking each entry has a port.
+/// Splits a `--nodes` list (`host:port,host:port`; a shard served by a replica group lists
+/// its members separated by `|`: `a1:7070|a2:7070|a3:7070,b1:7070|...`), checking each
+/// address has a port and none is listed twice.
 pub fn parse_nodes(list: &str) -> Result<Vec<String>, ClientError> {
     let nodes: Vec<String> = list
         .split(',')
@@ -69,20 +71,27 @@ pub fn parse_nodes(list: &str) -> Result<Vec<String>, ClientError> {
     if nodes.is_empty() {
         return Err(ClientError::BadNodes("empty node list".into()));
     }
-    for n in &nodes {
+    let addrs: Vec<&str> = nodes.iter().flat_map(|n| members(n)).collect();
+    for n in &addrs {
         match n.rsplit_once(':') {
             Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
             _ => return Err(ClientError::BadNodes(format!("{n:?} is not HOST:PORT"))),
         }
     }
-    for (i, n) in nodes.iter().enumerate() {
-        if nodes[..i].contains(n) {
+    for (i, n) in addrs.iter().enumerate() {
+        if addrs[..i].contains(n) {
             return Err(ClientError::BadNodes(format!(
                 "{n} is listed twice (each node serves one shard: list each once, in shard order)"
             )));
         }
     }
     Ok(nodes)
+}
+
+/// The members of one `--nodes` entry: `a:1|b:2` is a replica group of two, `a:1` a
+/// single node.
+pub fn members(entry: &str) -> impl Iterator<Item = &str> {
+    entry.split('|').map(str::trim).filter(|m| !m.is_empty())
 }
 
 #[cfg(test)]
@@ -96,6 +105,14 @@ mod tests {
         assert!(parse_nodes("").is_err());
         assert!(parse_nodes("localhost").is_err());
         assert!(parse_nodes("a:99999").is_err());
+        assert_eq!(parse_nodes("a:1|a:2|a:3,b:1").unwrap(), vec!["a:1|a:2|a:3", "b:1"]);
+        assert!(parse_nodes("a:1|a,b:1").is_err());
+        assert!(
+            parse_nodes("a:1|b:1,b:1")
+                .unwrap_err()
+                .to_string()
+                .contains("b:1 is listed twice")
+        );
         let twice = parse_nodes("a:1,b:2,a:1").unwrap_err().to_string();
         assert!(twice.contains("a:1 is listed twice"), "{twice}");
     }

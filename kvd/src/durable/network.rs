@@ -1,0 +1,168 @@
+//! The raft messages between the members of a replica group, carried as `RaftRequest` /
+//! `RaftResponse` frames on the members' ordinary kvd ports (so a group needs no second
+//! port, and gets the same frame limits, token and TLS as clients).
+//!
+//! The body is openraft's own request or response, postcard-encoded: openraft's types are
+//! serde-only. A body from the network is untrusted: postcard decoding checks every length
+//! against the bytes there are and fails cleanly; the frame size was checked before.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kvshared::client::{ClientConfig, ClientError, Cluster};
+use kvshared::frame::FrameKind;
+use openraft::BasicNode;
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+
+use super::raft::ShardRaft;
+
+/// A raft RPC from one member to another.
+#[derive(Serialize, Deserialize)]
+pub enum RaftRpc {
+    Append(AppendEntriesRequest<ShardRaft>),
+    Vote(VoteRequest<u64>),
+    Snapshot(InstallSnapshotRequest<ShardRaft>),
+}
+
+/// Its answer.
+#[derive(Serialize, Deserialize)]
+pub enum RaftRpcReply {
+    Append(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
+    Vote(Result<VoteResponse<u64>, RaftError<u64>>),
+    Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+    /// The member could not take the request (not a group member, or the body did not decode).
+    Refused(String),
+}
+
+/// Makes the connections to the other members, one pooled client per member, kept for the
+/// life of the node (openraft asks for a "client" per voter on every replication round).
+pub struct Network {
+    config: ClientConfig,
+    peers: HashMap<u64, Arc<Cluster>>,
+}
+
+impl Network {
+    /// Talks to the members with `config`'s timeouts, token and TLS.
+    pub fn new(config: ClientConfig) -> Network {
+        Network {
+            config: ClientConfig {
+                conns_per_node: 1,
+                pipeline: 64,
+                ..config
+            },
+            peers: HashMap::new(),
+        }
+    }
+}
+
+impl RaftNetworkFactory<ShardRaft> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Peer {
+        let cluster = match self.peers.get(&target) {
+            Some(c) if c.addr(0) == node.addr => Some(c.clone()),
+            _ => Cluster::new(std::slice::from_ref(&node.addr), self.config.clone())
+                .ok()
+                .map(Arc::new),
+        };
+        if let Some(c) = &cluster {
+            self.peers.insert(target, c.clone());
+        }
+        Peer { target, cluster }
+    }
+}
+
+/// One other member.
+pub struct Peer {
+    target: u64,
+    cluster: Option<Arc<Cluster>>,
+}
+
+fn unreachable<E: std::error::Error>(e: &ClientError) -> RPCError<u64, BasicNode, E> {
+    RPCError::Unreachable(Unreachable::new(e))
+}
+
+fn network<E: std::error::Error>(why: String) -> RPCError<u64, BasicNode, E> {
+    RPCError::Network(NetworkError::new(&std::io::Error::other(why)))
+}
+
+impl Peer {
+    async fn call<E: std::error::Error>(
+        &self,
+        rpc: &RaftRpc,
+        option: &RPCOption,
+    ) -> Result<RaftRpcReply, RPCError<u64, BasicNode, E>> {
+        let Some(cluster) = &self.cluster else {
+            return Err(network("no usable address for this member".into()));
+        };
+        let body = postcard::to_allocvec(rpc).map_err(|e| network(e.to_string()))?;
+        let reply = tokio::time::timeout(option.hard_ttl(), cluster.call(0, FrameKind::RaftRequest, &body))
+            .await
+            .map_err(|_| network(format!("no answer within {:?}", option.hard_ttl())))?
+            .map_err(|e| unreachable(&e))?;
+        if reply.kind != FrameKind::RaftResponse {
+            return Err(network(reply.unexpected().to_string()));
+        }
+        postcard::from_bytes(&reply.body).map_err(|e| network(format!("the answer does not decode: {e}")))
+    }
+
+    fn remote<E: std::error::Error>(&self, e: E) -> RPCError<u64, BasicNode, E> {
+        RPCError::RemoteError(RemoteError::new(self.target, e))
+    }
+}
+
+impl RaftNetwork<ShardRaft> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<ShardRaft>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        match self.call(&RaftRpc::Append(rpc), &option).await? {
+            RaftRpcReply::Append(r) => r.map_err(|e| self.remote(e)),
+            RaftRpcReply::Refused(why) => Err(network(why)),
+            _ => Err(network("answered another kind of RPC".into())),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<ShardRaft>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
+        match self.call(&RaftRpc::Snapshot(rpc), &option).await? {
+            RaftRpcReply::Snapshot(r) => r.map_err(|e| self.remote(e)),
+            RaftRpcReply::Refused(why) => Err(network(why)),
+            _ => Err(network("answered another kind of RPC".into())),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        match self.call(&RaftRpc::Vote(rpc), &option).await? {
+            RaftRpcReply::Vote(r) => r.map_err(|e| self.remote(e)),
+            RaftRpcReply::Refused(why) => Err(network(why)),
+            _ => Err(network("answered another kind of RPC".into())),
+        }
+    }
+}
+
+/// Answers a raft RPC received in a frame body: decodes it (refusing what does not decode)
+/// and hands it to `raft`.
+pub async fn serve(raft: &openraft::Raft<ShardRaft>, body: &[u8]) -> Vec<u8> {
+    let reply = match postcard::from_bytes::<RaftRpc>(body) {
+        Err(e) => RaftRpcReply::Refused(format!("not a raft request: {e}")),
+        Ok(RaftRpc::Append(rpc)) => RaftRpcReply::Append(raft.append_entries(rpc).await),
+        Ok(RaftRpc::Vote(rpc)) => RaftRpcReply::Vote(raft.vote(rpc).await),
+        Ok(RaftRpc::Snapshot(rpc)) => RaftRpcReply::Snapshot(raft.install_snapshot(rpc).await),
+    };
+    postcard::to_allocvec(&reply).unwrap_or_default()
+}

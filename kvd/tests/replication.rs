@@ -1,0 +1,225 @@
+//! Replica groups: three kvd processes on 127.0.0.1 ports serving one shard as a raft group
+//! (`--group`), reached by one client through `--nodes "A|B|C"`. The leader is killed with
+//! kill -9 under a recording load: a new leader serves, nothing acknowledged is lost, the
+//! history is linearizable, and the killed member, restarted, catches up as a follower.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Kvd, free_port, start_at};
+use kvshared::client::{ClientConfig, ClientError, Cluster, RecordConfig, record};
+use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
+
+struct Group {
+    addrs: Vec<String>,
+    dirs: Vec<std::path::PathBuf>,
+    members: Vec<Option<Kvd>>,
+}
+
+impl Group {
+    fn start(name: &str) -> Group {
+        let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        let dirs: Vec<_> = (0..3)
+            .map(|i| std::env::temp_dir().join(format!("kvd-group-{name}-{}-{i}", std::process::id())))
+            .collect();
+        for d in &dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        let mut g = Group {
+            addrs,
+            dirs,
+            members: vec![None, None, None],
+        };
+        for i in 0..3 {
+            g.restart(i);
+        }
+        g
+    }
+
+    fn restart(&mut self, i: usize) {
+        let group = self.addrs.join(",");
+        let dir = self.dirs[i].display().to_string();
+        let (kvd, _) = start_at(
+            &self.addrs[i],
+            &["--shard", "0/1", "--group", &group, "--data-dir", &dir],
+        );
+        self.members[i] = Some(kvd);
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut m) = self.members[i].take() {
+            m.0.kill().unwrap();
+            m.0.wait().unwrap();
+        }
+    }
+
+    /// The client of the whole group, as `--nodes "A|B|C"` gives it.
+    fn client(&self) -> Cluster {
+        Cluster::new(
+            &[self.addrs.join("|")],
+            ClientConfig {
+                request_timeout: Duration::from_secs(5),
+                ..ClientConfig::default()
+            },
+        )
+        .unwrap()
+    }
+
+    /// Each running member's (role, applied index), asked directly.
+    async fn roles(&self) -> Vec<Option<(String, u64)>> {
+        let mut out = Vec::new();
+        for (i, addr) in self.addrs.iter().enumerate() {
+            if self.members[i].is_none() {
+                out.push(None);
+                continue;
+            }
+            let one = Cluster::new(std::slice::from_ref(addr), ClientConfig::default()).unwrap();
+            out.push(
+                one.stats(0)
+                    .await
+                    .ok()
+                    .map(|s| (s.group.role.clone(), s.group.applied_index)),
+            );
+        }
+        out
+    }
+
+    /// Waits until exactly one running member says it leads; returns it.
+    async fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let roles = self.roles().await;
+            let leaders: Vec<usize> = (0..3)
+                .filter(|&i| roles[i].as_ref().is_some_and(|(r, _)| r == "leader"))
+                .collect();
+            if leaders.len() == 1 {
+                return leaders[0];
+            }
+            assert!(Instant::now() < deadline, "no single leader within 20 s: {roles:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            self.kill(i);
+        }
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
+    let mut group = Group::start("failover");
+    let client = Arc::new(group.client());
+    for i in 0..100 {
+        client
+            .put(format!("k{i}").as_bytes(), format!("v{i}").as_bytes())
+            .await
+            .unwrap();
+    }
+    let leader = group.leader().await;
+    let roles = group.roles().await;
+    assert!(
+        roles.iter().flatten().filter(|(r, _)| r == "follower").count() == 2,
+        "{roles:?}"
+    );
+
+    // A follower asked directly runs nothing and names the leader.
+    let follower = (leader + 1) % 3;
+    let direct = Cluster::new(std::slice::from_ref(&group.addrs[follower]), ClientConfig::default()).unwrap();
+    match direct.put(b"x", b"y").await {
+        Err(ClientError::NotLeader { leader: Some(l), .. }) => assert_eq!(l, group.addrs[leader]),
+        other => panic!("a follower answered {other:?}"),
+    }
+
+    // A recording load across a kill -9 of the leader.
+    let recording = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let config = RecordConfig {
+                clients: 6,
+                keys: 5,
+                duration: Duration::from_secs(6),
+                max_ops_per_client: 100_000,
+                key_prefix: "lin-".into(),
+                seed: 11,
+                ..RecordConfig::default()
+            };
+            record(client, &config).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    group.kill(leader);
+    let killed = Instant::now();
+    // The first write after the kill that succeeds: the shard's unavailability.
+    let first_write = loop {
+        if client.put(b"after", b"kill").await.is_ok() {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "no write succeeded within 30 s of the kill"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("first write {first_write:?} after the leader's kill -9");
+    let recording = recording.await.unwrap();
+    let ops = &recording.history.operations;
+    let acked = ops
+        .iter()
+        .filter(|o| o.ret == kvshared::history::Return::Stored)
+        .count();
+    eprintln!(
+        "{} ops recorded, {acked} puts acknowledged, {} unknown, refused {:?}",
+        ops.len(),
+        recording.unknown,
+        recording.refused
+    );
+    assert!(acked > 50, "only {acked} puts acknowledged");
+    let report = check(&recording.history, &CheckOptions::default());
+    match &report.verdict {
+        Verdict::Linearizable => {}
+        Verdict::NotLinearizable(f) => panic!("not linearizable across a leader kill:\n{}", render_timeline(f)),
+        other => panic!("check undecided: {other:?}"),
+    }
+
+    // Every acknowledged write before the kill is still there.
+    for i in 0..100 {
+        assert_eq!(
+            client.get(format!("k{i}").as_bytes()).await.unwrap(),
+            Some(format!("v{i}").into_bytes()),
+            "k{i}"
+        );
+    }
+
+    // The killed member comes back as a follower and catches up.
+    group.restart(leader);
+    let new_leader = group.leader().await;
+    assert_ne!(
+        new_leader, leader,
+        "a restarted member does not take over a working group"
+    );
+    let target = group.roles().await[new_leader].as_ref().unwrap().1;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let roles = group.roles().await;
+        if let Some((role, applied)) = &roles[leader]
+            && role == "follower"
+            && *applied >= target
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted member did not catch up: {roles:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
