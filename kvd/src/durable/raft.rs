@@ -793,7 +793,8 @@ impl DurableShard {
             grouped,
             confirms,
         };
-        let last = shard.raft.metrics().borrow().last_log_index;
+        // What the log on disk holds (the metrics may not show it yet this early).
+        let last = last_log_index;
         if grouped {
             // A member serves (or says who leads) at once; what it replays commits when a
             // leader is there, so the replay filter and the memory cap come back then.
