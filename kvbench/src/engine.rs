@@ -406,6 +406,11 @@ async fn task_loop(
                 }
             }
         };
+        // A replica group's leader moved: the batch did not run; send it to the new one.
+        let result = match result {
+            Err(e) if cluster.worth_resending(node, &e) => cluster.send_batch(node, filler.request(node)).await,
+            other => other,
+        };
         let done = Instant::now();
         let wire_ops = filler.request(node).len() as u64;
         // Cache-aside needs the keys of the misses once the reply is in (the batch is reused).

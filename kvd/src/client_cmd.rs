@@ -92,19 +92,28 @@ fn cluster(args: &NodesArgs) -> anyhow::Result<Cluster> {
 }
 
 async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
-    let cluster = cluster(args)?;
+    // Every member of every replica group is its own row.
+    let entries = args.node_list()?;
+    let members = kvshared::client::expand_members(&entries);
+    let config = args.client_config()?;
     let mut rows = Vec::new();
-    for node in 0..cluster.node_count() {
-        rows.push((cluster.addr(node).to_string(), cluster.stats(node).await));
+    for (_, addr) in &members {
+        let one = Cluster::new(std::slice::from_ref(addr), config.clone())?;
+        rows.push((addr.clone(), one.stats(0).await));
     }
-    let addrs: Vec<String> = rows.iter().map(|(a, _)| a.clone()).collect();
-    let shards: Vec<_> = rows.iter().map(|(_, r)| r.as_ref().ok().map(|s| s.shard)).collect();
-    let problems = kvshared::client::check_layout(&addrs, &shards);
+    let member_shards: Vec<_> = rows.iter().map(|(_, r)| r.as_ref().ok().map(|s| s.shard)).collect();
+    let (shards, mut problems) = kvshared::client::entry_shards(&entries, &member_shards);
+    problems.extend(kvshared::client::check_layout(&entries, &shards));
     if json {
         let out: Vec<_> = rows
             .iter()
             .map(|(addr, r)| match r {
-                Ok(s) => serde_json::json!({ "addr": addr, "up": true, "stats": s }),
+                Ok(s) => serde_json::json!({
+                    "addr": addr,
+                    "up": true,
+                    "role": (!s.group.role.is_empty()).then_some(&s.group.role),
+                    "stats": s
+                }),
                 Err(e) => serde_json::json!({ "addr": addr, "up": false, "error": e.to_string() }),
             })
             .collect();
@@ -123,9 +132,23 @@ async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
 }
 
 fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
+    let in_groups = rows
+        .iter()
+        .any(|(_, r)| r.as_ref().is_ok_and(|s| !s.group.role.is_empty()));
     let mut out = format!(
-        "{:<22} {:>5} {:>9} {:>12} {:>12} {:>12} {:>6} {:>6} {:>19} {:>9} {:>8}\n",
-        "NODE", "SHARD", "UPTIME", "KEYS", "GETS", "PUTS", "HIT%", "CONNS", "DATA", "RSS", "ERRORS"
+        "{:<22} {:>5} {:>9} {:>12} {:>12} {:>12} {:>6} {:>6} {:>19} {:>9} {:>8}{}\n",
+        "NODE",
+        "SHARD",
+        "UPTIME",
+        "KEYS",
+        "GETS",
+        "PUTS",
+        "HIT%",
+        "CONNS",
+        "DATA",
+        "RSS",
+        "ERRORS",
+        if in_groups { "  ROLE      TERM  APPLIED" } else { "" }
     );
     for (addr, r) in rows {
         match r {
@@ -134,8 +157,12 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                 let hit = c
                     .hit_ratio()
                     .map_or_else(|| "-".to_string(), |h| format!("{:.1}", 100.0 * h));
+                let role = match in_groups {
+                    true => format!("  {:<9} {:>4} {:>8}", s.group.role, s.group.term, s.group.applied_index),
+                    false => String::new(),
+                };
                 out.push_str(&format!(
-                    "{:<22} {:>5} {:>8}s {:>12} {:>12} {:>12} {:>6} {:>6} {:>19} {:>9} {:>8}\n",
+                    "{:<22} {:>5} {:>8}s {:>12} {:>12} {:>12} {:>6} {:>6} {:>19} {:>9} {:>8}{role}\n",
                     addr,
                     s.shard.to_string(),
                     s.uptime_ms / 1000,

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Kvd, free_port, start_at};
+use common::{Kvd, free_port, kvd, start_at};
 use kvshared::client::{ClientConfig, ClientError, Cluster, RecordConfig, record};
 use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
 
@@ -131,12 +131,38 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
         "{roles:?}"
     );
 
+    // `kvd stats` lists every member with its role; JSON has a `role` per member.
+    let stats = kvd(&["stats", "--nodes", &group.addrs.join("|"), "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let roles: Vec<&str> = rows.iter().map(|r| r["role"].as_str().unwrap()).collect();
+    assert_eq!(roles.iter().filter(|r| **r == "leader").count(), 1, "{roles:?}");
+    assert_eq!(roles.iter().filter(|r| **r == "follower").count(), 2, "{roles:?}");
+    assert_eq!(rows[leader]["stats"]["role"], "leader");
+    let text = kvd(&["stats", "--nodes", &group.addrs.join("|")]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("ROLE") && text.contains("leader") && text.contains("follower"),
+        "{text}"
+    );
+
     // A follower asked directly runs nothing and names the leader.
     let follower = (leader + 1) % 3;
     let direct = Cluster::new(std::slice::from_ref(&group.addrs[follower]), ClientConfig::default()).unwrap();
-    match direct.put(b"x", b"y").await {
-        Err(ClientError::NotLeader { leader: Some(l), .. }) => assert_eq!(l, group.addrs[leader]),
-        other => panic!("a follower answered {other:?}"),
+    // (Right after an election a follower may not know the leader yet: then it says so.)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match direct.put(b"x", b"y").await {
+            Err(ClientError::NotLeader { leader: Some(l), .. }) => {
+                assert_eq!(l, group.addrs[group.leader().await]);
+                break;
+            }
+            Err(ClientError::NotLeader { leader: None, .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            other => panic!("a follower answered {other:?}"),
+        }
     }
 
     // A recording load across a kill -9 of the leader.

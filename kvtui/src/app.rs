@@ -229,18 +229,21 @@ pub fn run_dashboard(
     let mut app = App::new(&config, bench.is_some());
     let clock = match config.replay.clone() {
         None => {
-            collector::spawn(runtime, &config.nodes, &config.client, interval_rx, tx)?;
+            let members = crate::state::members(&config.nodes);
+            collector::spawn(runtime, &members, &config.client, interval_rx, tx)?;
             None
         }
         Some((recording, speed)) => {
             let clock = ReplayClock::new(app.view.started, speed);
+            // The recording knows members, not how they were grouped on --nodes.
+            app.view.judge_layout = false;
             app.replay = Some(speed);
             recording::play(recording, clock, tx);
             Some(clock)
         }
     };
     let mut recorder = match &config.record {
-        Some(path) => Some(Recorder::open(path, &config.nodes)?),
+        Some(path) => Some(Recorder::open(path, &crate::state::members(&config.nodes))?),
         None => None,
     };
     // Set when this function returns, however it returns (see `stop_on_signals`).

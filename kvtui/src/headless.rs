@@ -76,7 +76,7 @@ const SYSTEM_SAMPLE_WAIT: Duration = Duration::from_millis(2500);
 /// (kvd samples those once a second; two polls between the same two kvd samples would show
 /// CPU 0).
 pub async fn sample_once(nodes: &[String], config: ClientConfig, interval: Duration) -> anyhow::Result<ClusterView> {
-    let cluster = Cluster::new(nodes, config)?;
+    let cluster = Cluster::new(&crate::state::members(nodes), config)?;
     // Made first: sample times are measured from its start.
     let mut view = ClusterView::new(nodes);
     let first = sample_all(&cluster).await;

@@ -30,6 +30,14 @@ pub enum Health {
     },
 }
 
+/// Every member of `entries`, in order.
+pub fn members(entries: &[String]) -> Vec<String> {
+    kvshared::client::expand_members(entries)
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect()
+}
+
 /// History kept per series: enough for the longest selectable window.
 pub const MAX_WINDOW: Duration = Duration::from_secs(300);
 
@@ -91,6 +99,13 @@ impl NodeView {
     pub fn is_up(&self) -> bool {
         self.health == Health::Up
     }
+
+    /// A member of a replica group that does not lead it.
+    pub fn is_follower(&self) -> bool {
+        self.stats
+            .as_ref()
+            .is_some_and(|s| matches!(s.group.role.as_str(), "follower" | "learner"))
+    }
 }
 
 /// Cluster-wide sums over the nodes that are up.
@@ -115,16 +130,24 @@ pub struct Totals {
 /// The dashboard's model of the cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterView {
+    /// One per member: a single node, or each member of a replica group, in `--nodes` order.
     pub nodes: Vec<NodeView>,
+    /// The `--nodes` entries (a replica group's members joined by `|`).
+    pub entries: Vec<String>,
+    /// Whether to check the node list against what the nodes serve (not for a replay).
+    pub judge_layout: bool,
     pub started: Instant,
     /// Total op/s over time (pushed by [`ClusterView::tick`]).
     pub total_ops: Series,
 }
 
 impl ClusterView {
-    pub fn new(addrs: &[String]) -> ClusterView {
+    /// The view of `entries` (`--nodes`): a row per member.
+    pub fn new(entries: &[String]) -> ClusterView {
         ClusterView {
-            nodes: addrs.iter().cloned().map(NodeView::new).collect(),
+            nodes: members(entries).into_iter().map(NodeView::new).collect(),
+            entries: entries.to_vec(),
+            judge_layout: true,
             started: Instant::now(),
             total_ops: Series::new(),
         }
@@ -182,9 +205,13 @@ impl ClusterView {
 
     /// What is wrong with the node list, from the shard each node last reported.
     pub fn layout_problems(&self) -> Vec<kvshared::client::LayoutProblem> {
-        let addrs: Vec<String> = self.nodes.iter().map(|n| n.addr.clone()).collect();
-        let shards: Vec<_> = self.nodes.iter().map(|n| n.stats.as_ref().map(|s| s.shard)).collect();
-        kvshared::client::check_layout(&addrs, &shards)
+        if !self.judge_layout {
+            return Vec::new();
+        }
+        let member_shards: Vec<_> = self.nodes.iter().map(|n| n.stats.as_ref().map(|s| s.shard)).collect();
+        let (shards, mut problems) = kvshared::client::entry_shards(&self.entries, &member_shards);
+        problems.extend(kvshared::client::check_layout(&self.entries, &shards));
+        problems
     }
 
     pub fn totals(&self) -> Totals {
@@ -196,8 +223,23 @@ impl ClusterView {
         for n in self.nodes.iter().filter(|n| n.is_up()) {
             t.up += 1;
             if let Some(s) = &n.stats {
-                t.keys += s.keys;
                 t.rss_bytes += s.system.process_rss_bytes;
+            }
+            // A replica group's followers hold and apply the same data as their leader: the
+            // cluster's keys and ops are the leaders'.
+            // (Their CPU and traffic are real, and counted.)
+            if n.is_follower() {
+                if let Some(r) = &n.rates {
+                    t.cpu_percent += r.process_cpu_percent;
+                    t.net_in_per_sec += r.bytes_in_per_sec;
+                    t.net_out_per_sec += r.bytes_out_per_sec;
+                    t.nic_rx_per_sec += r.host_rx_per_sec;
+                    t.nic_tx_per_sec += r.host_tx_per_sec;
+                }
+                continue;
+            }
+            if let Some(s) = &n.stats {
+                t.keys += s.keys;
             }
             if let Some(r) = &n.rates {
                 t.ops_per_sec += r.ops_per_sec;

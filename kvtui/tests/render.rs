@@ -496,3 +496,43 @@ fn the_detail_view_shows_service_times_and_the_slowest_map_shard() {
         assert!(text.contains(needle), "{needle} missing:\n{text}");
     }
 }
+
+/// A replica group on `--nodes` ("A|B|C"): a row per member saying its role, and the
+/// followers' ops and keys are not added to the total again.
+#[test]
+fn a_replica_group_shows_a_row_per_member_with_its_role() {
+    let mut app = App::new(
+        &DashboardConfig {
+            nodes: vec!["10.0.0.1:7070|10.0.0.2:7070|10.0.0.3:7070".into()],
+            client: Default::default(),
+            interval: Duration::from_millis(500),
+            window: Duration::from_secs(60),
+            record: None,
+            replay: None,
+        },
+        false,
+    );
+    assert_eq!(app.view.nodes.len(), 3);
+    let t0 = app.view.started;
+    for (node, role) in [(0usize, "follower"), (1, "leader"), (2, "follower")] {
+        for (at, gets) in [(t0, 0u64), (t0 + Duration::from_secs(2), 2_000)] {
+            let mut s = stats(0, 10_000 + gets, gets, 0, 0);
+            s.shard.count = 1;
+            s.group.role = role.into();
+            app.view.apply(Sample {
+                node,
+                at,
+                result: Ok(s),
+            });
+        }
+    }
+    app.now = t0 + Duration::from_secs(2);
+    let text = screen(&app, 200, 40);
+    assert_eq!(cell(&text, "10.0.0.2:7070", "STATE"), "leader", "{text}");
+    assert_eq!(cell(&text, "10.0.0.1:7070", "STATE"), "follower", "{text}");
+    assert_eq!(cell(&text, "TOTAL", "OP/S"), "1.0k", "only the leader's ops:\n{text}");
+    assert!(
+        !text.contains("serve the same shard"),
+        "a group is not a duplicate:\n{text}"
+    );
+}

@@ -315,14 +315,19 @@ impl Durability {
 #[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct GroupFigures {
     /// `leader`, `follower` or `learner`; empty when the node is in no replica group.
+    #[serde(default)]
     pub role: String,
     /// The raft term this member is in.
+    #[serde(default)]
     pub term: u64,
     /// The leader's address as this member knows it (empty: none known).
+    #[serde(default)]
     pub leader: String,
     /// The last log entry applied here.
+    #[serde(default)]
     pub applied_index: u64,
     /// Every member's address (`--group`).
+    #[serde(default)]
     pub members: Vec<String>,
 }
 
@@ -354,8 +359,9 @@ pub struct NodeStats {
     /// The shard's log and snapshots (`durability.mode` is `memory` without `--data-dir`).
     #[serde(default)]
     pub durability: Durability,
-    /// The node's replica group (empty `role` when it is in none).
-    #[serde(default)]
+    /// The node's replica group (empty `role` when it is in none); flattened in JSON, so a
+    /// node's stats have `role`, `term`, `leader`, `applied_index` and `members`.
+    #[serde(flatten)]
     pub group: GroupFigures,
     /// Service-time histograms since the node started (see [`LatencyStats`]).
     #[serde(default)]

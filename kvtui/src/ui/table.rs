@@ -101,7 +101,11 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
     let s = n.stats.as_ref();
     let r = n.rates.as_ref();
     let state = match &n.health {
-        Health::Up => "up".to_string(),
+        // A replica group's member says its role.
+        Health::Up => match s.map(|s| s.group.role.as_str()) {
+            Some(role) if !role.is_empty() => role.to_string(),
+            _ => "up".to_string(),
+        },
         Health::Waiting => "…".to_string(),
         Health::Down { .. } => match n.last_seen {
             Some(t) => format!("down {}", uptime(now.saturating_duration_since(t).as_secs())),

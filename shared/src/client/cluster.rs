@@ -321,9 +321,34 @@ impl Cluster {
     }
 
     /// Sends a batch to `node` and waits for the reply; read results with [`Reply::batch`].
+    /// For a replica group, a batch that certainly did not run (the member asked does not
+    /// lead, or cannot be reached) is sent again to the member named or the next one, while
+    /// the request timeout lasts; one whose outcome is unknown is never resent.
     pub async fn send_batch(&self, node: usize, batch: &BatchRequest) -> Result<Reply, ClientError> {
+        let began = tokio::time::Instant::now();
+        let mut reply = self.send_batch_once(node, batch).await;
+        while self.is_group(node)
+            && reply.as_ref().is_err_and(another_member_may_serve)
+            && began.elapsed() < self.config.request_timeout
+        {
+            if !matches!(&reply, Err(ClientError::NotLeader { leader: Some(_), .. })) {
+                tokio::time::sleep(FAILOVER_PAUSE).await;
+            }
+            reply = self.send_batch_once(node, batch).await;
+        }
+        reply
+    }
+
+    async fn send_batch_once(&self, node: usize, batch: &BatchRequest) -> Result<Reply, ClientError> {
         let flight = self.start_batch(node, batch).await?;
         self.finish_batch(node, flight).await
+    }
+
+    /// Whether a failure of a request to `node` should be tried again with
+    /// [`Cluster::send_batch`]: the node is a replica group and the request certainly did
+    /// not run there.
+    pub fn worth_resending(&self, node: usize, e: &ClientError) -> bool {
+        self.is_group(node) && another_member_may_serve(e)
     }
 
     /// Runs `ops` across the cluster: splits them by owner, sends the parts to their nodes
@@ -385,13 +410,10 @@ impl Cluster {
             // A replica group's leader moved, or the member asked is gone: the part did not
             // run, so it is sent again, to the member named or the next one, while the
             // request's time lasts. (An outcome that may have happened is never resent.)
-            while self.is_group(node)
+            if self.is_group(node)
                 && reply.as_ref().is_err_and(another_member_may_serve)
                 && began.elapsed() < self.config.request_timeout
             {
-                if !matches!(&reply, Err(ClientError::NotLeader { leader: Some(_), .. })) {
-                    tokio::time::sleep(FAILOVER_PAUSE).await;
-                }
                 reply = self.send_batch(node, parts.batch(node)).await;
             }
             let view = reply.as_ref().map_err(Clone::clone).and_then(|r| r.batch());
@@ -545,23 +567,26 @@ impl Cluster {
     /// returns what is wrong with the node list (see [`check_layout`]); nodes that do not
     /// answer are not judged.
     pub async fn check_layout(&self) -> Vec<LayoutProblem> {
+        let entries: Vec<String> = self.nodes.iter().map(|n| n.addr.clone()).collect();
+        let members = super::expand_members(&entries);
         let mut asks = tokio::task::JoinSet::new();
-        for node in 0..self.nodes.len() {
-            let addr = self.addr(node).to_string();
+        for (i, (_, addr)) in members.iter().enumerate() {
+            let addr = addr.clone();
             let config = self.config.clone();
             asks.spawn(async move {
                 let one = Cluster::new(std::slice::from_ref(&addr), config).ok()?;
-                Some((node, one.stats(0).await.ok()?.shard))
+                Some((i, one.stats(0).await.ok()?.shard))
             });
         }
-        let mut shards = vec![None; self.nodes.len()];
+        let mut member_shards = vec![None; members.len()];
         while let Some(done) = asks.join_next().await {
-            if let Ok(Some((node, shard))) = done {
-                shards[node] = Some(shard);
+            if let Ok(Some((i, shard))) = done {
+                member_shards[i] = Some(shard);
             }
         }
-        let addrs: Vec<String> = self.nodes.iter().map(|n| n.addr.clone()).collect();
-        check_layout(&addrs, &shards)
+        let (shards, mut problems) = super::entry_shards(&entries, &member_shards);
+        problems.extend(check_layout(&entries, &shards));
+        problems
     }
 
     /// Waits until every node answers a stats request, or `within` passes.

@@ -27,6 +27,16 @@ pub enum LayoutProblem {
         /// The nodes that serve it.
         addrs: Vec<String>,
     },
+    /// A member of a replica group serves another shard than the rest of its group.
+    #[error("{addr} serves shard {shard} but the rest of its group serves {group}: list a group's members together")]
+    GroupDisagrees {
+        /// The member.
+        addr: String,
+        /// What it serves.
+        shard: ShardId,
+        /// What its group's first member serves.
+        group: ShardId,
+    },
     /// A node is listed at another position than its shard index.
     #[error("{addr} serves shard {shard} but is listed at position {position}: list the nodes in shard order")]
     OutOfOrder {
@@ -37,6 +47,40 @@ pub enum LayoutProblem {
         /// Where the list has it (0-based).
         position: usize,
     },
+}
+
+/// Every member of every `--nodes` entry, in order, with the index of its entry (a single
+/// node is an entry of one member).
+pub fn expand_members(entries: &[String]) -> Vec<(usize, String)> {
+    entries
+        .iter()
+        .enumerate()
+        .flat_map(|(i, e)| super::members(e).map(move |m| (i, m.to_string())))
+        .collect()
+}
+
+/// The shard of each entry from the shards its members report (`member_shards` in the order
+/// of [`expand_members`]), and the problems of members of one group that disagree.
+pub fn entry_shards(
+    entries: &[String],
+    member_shards: &[Option<ShardId>],
+) -> (Vec<Option<ShardId>>, Vec<LayoutProblem>) {
+    let members = expand_members(entries);
+    let mut shards: Vec<Option<ShardId>> = vec![None; entries.len()];
+    let mut problems = Vec::new();
+    for ((entry, addr), shard) in members.iter().zip(member_shards) {
+        let Some(shard) = *shard else { continue };
+        match shards[*entry] {
+            None => shards[*entry] = Some(shard),
+            Some(first) if first != shard => problems.push(LayoutProblem::GroupDisagrees {
+                addr: addr.clone(),
+                shard,
+                group: first,
+            }),
+            Some(_) => {}
+        }
+    }
+    (shards, problems)
 }
 
 /// The problems with `addrs` (the list, in the order given) given the shard each node
@@ -107,6 +151,21 @@ mod tests {
     fn a_good_list_has_no_problems_and_down_nodes_are_not_judged() {
         assert!(check_layout(&addrs(3), &[s(0, 3), s(1, 3), s(2, 3)]).is_empty());
         assert!(check_layout(&addrs(3), &[s(0, 3), None, s(2, 3)]).is_empty());
+    }
+
+    #[test]
+    fn a_group_entry_takes_its_members_shard_and_names_a_stray_member() {
+        let entries = vec!["a:1|a:2".to_string(), "b:1".to_string()];
+        assert_eq!(expand_members(&entries).len(), 3);
+        let (shards, p) = entry_shards(&entries, &[s(0, 2), None, s(1, 2)]);
+        assert_eq!(shards, vec![s(0, 2), s(1, 2)]);
+        assert!(p.is_empty());
+        let (_, p) = entry_shards(&entries, &[s(0, 2), s(1, 2), s(1, 2)]);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].to_string()
+                .starts_with("a:2 serves shard 1/2 but the rest of its group serves 0/2")
+        );
     }
 
     #[test]

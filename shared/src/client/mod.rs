@@ -12,7 +12,7 @@ use std::time::Duration;
 pub use cluster::{Cluster, Op, Outcome};
 pub use connection::{InFlight, Reply, STALL_AFTER};
 pub use error::ClientError;
-pub use layout::{LayoutProblem, check_layout};
+pub use layout::{LayoutProblem, check_layout, entry_shards, expand_members};
 pub use node_batches::NodeBatches;
 pub use recording::{RecordConfig, Recording, record};
 
