@@ -365,19 +365,7 @@ impl Node {
             worker_threads: self.config.worker_threads as u32,
             durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
             group: match (&self.durable, &self.config.group) {
-                (Some(log), Some((_, members))) => {
-                    let (role, term, leader, applied) = log.group_figures();
-                    GroupFigures {
-                        role,
-                        term,
-                        leader: members
-                            .get((leader as usize).wrapping_sub(1))
-                            .cloned()
-                            .unwrap_or_default(),
-                        applied_index: applied,
-                        members: members.clone(),
-                    }
-                }
+                (Some(log), Some((_, members))) => log.group_figures(members),
                 _ => GroupFigures::default(),
             },
             latency: {

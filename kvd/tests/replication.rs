@@ -140,6 +140,9 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
     assert_eq!(roles.iter().filter(|r| **r == "leader").count(), 1, "{roles:?}");
     assert_eq!(roles.iter().filter(|r| **r == "follower").count(), 2, "{roles:?}");
     assert_eq!(rows[leader]["stats"]["role"], "leader");
+    let lag = rows[leader]["stats"]["lag"].as_array().unwrap();
+    assert_eq!(lag.len(), 2, "the leader reports each follower's lag: {lag:?}");
+    assert!(rows[leader]["stats"]["elections"].as_u64().is_some());
     let text = kvd(&["stats", "--nodes", &group.addrs.join("|")]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
@@ -233,6 +236,9 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
         "a restarted member does not take over a working group"
     );
     let target = group.roles().await[new_leader].as_ref().unwrap().1;
+    let one = Cluster::new(std::slice::from_ref(&group.addrs[new_leader]), ClientConfig::default()).unwrap();
+    let figures = one.stats(0).await.unwrap().group;
+    assert!(figures.elections >= 1, "the new leader saw its election: {figures:?}");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let roles = group.roles().await;

@@ -323,12 +323,30 @@ pub struct GroupFigures {
     /// The leader's address as this member knows it (empty: none known).
     #[serde(default)]
     pub leader: String,
+    /// The last log entry this member holds.
+    #[serde(default)]
+    pub log_index: u64,
     /// The last log entry applied here.
     #[serde(default)]
     pub applied_index: u64,
+    /// Elections (new terms) this member's process has seen.
+    #[serde(default)]
+    pub elections: u64,
+    /// On the leader: how many entries each follower is behind.
+    #[serde(default)]
+    pub lag: Vec<FollowerLag>,
     /// Every member's address (`--group`).
     #[serde(default)]
     pub members: Vec<String>,
+}
+
+/// How far one follower is behind its leader.
+#[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct FollowerLag {
+    /// The follower.
+    pub addr: String,
+    /// Log entries the leader has that it has not confirmed.
+    pub behind: u64,
 }
 
 /// One node's statistics at one instant.

@@ -515,6 +515,8 @@ pub struct DurableShard {
     grouped: bool,
     /// Leadership checks for reads, shared by all the reads waiting at one moment.
     confirms: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<Result<(), LogError>>>,
+    /// Terms this process has seen begin (each is an election).
+    elections: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Why the log did not answer a batch.
@@ -655,6 +657,19 @@ async fn confirm(
     }
 }
 
+/// Counts the terms that begin while this process runs (one per election it sees).
+async fn count_elections(raft: openraft::Raft<ShardRaft>, elections: Arc<std::sync::atomic::AtomicU64>) {
+    let mut metrics = raft.metrics();
+    let mut term = metrics.borrow().current_term;
+    while metrics.changed().await.is_ok() {
+        let now = metrics.borrow().current_term;
+        if now > term {
+            elections.fetch_add(now - term, std::sync::atomic::Ordering::Relaxed);
+            term = now;
+        }
+    }
+}
+
 /// This node's id in a group of one.
 const ME: u64 = 1;
 
@@ -783,6 +798,8 @@ impl DurableShard {
         tokio::spawn(propose(raft.clone(), queue));
         let (confirms, confirm_queue) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(confirm(raft.clone(), confirm_queue));
+        let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        tokio::spawn(count_elections(raft.clone(), elections.clone()));
         let shard = DurableShard {
             raft,
             proposals,
@@ -792,6 +809,7 @@ impl DurableShard {
             me,
             grouped,
             confirms,
+            elections,
         };
         // What the log on disk holds (the metrics may not show it yet this early).
         let last = last_log_index;
@@ -881,21 +899,35 @@ impl DurableShard {
         super::network::serve(&self.raft, body).await
     }
 
-    /// This member's place in its group: role, term, leader, commit and applied indexes.
-    pub fn group_figures(&self) -> (String, u64, u64, u64) {
+    /// This member's place in its group (members' addresses by id in `members`, from 1).
+    pub fn group_figures(&self, members: &[String]) -> kvshared::stats::GroupFigures {
         let m = self.raft.metrics().borrow().clone();
         let role = match m.state {
             openraft::ServerState::Leader => "leader",
             openraft::ServerState::Learner => "learner",
             _ => "follower",
         };
-        let committed = m.last_applied.map_or(0, |l| l.index);
-        (
-            role.to_string(),
-            m.current_term,
-            m.current_leader.unwrap_or(0),
-            committed,
-        )
+        let addr = |id: u64| members.get((id as usize).wrapping_sub(1)).cloned().unwrap_or_default();
+        let last = m.last_log_index.unwrap_or(0);
+        kvshared::stats::GroupFigures {
+            role: role.to_string(),
+            term: m.current_term,
+            leader: m.current_leader.map(addr).unwrap_or_default(),
+            log_index: last,
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+            elections: self.elections.load(std::sync::atomic::Ordering::Relaxed),
+            lag: m
+                .replication
+                .iter()
+                .flatten()
+                .filter(|(id, _)| **id != self.me)
+                .map(|(id, matched)| kvshared::stats::FollowerLag {
+                    addr: addr(*id),
+                    behind: last.saturating_sub(matched.map_or(0, |l| l.index)),
+                })
+                .collect(),
+            members: members.to_vec(),
+        }
     }
 
     /// The index of the last applied entry.

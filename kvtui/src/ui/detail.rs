@@ -101,6 +101,30 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 Line::from(""),
             ]);
             lines.extend(s.durability.summary_lines().into_iter().map(Line::from));
+            let g = &s.group;
+            if !g.role.is_empty() {
+                let lag: Vec<String> = g
+                    .lag
+                    .iter()
+                    .map(|l| format!("{} {} behind", l.addr, l.behind))
+                    .collect();
+                lines.push(Line::from(format!(
+                    "replica group: {}   term {}   leader {}   log {}   applied {}   elections seen {}",
+                    g.role,
+                    g.term,
+                    if g.leader.is_empty() {
+                        "unknown"
+                    } else {
+                        g.leader.as_str()
+                    },
+                    grouped(g.log_index),
+                    grouped(g.applied_index),
+                    g.elections
+                )));
+                if !lag.is_empty() {
+                    lines.push(Line::from(format!("followers: {}", lag.join("   "))));
+                }
+            }
             let recent = n.latency.as_ref();
             lines.extend([
                 Line::from(format!(
