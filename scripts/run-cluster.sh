@@ -9,6 +9,8 @@ Usage: scripts/run-cluster.sh [options] SERVERS CLIENTS ["kvd args"] ["kvbench r
 Starts `kvd --shard i/SERVERS` on the first SERVERS hosts and `kvbench run` on the next
 CLIENTS hosts (each client with its own --seed) against all servers, then merges the clients'
 results with `kvbench merge` and prints the total and a per-node table (op/s, CPU, network).
+With --replicas R every shard is a replica group of R kvd on R hosts (SERVERS*R server hosts),
+each with a data directory, and clients list each group's members with `|`.
 
 Where the hosts come from (pick one):
   --hosts FILE     one host per line ([user@]host; # comments allowed), reached over ssh;
@@ -24,6 +26,8 @@ Options:
   --records N        records to preload with `kvbench load` before the clients start (1000000)
   --no-load          do not preload
   --check DURATION   after the benchmark, run `kvbench check` for DURATION from the first client
+  --replicas R       each shard a replica group of R members (kvd --group, with --data-dir in
+                     the run's directory, or under --bin-dir over ssh); default 1: plain nodes
   --bin-dir DIR      where kvd and kvbench live on the hosts (ssh default /tmp/kvd-bin)
   --shared-bin       (ssh) the binaries are already at --bin-dir on every host: do not copy
   --logs DIR         where runs are stored (default logs/); each run gets DIR/<timestamp>/ and
@@ -49,6 +53,7 @@ Examples:
   scripts/run-cluster.sh --hosts hosts.txt 4 4 "" "--duration 30s --batch 1024"
   scripts/run-cluster.sh --local 2 2 "--threads 1" "--duration 10s"
   scripts/run-cluster.sh --loopback 1 1 "" "--duration 5s --batch 8192"
+  scripts/run-cluster.sh --local --replicas 3 --check 10s 2 1 "" "--duration 10s"
 EOF
 }
 
@@ -58,6 +63,7 @@ PORT=7070
 RECORDS=1000000
 LOAD=1
 CHECK=""
+REPLICAS=1
 BIN_DIR=""
 SHARED_BIN=0
 LOGS=logs
@@ -73,6 +79,7 @@ while (($#)); do
     --records) RECORDS=$2; shift 2 ;;
     --no-load) LOAD=0; shift ;;
     --check) CHECK=$2; shift 2 ;;
+    --replicas) REPLICAS=$2; shift 2 ;;
     --bin-dir) BIN_DIR=$2; shift 2 ;;
     --shared-bin) SHARED_BIN=1; shift ;;
     --logs) LOGS=$2; shift 2 ;;
@@ -91,7 +98,10 @@ KVD_ARGS=${POS[2]:-}
 BENCH_ARGS=${POS[3]:-}
 [[ $SERVERS =~ ^[0-9]+$ && $SERVERS -ge 1 ]] || { echo "run-cluster: SERVERS must be a number >= 1" >&2; exit 2; }
 [[ $CLIENTS =~ ^[0-9]+$ && $CLIENTS -ge 1 ]] || { echo "run-cluster: CLIENTS must be a number >= 1" >&2; exit 2; }
-TOTAL=$((SERVERS + CLIENTS))
+[[ $REPLICAS =~ ^[0-9]+$ && $REPLICAS -ge 1 ]] || { echo "run-cluster: --replicas must be a number >= 1" >&2; exit 2; }
+# Server hosts: shard i's member r is host i*REPLICAS+r; the clients come after them.
+SERVER_HOSTS=$((SERVERS * REPLICAS))
+TOTAL=$((SERVER_HOSTS + CLIENTS))
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LOCAL_CLUSTER="$ROOT/scripts/local-cluster.sh"
@@ -147,7 +157,10 @@ listen_addr() {
   esac
 }
 
-NODES=$(for ((i = 0; i < SERVERS; i++)); do server_addr "$i"; done | paste -sd, -)
+# Shard i's members (host indexes), and the --nodes list: shards by `,`, members by `|`.
+members_of() { local i=$1 r; for ((r = 0; r < REPLICAS; r++)); do echo $((i * REPLICAS + r)); done; }
+group_of() { local i=$1 h; for h in $(members_of "$i"); do server_addr "$h"; done | paste -sd"$2" -; }
+NODES=$(for ((i = 0; i < SERVERS; i++)); do group_of "$i" "|"; done | paste -sd, -)
 
 # ---- running things on hosts --------------------------------------------------------------
 # on HOST_INDEX CMD...   run in the foreground on that host
@@ -205,7 +218,7 @@ cleanup() {
   done
   if [[ $MODE == ssh && -n ${OUT:-} && -d ${OUT:-} ]]; then
     # Bring the servers' logs home (best effort; they end with the shutdown lines).
-    for ((i = 0; i < SERVERS; i++)); do
+    for ((i = 0; i < SERVER_HOSTS; i++)); do
       scp -q -o BatchMode=yes "${HOSTS[$i]}:$BIN_DIR/kvd-$i.log" "$OUT/" 2>/dev/null || true
     done
   fi
@@ -280,13 +293,21 @@ if [[ $MODE == local ]]; then
   if ((DRY)); then echo "$LOCAL_CLUSTER up $TOTAL"; else "$LOCAL_CLUSTER" up "$TOTAL" >&2; fi
 fi
 
-say "starting $SERVERS kvd"
+say "starting $SERVER_HOSTS kvd ($SERVERS shard(s) x $REPLICAS)"
 for ((i = 0; i < SERVERS; i++)); do
-  # shellcheck disable=SC2086 # the kvd args are a list of words by design
-  spawn "$i" "$OUT/kvd-$i.log" "$KVD" --shard "$i/$SERVERS" --listen "$(listen_addr "$i")" "${AUTH[@]}" $KVD_ARGS
+  for h in $(members_of "$i"); do
+    GROUP_ARGS=()
+    if ((REPLICAS > 1)); then
+      data="$OUT/data-$h"
+      [[ $MODE == ssh ]] && data="$BIN_DIR/data-$h"
+      GROUP_ARGS=(--group "$(group_of "$i" ,)" --data-dir "$data")
+    fi
+    # shellcheck disable=SC2086 # the kvd args are a list of words by design
+    spawn "$h" "$OUT/kvd-$h.log" "$KVD" --shard "$i/$SERVERS" --listen "$(listen_addr "$h")" "${AUTH[@]}" "${GROUP_ARGS[@]+"${GROUP_ARGS[@]}"}" $KVD_ARGS
+  done
 done
 
-FIRST_CLIENT=$SERVERS
+FIRST_CLIENT=$SERVER_HOSTS
 say "waiting until every kvd answers"
 if ((!DRY)); then
   ready=0
@@ -307,7 +328,7 @@ fi
 say "running $CLIENTS client(s): kvbench run $BENCH_ARGS"
 CLIENT_PIDS=()
 for ((j = 0; j < CLIENTS; j++)); do
-  h=$((SERVERS + j))
+  h=$((SERVER_HOSTS + j))
   # shellcheck disable=SC2086 # the kvbench args are a list of words by design
   cmd=("$KVBENCH" run --quiet --nodes "$NODES" --seed "$((j + 1))" --records "$RECORDS" --json "$RESULT_DIR/client-$j.json" "${AUTH[@]}" $BENCH_ARGS)
   if ((DRY)); then echo "[host $h] ${cmd[*]} > $OUT/client-$j.log"; continue; fi
@@ -318,7 +339,7 @@ failed=0
 for pid in "${CLIENT_PIDS[@]+"${CLIENT_PIDS[@]}"}"; do wait "$pid" || failed=$((failed + 1)); done
 ((failed == 0)) || die "$failed client(s) failed; see $OUT/client-*.log"
 for ((j = 0; j < CLIENTS; j++)); do
-  fetch "$((SERVERS + j))" "$RESULT_DIR/client-$j.json" "$OUT/client-$j.json"
+  fetch "$((SERVER_HOSTS + j))" "$RESULT_DIR/client-$j.json" "$OUT/client-$j.json"
 done
 
 CHECK_STATUS=0

@@ -122,3 +122,55 @@ fn run_cluster_across_hosts_merges_results_and_checks_linearizability() {
     }
     let _ = std::fs::remove_dir_all(&logs);
 }
+
+/// `run-cluster.sh --replicas 3` on loopback ports: two shards, each a replica group of three
+/// kvd (`--group`, a data directory each); the benchmark and a linearizability check go
+/// through `--nodes "A|B|C,D|E|F"`, and every member reports its role.
+#[test]
+fn run_cluster_starts_replica_groups() {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_kvbench")).parent().unwrap().to_path_buf();
+    if !bin_dir.join("kvd").exists() {
+        eprintln!("SKIPPED: no kvd binary beside kvbench in {}", bin_dir.display());
+        return;
+    }
+    let logs = std::env::temp_dir().join(format!("kvd-run-cluster-groups-{}", std::process::id()));
+    let out = Command::new(repo_root().join("scripts/run-cluster.sh"))
+        .args([
+            "--loopback",
+            "--replicas",
+            "3",
+            "--records",
+            "5000",
+            "--port",
+            "17270",
+            "--check",
+            "1s",
+            "--bin-dir",
+            bin_dir.to_str().unwrap(),
+            "--logs",
+            logs.to_str().unwrap(),
+            "2",
+            "1",
+            "--threads 1",
+            "--duration 1s --warmup 200ms --tasks 8 --batch 16",
+        ])
+        .env("KV_NO_BUILD", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "run-cluster failed:\n{stdout}\n{stderr}");
+    let run = logs.join("latest");
+    let check = std::fs::read_to_string(run.join("check.txt")).unwrap();
+    assert!(check.contains("verdict    LINEARIZABLE"), "{check}");
+    let stats = std::fs::read_to_string(run.join("stats-end.txt")).unwrap();
+    assert_eq!(stats.matches(" leader ").count(), 2, "one leader per group:\n{stats}");
+    assert_eq!(stats.matches(" follower ").count(), 4, "{stats}");
+    for h in 0..6 {
+        assert!(
+            run.join(format!("data-{h}")).is_dir(),
+            "member {h} has its data directory"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+}

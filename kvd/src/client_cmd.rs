@@ -180,6 +180,20 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                     "",
                     s.latency.summary()
                 ));
+                if !s.group.lag.is_empty() {
+                    let lag: Vec<String> = s
+                        .group
+                        .lag
+                        .iter()
+                        .map(|l| format!("{} {} behind", l.addr, l.behind))
+                        .collect();
+                    out.push_str(&format!(
+                        "{:<22} leads: followers {}; {} elections seen\n",
+                        "",
+                        lag.join(", "),
+                        s.group.elections
+                    ));
+                }
                 if s.durability.is_durable() {
                     for line in s.durability.summary_lines() {
                         out.push_str(&format!("{:<22} {line}\n", ""));
