@@ -1,6 +1,6 @@
-//! A shard's log as an openraft log: a group of one voter here, of several once replica
-//! groups come (issue 13), over the log files of [`super::log`], the snapshots of
-//! [`super::catalog`] and the node's [`Store`].
+//! A shard's log as an openraft log: a group of one voter, or with `--group` the members of
+//! a replica group (over [`super::network`]), over the log files of [`super::log`], the
+//! snapshots of [`super::catalog`] and the node's [`Store`].
 //!
 //! A log entry holds the write parts of the batches that arrived while earlier entries were
 //! committing (see `propose`); each part is a batch frame body, validated again when
@@ -692,8 +692,10 @@ pub struct Recovery {
 
 impl DurableShard {
     /// Opens the shard in `dir` (creating and initialising the group on first start): loads
-    /// the newest usable snapshot into `store`, replays the log after it, and returns once
-    /// the node leads its group and has applied every committed entry.
+    /// the newest usable snapshot into `store`, replays the log after it, and, for a group of
+    /// one, returns once the node leads it and has applied every committed entry. A member of
+    /// a replica group returns at once: it serves (or names the leader) while a leader
+    /// commits what it replays.
     pub async fn open(
         dir: &Path,
         store: Arc<Store>,
