@@ -28,6 +28,11 @@ Options:
   --check DURATION   after the benchmark, run `kvbench check` for DURATION from the first client
   --replicas R       each shard a replica group of R members (kvd --group, with --data-dir in
                      the run's directory, or under --bin-dir over ssh); default 1: plain nodes
+  --nemesis FAULTS   during --check, inject faults from this list, one at a time: kill (kill -9
+                     a random member, restart it 1 s later), pause (SIGSTOP it for 1 s, then
+                     SIGCONT). Needs --replicas 3 or more (a majority of each group stays up).
+                     The faults go to nemesis.txt; the check must still be linearizable.
+  --nemesis-every D  seconds between faults (default 2)
   --bin-dir DIR      where kvd and kvbench live on the hosts (ssh default /tmp/kvd-bin)
   --shared-bin       (ssh) the binaries are already at --bin-dir on every host: do not copy
   --logs DIR         where runs are stored (default logs/); each run gets DIR/<timestamp>/ and
@@ -64,6 +69,8 @@ RECORDS=1000000
 LOAD=1
 CHECK=""
 REPLICAS=1
+NEMESIS=""
+NEMESIS_EVERY=2
 BIN_DIR=""
 SHARED_BIN=0
 LOGS=logs
@@ -80,6 +87,8 @@ while (($#)); do
     --no-load) LOAD=0; shift ;;
     --check) CHECK=$2; shift 2 ;;
     --replicas) REPLICAS=$2; shift 2 ;;
+    --nemesis) NEMESIS=$2; shift 2 ;;
+    --nemesis-every) NEMESIS_EVERY=$2; shift 2 ;;
     --bin-dir) BIN_DIR=$2; shift 2 ;;
     --shared-bin) SHARED_BIN=1; shift ;;
     --logs) LOGS=$2; shift 2 ;;
@@ -99,6 +108,14 @@ BENCH_ARGS=${POS[3]:-}
 [[ $SERVERS =~ ^[0-9]+$ && $SERVERS -ge 1 ]] || { echo "run-cluster: SERVERS must be a number >= 1" >&2; exit 2; }
 [[ $CLIENTS =~ ^[0-9]+$ && $CLIENTS -ge 1 ]] || { echo "run-cluster: CLIENTS must be a number >= 1" >&2; exit 2; }
 [[ $REPLICAS =~ ^[0-9]+$ && $REPLICAS -ge 1 ]] || { echo "run-cluster: --replicas must be a number >= 1" >&2; exit 2; }
+if [[ -n $NEMESIS ]]; then
+  [[ $REPLICAS -ge 3 ]] || { echo "run-cluster: --nemesis needs --replicas 3 or more (a fault must leave each group a majority)" >&2; exit 2; }
+  [[ -n $CHECK ]] || { echo "run-cluster: --nemesis runs during --check DURATION: give --check" >&2; exit 2; }
+  for f in ${NEMESIS//,/ }; do
+    [[ $f == kill || $f == pause ]] || { echo "run-cluster: unknown fault '$f' (kill, pause)" >&2; exit 2; }
+  done
+  [[ $NEMESIS_EVERY =~ ^[0-9]+$ && $NEMESIS_EVERY -ge 1 ]] || { echo "run-cluster: --nemesis-every must be whole seconds >= 1" >&2; exit 2; }
+fi
 # Server hosts: shard i's member r is host i*REPLICAS+r; the clients come after them.
 SERVER_HOSTS=$((SERVERS * REPLICAS))
 TOTAL=$((SERVER_HOSTS + CLIENTS))
@@ -209,7 +226,10 @@ cleanup() {
   ((CLEANED)) && return 0
   CLEANED=1
   ((DRY)) && return 0
-  for entry in "${PIDS[@]+"${PIDS[@]}"}"; do
+  # Servers the nemesis restarted (in its own subshell) are ours too.
+  local restarted=()
+  [[ -n ${OUT:-} && -f ${OUT:-}/nemesis.pids ]] && mapfile -t restarted <"$OUT/nemesis.pids"
+  for entry in "${PIDS[@]+"${PIDS[@]}"}" "${restarted[@]+"${restarted[@]}"}"; do
     read -r i pid <<<"$entry"
     case "$MODE" in
       ssh) ssh -o BatchMode=yes "${HOSTS[$i]}" "kill $pid 2>/dev/null || true" || true ;;
@@ -293,19 +313,62 @@ if [[ $MODE == local ]]; then
   if ((DRY)); then echo "$LOCAL_CLUSTER up $TOTAL"; else "$LOCAL_CLUSTER" up "$TOTAL" >&2; fi
 fi
 
+# start_server HOST: kvd for server host HOST (shard HOST / REPLICAS); its pid is SERVER_PID[HOST].
+declare -A SERVER_PID
+start_server() {
+  local h=$1 i=$(($1 / REPLICAS))
+  local group_args=()
+  if ((REPLICAS > 1)); then
+    local data="$OUT/data-$h"
+    [[ $MODE == ssh ]] && data="$BIN_DIR/data-$h"
+    group_args=(--group "$(group_of "$i" ,)" --data-dir "$data")
+  fi
+  # shellcheck disable=SC2086 # the kvd args are a list of words by design
+  spawn "$h" "$OUT/kvd-$h.log" "$KVD" --shard "$i/$SERVERS" --listen "$(listen_addr "$h")" "${AUTH[@]}" "${group_args[@]+"${group_args[@]}"}" $KVD_ARGS
+  ((DRY)) || SERVER_PID[$h]=${PIDS[-1]#* }
+}
+
 say "starting $SERVER_HOSTS kvd ($SERVERS shard(s) x $REPLICAS)"
-for ((i = 0; i < SERVERS; i++)); do
-  for h in $(members_of "$i"); do
-    GROUP_ARGS=()
-    if ((REPLICAS > 1)); then
-      data="$OUT/data-$h"
-      [[ $MODE == ssh ]] && data="$BIN_DIR/data-$h"
-      GROUP_ARGS=(--group "$(group_of "$i" ,)" --data-dir "$data")
-    fi
-    # shellcheck disable=SC2086 # the kvd args are a list of words by design
-    spawn "$h" "$OUT/kvd-$h.log" "$KVD" --shard "$i/$SERVERS" --listen "$(listen_addr "$h")" "${AUTH[@]}" "${GROUP_ARGS[@]+"${GROUP_ARGS[@]}"}" $KVD_ARGS
+for ((h = 0; h < SERVER_HOSTS; h++)); do start_server "$h"; done
+
+# signal HOST SIG: send SIG to server host HOST's kvd.
+signal() {
+  case "$MODE" in
+    ssh) ssh -o BatchMode=yes "${HOSTS[$1]}" "kill -$2 ${SERVER_PID[$1]}" ;;
+    *) kill "-$2" "${SERVER_PID[$1]}" ;;
+  esac
+}
+
+# nemesis: until the file $1 exists, every NEMESIS_EVERY seconds one fault from NEMESIS on a
+# random server host; one line per fault in $OUT/nemesis.txt.
+nemesis() {
+  local stop=$1 faults
+  read -r -a faults <<<"${NEMESIS//,/ }"
+  local n=0
+  while [[ ! -e $stop ]] && ((n < 1000)); do
+    sleep "$NEMESIS_EVERY"
+    [[ -e $stop ]] && break
+    local h=$((RANDOM % SERVER_HOSTS)) f=${faults[$((RANDOM % ${#faults[@]}))]}
+    case "$f" in
+      kill)
+        signal "$h" KILL || true
+        [[ $MODE == ssh ]] || wait "${SERVER_PID[$h]}" 2>/dev/null || true
+        echo "$(date +%T.%N | cut -c1-12) kill -9 host $h ($(server_addr "$h")); restart in 1 s" >>"$OUT/nemesis.txt"
+        sleep 1
+        start_server "$h"
+        # This runs in a subshell: tell the cleanup about the new process.
+        echo "$h ${SERVER_PID[$h]}" >>"$OUT/nemesis.pids"
+        ;;
+      pause)
+        signal "$h" STOP || true
+        echo "$(date +%T.%N | cut -c1-12) SIGSTOP host $h ($(server_addr "$h")) for 1 s" >>"$OUT/nemesis.txt"
+        sleep 1
+        signal "$h" CONT || true
+        ;;
+    esac
+    n=$((n + 1))
   done
-done
+}
 
 FIRST_CLIENT=$SERVER_HOSTS
 say "waiting until every kvd answers"
@@ -344,9 +407,20 @@ done
 
 CHECK_STATUS=0
 if [[ -n $CHECK ]]; then
-  say "checking linearizability for $CHECK"
+  say "checking linearizability for $CHECK${NEMESIS:+, with faults: $NEMESIS every ${NEMESIS_EVERY}s}"
+  NEMESIS_PID=""
+  if [[ -n $NEMESIS && $DRY -eq 0 ]]; then
+    : >"$OUT/nemesis.txt"
+    nemesis "$OUT/nemesis.stop" &
+    NEMESIS_PID=$!
+  fi
   on "$FIRST_CLIENT" "$KVBENCH" check --nodes "$NODES" --duration "$CHECK" --history "$RESULT_DIR/history.json" "${AUTH[@]}" \
     | save "$OUT/check.txt" || CHECK_STATUS=$?
+  if [[ -n $NEMESIS_PID ]]; then
+    touch "$OUT/nemesis.stop"
+    wait "$NEMESIS_PID" || true
+    say "faults injected: $(wc -l <"$OUT/nemesis.txt") (see nemesis.txt)"
+  fi
   fetch "$FIRST_CLIENT" "$RESULT_DIR/history.json" "$OUT/history.json" || true
 fi
 

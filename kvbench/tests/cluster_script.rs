@@ -125,7 +125,8 @@ fn run_cluster_across_hosts_merges_results_and_checks_linearizability() {
 
 /// `run-cluster.sh --replicas 3` on loopback ports: two shards, each a replica group of three
 /// kvd (`--group`, a data directory each); the benchmark and a linearizability check go
-/// through `--nodes "A|B|C,D|E|F"`, and every member reports its role.
+/// through `--nodes "A|B|C,D|E|F"`, and every member reports its role. The check runs under
+/// the nemesis (kill -9 and restart, SIGSTOP/SIGCONT of random members) and stays linearizable.
 #[test]
 fn run_cluster_starts_replica_groups() {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_kvbench")).parent().unwrap().to_path_buf();
@@ -144,7 +145,11 @@ fn run_cluster_starts_replica_groups() {
             "--port",
             "17270",
             "--check",
-            "1s",
+            "5s",
+            "--nemesis",
+            "kill,pause",
+            "--nemesis-every",
+            "1",
             "--bin-dir",
             bin_dir.to_str().unwrap(),
             "--logs",
@@ -163,9 +168,11 @@ fn run_cluster_starts_replica_groups() {
     let run = logs.join("latest");
     let check = std::fs::read_to_string(run.join("check.txt")).unwrap();
     assert!(check.contains("verdict    LINEARIZABLE"), "{check}");
+    let faults = std::fs::read_to_string(run.join("nemesis.txt")).unwrap();
+    assert!(faults.lines().count() >= 2, "faults were injected: {faults}");
     let stats = std::fs::read_to_string(run.join("stats-end.txt")).unwrap();
-    assert_eq!(stats.matches(" leader ").count(), 2, "one leader per group:\n{stats}");
-    assert_eq!(stats.matches(" follower ").count(), 4, "{stats}");
+    // (Right after a fault a group may be between leaders: only roles are required here.)
+    assert!(stats.contains(" leader ") && stats.contains(" follower "), "{stats}");
     for h in 0..6 {
         assert!(
             run.join(format!("data-{h}")).is_dir(),
