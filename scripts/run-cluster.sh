@@ -28,8 +28,8 @@ Options:
   --check DURATION   after the benchmark, run `kvbench check` for DURATION from the first client
   --replicas R       each shard a replica group of R members (kvd --group, with --data-dir in
                      the run's directory, or under --bin-dir over ssh); default 1: plain nodes
-  --nemesis FAULTS   during --check, inject faults from this list, one at a time: kill (kill -9
-                     a random member, restart it 1 s later), pause (SIGSTOP it for 1 s, then
+  --nemesis FAULTS   during --check, inject faults from this list, in turn: kill (kill -9 the
+                     leader of a random group, restart it 1 s later), pause (SIGSTOP it for 1 s, then
                      SIGCONT). Needs --replicas 3 or more (a majority of each group stays up).
                      The faults go to nemesis.txt; the check must still be linearizable.
   --nemesis-every D  seconds between faults (default 2)
@@ -112,7 +112,7 @@ if [[ -n $NEMESIS ]]; then
   [[ $REPLICAS -ge 3 ]] || { echo "run-cluster: --nemesis needs --replicas 3 or more (a fault must leave each group a majority)" >&2; exit 2; }
   [[ -n $CHECK ]] || { echo "run-cluster: --nemesis runs during --check DURATION: give --check" >&2; exit 2; }
   for f in ${NEMESIS//,/ }; do
-    [[ $f == kill || $f == pause ]] || { echo "run-cluster: unknown fault '$f' (kill, pause)" >&2; exit 2; }
+    [[ $f == kill || $f == pause ]] || { echo "run-cluster: unknown fault '$f' (kill, pause; partition is not built yet)" >&2; exit 2; }
   done
   [[ $NEMESIS_EVERY =~ ^[0-9]+$ && $NEMESIS_EVERY -ge 1 ]] || { echo "run-cluster: --nemesis-every must be whole seconds >= 1" >&2; exit 2; }
 fi
@@ -339,6 +339,20 @@ signal() {
   esac
 }
 
+# leader_of SHARD: the host index of the member that says it leads shard SHARD's group (a
+# random member if none answers so).
+leader_of() {
+  local h
+  for h in $(members_of "$1"); do
+    if on "$FIRST_CLIENT" "$KVD" stats --nodes "$(server_addr "$h")" --json --timeout 500ms "${AUTH[@]}" 2>/dev/null |
+      grep -q '"role": "leader"'; then
+      echo "$h"
+      return
+    fi
+  done
+  echo $(($1 * REPLICAS + RANDOM % REPLICAS))
+}
+
 # nemesis: until the file $1 exists, every NEMESIS_EVERY seconds one fault from NEMESIS on a
 # random server host; one line per fault in $OUT/nemesis.txt.
 nemesis() {
@@ -348,12 +362,13 @@ nemesis() {
   while [[ ! -e $stop ]] && ((n < 1000)); do
     sleep "$NEMESIS_EVERY"
     [[ -e $stop ]] && break
-    local h=$((RANDOM % SERVER_HOSTS)) f=${faults[$((RANDOM % ${#faults[@]}))]}
+    local h=$((RANDOM % SERVER_HOSTS)) f=${faults[$((n % ${#faults[@]}))]}
     case "$f" in
       kill)
+        h=$(leader_of $((RANDOM % SERVERS)))
         signal "$h" KILL || true
         [[ $MODE == ssh ]] || wait "${SERVER_PID[$h]}" 2>/dev/null || true
-        echo "$(date +%T.%N | cut -c1-12) kill -9 host $h ($(server_addr "$h")); restart in 1 s" >>"$OUT/nemesis.txt"
+        echo "$(date +%T.%N | cut -c1-12) kill -9 host $h ($(server_addr "$h"), its group's leader); restart in 1 s" >>"$OUT/nemesis.txt"
         sleep 1
         start_server "$h"
         # This runs in a subshell: tell the cleanup about the new process.
