@@ -262,6 +262,19 @@ impl Cluster {
         if let Some((_, conn)) = guard.as_ref().filter(|(m, c)| *m == member && c.is_alive()) {
             return Ok(conn.clone());
         }
+        if let Some((_, old)) = guard.take().filter(|(_, c)| c.is_alive()) {
+            // The group's leader moved: requests still waiting on the old member's connection
+            // get their own answers (most often "not the leader": certainly not run) before it
+            // closes; closing it now would turn them into unknown outcomes.
+            let linger = self.config.request_timeout;
+            tokio::spawn(async move {
+                let until = tokio::time::Instant::now() + linger;
+                while !old.is_idle() && tokio::time::Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                drop(old);
+            });
+        }
         let c = &self.config;
         let conn = Arc::new(
             Connection::open(

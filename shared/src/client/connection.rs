@@ -295,6 +295,11 @@ impl Connection {
         self.pending.lock().silent_since.map(|t| t.elapsed())
     }
 
+    /// Whether no request waits for a reply on this connection.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.pending.lock().waiters.is_empty()
+    }
+
     /// False once the connection has failed; the pool then opens a new one.
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
