@@ -1,43 +1,15 @@
 //! `kvtui --record FILE` on a real terminal (util-linux `script`) appends each sample as a
 //! JSON line; `kvtui --replay FILE` shows it.
 
+mod common;
+
+use common::kvtui_below;
+
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kvd::local::LocalCluster;
-
-/// The children of `pid`.
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .filter_map(|t| t.ok())
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| {
-            c.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
-}
-
-/// The kvtui process below `script` (through `$SHELL -c`, which may not exec it).
-fn kvtui_below(root: u32) -> Option<u32> {
-    let mut todo = children_of(root);
-    while let Some(pid) = todo.pop() {
-        if std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .unwrap_or_default()
-            .trim()
-            == "kvtui"
-        {
-            return Some(pid);
-        }
-        todo.extend(children_of(pid));
-    }
-    None
-}
 
 /// Runs kvtui with `args` under `script`; returns script and kvtui's pid.
 fn on_a_terminal(args: &str) -> (Child, u32, std::thread::JoinHandle<Vec<u8>>) {

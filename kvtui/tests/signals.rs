@@ -1,6 +1,10 @@
 //! The real binary on a pseudo-terminal (util-linux `script`): SIGTERM and SIGHUP restore the
 //! terminal as q does (leave the alternate screen, show the cursor).
 
+mod common;
+
+use common::kvtui_below;
+
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,38 +16,6 @@ const ENTER_ALTERNATE_SCREEN: &[u8] = b"\x1b[?1049h";
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// The children of `pid`, from `/proc/PID/task/*/children`.
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .filter_map(|t| t.ok())
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| {
-            c.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
-}
-
-/// The pid of the kvtui process below `script` (pid `root`). `script -c` runs the command
-/// through `$SHELL -c`, which may or may not exec it, so the kvtui process is looked for by
-/// name among all descendants: signalling the shell instead would end `script` before kvtui
-/// had written its restoring bytes.
-fn kvtui_below(root: u32) -> Option<u32> {
-    let mut todo = children_of(root);
-    while let Some(pid) = todo.pop() {
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if comm.trim() == "kvtui" {
-            return Some(pid);
-        }
-        todo.extend(children_of(pid));
-    }
-    None
 }
 
 fn restores_the_terminal_on(signal: &str) {

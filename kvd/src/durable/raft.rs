@@ -872,7 +872,9 @@ impl DurableShard {
         if !self.grouped {
             return Ok(());
         }
-        let m = self.raft.metrics().borrow().clone();
+        // Read in place: this runs once per batch, and the metrics hold the membership.
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
         if m.current_leader == Some(self.me) && m.state == openraft::ServerState::Leader {
             return Ok(());
         }
