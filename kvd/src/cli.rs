@@ -110,12 +110,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE|Nentries", default_value = crate::durable::DEFAULT_SNAPSHOT_EVERY, requires = "data_dir")]
     pub snapshot_every: SnapshotEvery,
     /// Make this shard a replica group: every member's --listen address (this node's among
-    /// them), the same list, in the same order, on every member. The group's leader serves
-    /// the shard; the others say who leads; a write is answered once a majority has it.
-    /// The first start of a member initialises the group, a restart rejoins it. Clients
-    /// list a group's members separated by `|` in --nodes.
+    /// them), the same list on every member. The group's leader serves the shard; the
+    /// others say who leads; a write is answered once a majority has it. The first start
+    /// of a member initialises the group, a restart rejoins it (with the membership its log
+    /// holds, whatever --group says then). Clients list a group's members separated by `|`
+    /// in --nodes.
     #[arg(long, value_delimiter = ',', value_name = "ADDR,ADDR,...", requires = "data_dir")]
     pub group: Vec<String>,
+    /// Start as a new, empty member of a replica group that exists: it serves nothing until
+    /// `kvd admin add-replica` adds it (it then catches up from the leader and votes). A
+    /// restart rejoins with the membership its log holds.
+    #[arg(long, requires = "data_dir", conflicts_with = "group")]
+    pub join: bool,
     /// Cap on the memory the stored data takes (keys, values and their overhead, as
     /// accounted: see the README), e.g. 100mb, 2gb [default: unlimited].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
@@ -254,6 +260,9 @@ pub enum Command {
         #[arg(long)]
         flush: bool,
     },
+    /// Change a replica group's members, or its leader, without stopping it.
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Show each node's statistics (exit 1 if a node does not answer).
     Stats {
         #[command(flatten)]
@@ -262,4 +271,49 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `kvd admin`: membership changes of a replica group. Each is sent to the group's leader,
+/// which carries it out through the group's log (openraft's joint consensus), and waits
+/// until it is done.
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// Add ADDR (a kvd started with --join, or a former member restarted empty) to the
+    /// group: it catches up from the leader as a learner, then becomes a voter.
+    AddReplica {
+        #[command(flatten)]
+        group: GroupArgs,
+        /// Stay a learner: catch up and follow the log, but do not vote.
+        #[arg(long)]
+        learner: bool,
+        /// The new member's address (its --listen).
+        addr: String,
+    },
+    /// Remove ADDR from the group (a voter or a learner). Removing the leader moves the
+    /// leadership to another member first.
+    RemoveReplica {
+        #[command(flatten)]
+        group: GroupArgs,
+        /// The member to remove.
+        addr: String,
+    },
+    /// Make ADDR the group's leader (it must be a voter). The shard's requests pause for
+    /// about a second while the leadership moves.
+    TransferLeader {
+        #[command(flatten)]
+        group: GroupArgs,
+        /// The member to lead.
+        addr: String,
+    },
+}
+
+/// Which replica group an admin command is for.
+#[derive(Args, Debug)]
+pub struct GroupArgs {
+    #[command(flatten)]
+    pub nodes: NodesArgs,
+    /// The shard whose group to change, when --nodes lists several [default: the one that
+    /// lists ADDR, or the only one].
+    #[arg(long, value_name = "I")]
+    pub shard: Option<usize>,
 }

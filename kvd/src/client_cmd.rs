@@ -1,4 +1,4 @@
-//! The client verbs of the `kvd` binary: get, put, del, stats, config.
+//! The client verbs of the `kvd` binary: get, put, del, stats, config (admin: `admin_cmd`).
 
 use std::process::ExitCode;
 
@@ -37,6 +37,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             0
         }
         Command::Stats { nodes, json } => stats(&nodes, json).await?,
+        Command::Admin(admin) => crate::admin_cmd::run(admin).await?,
         Command::Config {
             nodes,
             max_memory,
@@ -101,7 +102,26 @@ async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
         let one = Cluster::new(std::slice::from_ref(addr), config.clone())?;
         rows.push((addr.clone(), one.stats(0).await));
     }
-    let member_shards: Vec<_> = rows.iter().map(|(_, r)| r.as_ref().ok().map(|s| s.shard)).collect();
+    // Members a group has gained since --nodes was written (kvd admin add-replica) get
+    // rows too, after the others.
+    let mut i = 0;
+    while i < rows.len() {
+        let gained: Vec<String> = match &rows[i].1 {
+            Ok(s) => s.group.members.iter().chain(&s.group.learners).cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        for addr in gained {
+            if !rows.iter().any(|(a, _)| *a == addr) {
+                let one = Cluster::new(std::slice::from_ref(&addr), config.clone())?;
+                rows.push((addr.clone(), one.stats(0).await));
+            }
+        }
+        i += 1;
+    }
+    let member_shards: Vec<_> = rows[..members.len()]
+        .iter()
+        .map(|(_, r)| r.as_ref().ok().map(|s| s.shard))
+        .collect();
     let (shards, mut problems) = kvshared::client::entry_shards(&entries, &member_shards);
     problems.extend(kvshared::client::check_layout(&entries, &shards));
     if json {
@@ -148,7 +168,7 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
         "DATA",
         "RSS",
         "ERRORS",
-        if in_groups { "  ROLE      TERM  APPLIED" } else { "" }
+        if in_groups { "  ROLE      TERM   COMMIT  APPLIED" } else { "" }
     );
     for (addr, r) in rows {
         match r {
@@ -158,7 +178,10 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                     .hit_ratio()
                     .map_or_else(|| "-".to_string(), |h| format!("{:.1}", 100.0 * h));
                 let role = match in_groups {
-                    true => format!("  {:<9} {:>4} {:>8}", s.group.role, s.group.term, s.group.applied_index),
+                    true => format!(
+                        "  {:<9} {:>4} {:>8} {:>8}",
+                        s.group.role, s.group.term, s.group.commit_index, s.group.applied_index
+                    ),
                     false => String::new(),
                 };
                 out.push_str(&format!(

@@ -5,17 +5,18 @@
 //! * [`server`]: binds the listener, limits connections, runs the graceful shutdown.
 //! * `connection`: one client connection's loop: frame in, execute, frame out.
 //! * [`store`]: the sharded map and batch execution (knows nothing of sockets).
-//! * [`durable`]: `--data-dir`: the shard's log (openraft, one voter) over checked segment files.
+//! * [`durable`]: `--data-dir`: the shard's log (openraft: one voter, or a `--group`) over checked segment files.
 //! * `budget`: the node-wide budget for connection buffers, and each reply's share of it.
 //! * [`node`]: what connections share: config, store, counters, sampler; builds stats.
 //! * `counters`: striped per-connection counters for the hot path.
 //! * [`local`]: in-process nodes on 127.0.0.1 ports for tests and benchmarks.
 //! * `sampler`: the once-a-second sysinfo thread (CPU, memory, network).
 //! * `warn_limit`: rate limits for the warnings a peer can cause.
-//! * [`cli`] and [`client_cmd`]: the command line, and its client verbs.
+//! * [`cli`], [`client_cmd`] and `admin_cmd`: the command line, its client verbs, `kvd admin`.
 //!
 //! Wire types, framing and routing come from `kvshared`; nothing here re-implements them.
 
+mod admin_cmd;
 mod budget;
 pub mod cli;
 pub mod client_cmd;

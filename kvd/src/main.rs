@@ -6,7 +6,7 @@ use kvd::cli::{Cli, ServeArgs};
 use std::sync::Arc;
 
 use kvd::http::HttpServer;
-use kvd::node::NodeConfig;
+use kvd::node::{GroupMember, NodeConfig};
 use kvd::resp::RespServer;
 use kvd::server::Server;
 use kvd::store::MemoryLimit;
@@ -51,11 +51,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         fsync: args.fsync,
         snapshot_every: args.snapshot_every,
-        group: args
-            .group
-            .iter()
-            .position(|m| *m == args.listen)
-            .map(|me| (me, args.group.clone())),
+        group: (args.join || !args.group.is_empty()).then(|| GroupMember {
+            me: args.listen.clone(),
+            initial: args.group.clone(),
+        }),
         memory: args.max_memory.map(|max| MemoryLimit {
             max_bytes: max as usize,
             eviction: args.eviction,

@@ -99,8 +99,8 @@ pub struct NodeConfig {
     pub snapshot_every: SnapshotEvery,
     /// Log segment size (not a flag: tests make it small to see segments rotate and go).
     pub segment_bytes: u64,
-    /// `--group`: every member's address, and this node's place among them (from 0).
-    pub group: Option<(usize, Vec<String>)>,
+    /// `--group` or `--join`: this node is a member of a replica group.
+    pub group: Option<GroupMember>,
     /// Tokio worker threads, reported in stats.
     pub worker_threads: usize,
     /// How often the CPU/memory/network sampler runs.
@@ -108,6 +108,16 @@ pub struct NodeConfig {
     /// Unit tests only: answer some reads from a stale copy (see `store::stale`).
     #[cfg(test)]
     pub fault_stale_reads: bool,
+}
+
+/// How a node belongs to a replica group.
+#[derive(Clone, Debug)]
+pub struct GroupMember {
+    /// This member's address as the others reach it (its `--listen`, as written).
+    pub me: String,
+    /// `--group`: the members a new group starts with (this one among them); empty with
+    /// `--join` (the member waits for `kvd admin add-replica`).
+    pub initial: Vec<String>,
 }
 
 impl Default for NodeConfig {
@@ -205,13 +215,9 @@ impl Node {
                 fsync: self.config.fsync,
                 snapshot_every: self.config.snapshot_every,
                 segment_bytes: self.config.segment_bytes,
-                group: self.config.group.as_ref().map(|(me, members)| GroupConfig {
-                    me: *me as u64 + 1,
-                    members: members
-                        .iter()
-                        .enumerate()
-                        .map(|(i, addr)| (i as u64 + 1, openraft::BasicNode { addr: addr.clone() }))
-                        .collect(),
+                group: self.config.group.as_ref().map(|g| GroupConfig {
+                    me: crate::durable::member_id(&g.me),
+                    initial: crate::durable::initial_membership(&g.initial),
                     client: kvshared::client::ClientConfig {
                         auth: self.config.auth.clone(),
                         max_frame: self.config.max_frame,
@@ -365,7 +371,7 @@ impl Node {
             worker_threads: self.config.worker_threads as u32,
             durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
             group: match (&self.durable, &self.config.group) {
-                (Some(log), Some((_, members))) => log.group_figures(members),
+                (Some(log), Some(_)) => log.group_figures(),
                 _ => GroupFigures::default(),
             },
             latency: {

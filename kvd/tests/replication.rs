@@ -2,6 +2,8 @@
 //! (`--group`), reached by one client through `--nodes "A|B|C"`. The leader is killed with
 //! kill -9 under a recording load: a new leader serves, nothing acknowledged is lost, the
 //! history is linearizable, and the killed member, restarted, catches up as a follower.
+//! Members are added, handed the leadership and removed (`kvd admin`) under a recording load:
+//! the history stays linearizable and a client that knows only the first members follows.
 
 mod common;
 
@@ -12,6 +14,8 @@ use common::{Kvd, free_port, kvd, start_at};
 use kvshared::client::{ClientConfig, ClientError, Cluster, RecordConfig, record};
 use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
 
+/// Three members started with `--group` (indexes 0-2), and `joiners` more started with
+/// `--join` after them.
 struct Group {
     addrs: Vec<String>,
     dirs: Vec<std::path::PathBuf>,
@@ -20,8 +24,13 @@ struct Group {
 
 impl Group {
     fn start(name: &str) -> Group {
-        let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-        let dirs: Vec<_> = (0..3)
+        Group::start_with_joiners(name, 0)
+    }
+
+    fn start_with_joiners(name: &str, joiners: usize) -> Group {
+        let n = 3 + joiners;
+        let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        let dirs: Vec<_> = (0..n)
             .map(|i| std::env::temp_dir().join(format!("kvd-group-{name}-{}-{i}", std::process::id())))
             .collect();
         for d in &dirs {
@@ -30,21 +39,23 @@ impl Group {
         let mut g = Group {
             addrs,
             dirs,
-            members: vec![None, None, None],
+            members: (0..n).map(|_| None).collect(),
         };
-        for i in 0..3 {
+        for i in 0..n {
             g.restart(i);
         }
         g
     }
 
     fn restart(&mut self, i: usize) {
-        let group = self.addrs.join(",");
+        let group = self.addrs[..3].join(",");
         let dir = self.dirs[i].display().to_string();
-        let (kvd, _) = start_at(
-            &self.addrs[i],
-            &["--shard", "0/1", "--group", &group, "--data-dir", &dir],
-        );
+        let mut args = vec!["--shard", "0/1", "--data-dir", &dir];
+        match i < 3 {
+            true => args.extend(["--group", &group]),
+            false => args.push("--join"),
+        }
+        let (kvd, _) = start_at(&self.addrs[i], &args);
         self.members[i] = Some(kvd);
     }
 
@@ -55,10 +66,10 @@ impl Group {
         }
     }
 
-    /// The client of the whole group, as `--nodes "A|B|C"` gives it.
+    /// The client of the first three members, as `--nodes "A|B|C"` gives it.
     fn client(&self) -> Cluster {
         Cluster::new(
-            &[self.addrs.join("|")],
+            &[self.addrs[..3].join("|")],
             ClientConfig {
                 request_timeout: Duration::from_secs(5),
                 ..ClientConfig::default()
@@ -91,7 +102,7 @@ impl Group {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let roles = self.roles().await;
-            let leaders: Vec<usize> = (0..3)
+            let leaders: Vec<usize> = (0..roles.len())
                 .filter(|&i| roles[i].as_ref().is_some_and(|(r, _)| r == "leader"))
                 .collect();
             if leaders.len() == 1 {
@@ -105,7 +116,7 @@ impl Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
-        for i in 0..3 {
+        for i in 0..self.members.len() {
             self.kill(i);
         }
         for d in &self.dirs {
@@ -135,6 +146,11 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
     let stats = kvd(&["stats", "--nodes", &group.addrs.join("|"), "--json"]);
     let rows: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     let rows = rows.as_array().unwrap();
+    let leader_row = &rows[leader]["stats"];
+    let (commit, applied) = (leader_row["commit_index"].as_u64(), leader_row["applied_index"].as_u64());
+    assert!(commit >= applied && commit > Some(0), "{leader_row}");
+    let rows: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 3, "{rows:?}");
     let roles: Vec<&str> = rows.iter().map(|r| r["role"].as_str().unwrap()).collect();
     assert_eq!(roles.iter().filter(|r| **r == "leader").count(), 1, "{roles:?}");
@@ -155,8 +171,15 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
     let direct = Cluster::new(std::slice::from_ref(&group.addrs[follower]), ClientConfig::default()).unwrap();
     // (Right after an election a follower may not know the leader yet: then it says so.)
     let deadline = Instant::now() + Duration::from_secs(5);
+    // (A plain client follows the hint: send one batch and look at the answer itself.)
+    let mut batch = kvshared::wire::BatchRequest::new();
+    batch.push_put(b"x", b"y");
     loop {
-        match direct.put(b"x", b"y").await {
+        let answer = match direct.start_batch(0, &batch).await {
+            Ok(flight) => direct.finish_batch(0, flight).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match answer {
             Err(ClientError::NotLeader { leader: Some(l), .. }) => {
                 assert_eq!(l, group.addrs[group.leader().await]);
                 break;
@@ -254,4 +277,112 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Runs `kvd admin ARGS` against the group and returns its standard output; panics with
+/// its error when it fails.
+fn admin(args: &[&str]) -> String {
+    let out = kvd(&[&["admin"], args].concat());
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "kvd admin {args:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable() {
+    let mut group = Group::start_with_joiners("membership", 1);
+    let client = Arc::new(group.client());
+    for i in 0..200 {
+        client
+            .put(format!("k{i}").as_bytes(), format!("v{i}").as_bytes())
+            .await
+            .unwrap();
+    }
+    let first_leader = group.leader().await;
+    let nodes = group.addrs[..3].join("|");
+    let new = group.addrs[3].clone();
+    let recording = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let config = RecordConfig {
+                clients: 6,
+                keys: 5,
+                duration: Duration::from_secs(8),
+                max_ops_per_client: 100_000,
+                key_prefix: "lin-".into(),
+                seed: 5,
+                ..RecordConfig::default()
+            };
+            record(client, &config).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The new member catches up (the 200 keys) as a learner, then votes.
+    let out = tokio::task::spawn_blocking({
+        let (nodes, new) = (nodes.clone(), new.clone());
+        move || admin(&["add-replica", "--nodes", &nodes, &new])
+    })
+    .await
+    .unwrap();
+    assert!(out.contains(&new) && out.contains("learners none"), "{out}");
+    let one = Cluster::new(std::slice::from_ref(&new), ClientConfig::default()).unwrap();
+    let figures = one.stats(0).await.unwrap();
+    assert_eq!(figures.group.members.len(), 4, "{:?}", figures.group);
+    assert!(figures.keys >= 200, "the new member holds the data: {} keys", figures.keys);
+
+    // The new member takes the lead, then the first leader leaves the group.
+    let out = tokio::task::spawn_blocking({
+        let (nodes, new) = (nodes.clone(), new.clone());
+        move || admin(&["transfer-leader", "--nodes", &nodes, &new])
+    })
+    .await
+    .unwrap();
+    assert!(out.contains(&format!("leader {new}")), "{out}");
+    let gone = group.addrs[first_leader].clone();
+    let out = tokio::task::spawn_blocking({
+        let (nodes, gone) = (nodes.clone(), gone.clone());
+        move || admin(&["remove-replica", "--nodes", &nodes, &gone])
+    })
+    .await
+    .unwrap();
+    assert!(!out.contains(&gone) && out.contains(&new), "{out}");
+    let voters = one.stats(0).await.unwrap().group.members;
+    assert!(voters.len() == 3 && !voters.contains(&gone), "{voters:?}");
+    // (The removed member is not told: the final membership goes to the new members only.
+    // Its operator stops it.)
+    group.kill(first_leader);
+
+    let recording = recording.await.unwrap();
+    let ops = &recording.history.operations;
+    eprintln!(
+        "{} ops recorded across add, transfer and remove, {} unknown",
+        ops.len(),
+        recording.unknown
+    );
+    assert!(ops.len() > 1000, "only {} ops", ops.len());
+    let report = check(&recording.history, &CheckOptions::default());
+    match &report.verdict {
+        Verdict::Linearizable => {}
+        Verdict::NotLinearizable(f) => panic!("not linearizable across membership changes:\n{}", render_timeline(f)),
+        other => panic!("check undecided: {other:?}"),
+    }
+    // The client that was told only of the first three members reaches the new leader, and
+    // every write acknowledged before the changes is there.
+    for i in 0..200 {
+        assert_eq!(
+            client.get(format!("k{i}").as_bytes()).await.unwrap(),
+            Some(format!("v{i}").into_bytes()),
+            "k{i}"
+        );
+    }
+    assert!(client.members(0).contains(&new), "{:?}", client.members(0));
+    // A member that is not a voter cannot be handed the lead; the error says why.
+    let out = kvd(&["admin", "transfer-leader", "--nodes", &new, &gone]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a voter"), "{out:?}");
 }

@@ -104,7 +104,7 @@ impl NodeView {
     pub fn is_follower(&self) -> bool {
         self.stats
             .as_ref()
-            .is_some_and(|s| matches!(s.group.role.as_str(), "follower" | "learner"))
+            .is_some_and(|s| matches!(s.group.role.as_str(), "follower" | "learner" | "joining" | "removed"))
     }
 }
 

@@ -32,7 +32,9 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 4: the conditional puts `PutIfAbsent`/`PutIfPresent` and the status `NotStored`.
 /// 5: `NodeStats` carries service-time histograms (`LatencyStats`) and a replica group's
 /// figures; the frames `RaftRequest`/`RaftResponse` and `NotLeader`.
-pub const VERSION: u8 = 5;
+/// 6: a group's figures carry its commit index and learners; member ids come from addresses
+/// and `RaftRequest` carries `kvd admin` requests.
+pub const VERSION: u8 = 6;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

@@ -314,7 +314,9 @@ impl Durability {
 /// A replica group member's place in its group.
 #[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct GroupFigures {
-    /// `leader`, `follower` or `learner`; empty when the node is in no replica group.
+    /// `leader`, `follower` or `learner`; `joining` for a member started with `--join` that
+    /// no group has added yet, `removed` for one its group has removed; empty when the node
+    /// is in no replica group.
     #[serde(default)]
     pub role: String,
     /// The raft term this member is in.
@@ -326,6 +328,10 @@ pub struct GroupFigures {
     /// The last log entry this member holds.
     #[serde(default)]
     pub log_index: u64,
+    /// The last log entry known committed (held by a majority of voters): computed on the
+    /// leader, the leader's last word on a follower.
+    #[serde(default)]
+    pub commit_index: u64,
     /// The last log entry applied here.
     #[serde(default)]
     pub applied_index: u64,
@@ -335,9 +341,12 @@ pub struct GroupFigures {
     /// On the leader: how many entries each follower is behind.
     #[serde(default)]
     pub lag: Vec<FollowerLag>,
-    /// Every member's address (`--group`).
+    /// The voters' addresses, as the group's membership (its log) says now.
     #[serde(default)]
     pub members: Vec<String>,
+    /// The learners' addresses (members that follow the log but do not vote).
+    #[serde(default)]
+    pub learners: Vec<String>,
 }
 
 /// How far one follower is behind its leader.

@@ -40,12 +40,28 @@ pub struct DurableConfig {
 /// A member's replica group.
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
-    /// This member's id (its place in `--group`, from 1).
+    /// This member's id ([`member_id`] of its address).
     pub me: u64,
-    /// Every member by id, with its address.
-    pub members: std::collections::BTreeMap<u64, openraft::BasicNode>,
+    /// The membership a new group starts with (`--group`), by id; empty for a member that
+    /// waits to be added to a group that exists (`--join`).
+    pub initial: std::collections::BTreeMap<u64, openraft::BasicNode>,
     /// How to reach the others (timeouts, token, TLS).
     pub client: kvshared::client::ClientConfig,
+}
+
+/// A member's raft id: derived from its address, so that a member started with `--join`
+/// knows its id before any other member has heard of it, and every member of a `--group`
+/// computes the same ids. (Never 0, and below 2^53 so that JSON readers keep it exact.)
+pub fn member_id(addr: &str) -> u64 {
+    (kvshared::routing::key_hash(addr.as_bytes()) >> 11).max(1)
+}
+
+/// The membership a group whose members are `addrs` starts with.
+pub fn initial_membership(addrs: &[String]) -> std::collections::BTreeMap<u64, openraft::BasicNode> {
+    addrs
+        .iter()
+        .map(|a| (member_id(a), openraft::BasicNode { addr: a.clone() }))
+        .collect()
 }
 
 /// `--snapshot-every`: how much log starts a snapshot.

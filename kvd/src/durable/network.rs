@@ -22,12 +22,40 @@ use serde::{Deserialize, Serialize};
 
 use super::raft::ShardRaft;
 
-/// A raft RPC from one member to another.
+/// A raft RPC from one member to another, or an operator's request about the group.
 #[derive(Serialize, Deserialize)]
 pub enum RaftRpc {
     Append(AppendEntriesRequest<ShardRaft>),
     Vote(VoteRequest<u64>),
     Snapshot(InstallSnapshotRequest<ShardRaft>),
+    Admin(AdminRequest),
+}
+
+/// A change to a replica group (`kvd admin`), carried out by its leader; `Campaign` goes from
+/// a leader handing over to the member it hands over to.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum AdminRequest {
+    /// Add the member at this address as a learner and answer once it has caught up.
+    AddLearner { addr: String },
+    /// Make a learner that has caught up a voter.
+    Promote { addr: String },
+    /// Remove a voter or a learner.
+    Remove { addr: String },
+    /// Hand the leadership to this voter.
+    TransferLeader { addr: String },
+    /// Start an election now (sent by the leader that hands over to this member).
+    Campaign,
+}
+
+/// What a member answers an [`AdminRequest`].
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum AdminReply {
+    /// Done; what was done, in words.
+    Done(String),
+    /// Only the leader carries out changes: this one (when known) leads.
+    NotLeader(Option<String>),
+    /// The change was refused or failed; why.
+    Failed(String),
 }
 
 /// Its answer.
@@ -38,6 +66,7 @@ pub enum RaftRpcReply {
     Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
     /// The member could not take the request (not a group member, or the body did not decode).
     Refused(String),
+    Admin(AdminReply),
 }
 
 /// Makes the connections to the other members, one pooled client per member, kept for the
@@ -155,14 +184,34 @@ impl RaftNetwork<ShardRaft> for Peer {
     }
 }
 
+/// Asks the member at `addr` (through `cluster`, whose node 0 it is) to carry out `request`.
+pub async fn admin_call(cluster: &Cluster, request: AdminRequest) -> Result<AdminReply, ClientError> {
+    let body = postcard::to_allocvec(&RaftRpc::Admin(request)).unwrap_or_default();
+    let reply = cluster.call(0, FrameKind::RaftRequest, &body).await?;
+    if reply.kind != FrameKind::RaftResponse {
+        return Err(reply.unexpected());
+    }
+    match postcard::from_bytes(&reply.body) {
+        Ok(RaftRpcReply::Admin(a)) => Ok(a),
+        Ok(RaftRpcReply::Refused(why)) => Ok(AdminReply::Failed(why)),
+        Ok(_) => Ok(AdminReply::Failed("the member answered another kind of request".into())),
+        Err(e) => Ok(AdminReply::Failed(format!("the answer does not decode: {e}"))),
+    }
+}
+
 /// Answers a raft RPC received in a frame body: decodes it (refusing what does not decode)
-/// and hands it to `raft`.
-pub async fn serve(raft: &openraft::Raft<ShardRaft>, body: &[u8]) -> Vec<u8> {
+/// and hands it to `shard`'s raft, or for an admin request to the shard itself.
+pub async fn serve(shard: &super::raft::DurableShard, body: &[u8]) -> Vec<u8> {
+    let raft = shard.raft();
     let reply = match postcard::from_bytes::<RaftRpc>(body) {
         Err(e) => RaftRpcReply::Refused(format!("not a raft request: {e}")),
-        Ok(RaftRpc::Append(rpc)) => RaftRpcReply::Append(raft.append_entries(rpc).await),
+        Ok(RaftRpc::Append(rpc)) => {
+            shard.note_leader_commit(rpc.leader_commit.map(|l| l.index));
+            RaftRpcReply::Append(raft.append_entries(rpc).await)
+        }
         Ok(RaftRpc::Vote(rpc)) => RaftRpcReply::Vote(raft.vote(rpc).await),
         Ok(RaftRpc::Snapshot(rpc)) => RaftRpcReply::Snapshot(raft.install_snapshot(rpc).await),
+        Ok(RaftRpc::Admin(request)) => RaftRpcReply::Admin(shard.admin(request).await),
     };
     postcard::to_allocvec(&reply).unwrap_or_default()
 }

@@ -35,6 +35,8 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use super::log::{FsyncPolicy, GroupCommit, LogFiles};
+
+mod admin;
 use super::{DurableConfig, SnapshotEvery};
 use super::{catalog, snapshot};
 use crate::counters::Counters;
@@ -517,6 +519,12 @@ pub struct DurableShard {
     confirms: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<Result<(), LogError>>>,
     /// Terms this process has seen begin (each is an election).
     elections: Arc<std::sync::atomic::AtomicU64>,
+    /// How this member reaches the others (for a hand-over's `Campaign`).
+    client: kvshared::client::ClientConfig,
+    /// This leader is handing over (`transfer-leader`): it serves nothing meanwhile.
+    handing_over: Arc<std::sync::atomic::AtomicBool>,
+    /// The commit index the leader last sent this member (openraft 0.9's metrics have none).
+    leader_commit: std::sync::atomic::AtomicU64,
 }
 
 /// Why the log did not answer a batch.
@@ -554,7 +562,12 @@ pub type LogAnswer = Result<Vec<u8>, LogError>;
 /// Group commit above the log: takes every batch queued while earlier entries were being
 /// committed, proposes them as one entry (up to [`PROPOSALS_IN_FLIGHT`] entries at once), and
 /// hands each batch its own answer.
-async fn propose(raft: openraft::Raft<ShardRaft>, mut queue: tokio::sync::mpsc::UnboundedReceiver<Proposal>) {
+/// While `quiet` (a leader handing over), batches are answered "not the leader" unproposed.
+async fn propose(
+    raft: openraft::Raft<ShardRaft>,
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<Proposal>,
+    quiet: Arc<std::sync::atomic::AtomicBool>,
+) {
     let slots = Arc::new(tokio::sync::Semaphore::new(PROPOSALS_IN_FLIGHT));
     while let Some(first) = queue.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -566,6 +579,13 @@ async fn propose(raft: openraft::Raft<ShardRaft>, mut queue: tokio::sync::mpsc::
                 Ok(p) => waiting.push(p),
                 Err(_) => break,
             }
+        }
+        if quiet.load(std::sync::atomic::Ordering::Relaxed) {
+            // Nothing of these ran; the client asks again, of the next leader.
+            for (_, answer) in waiting {
+                let _ = answer.send(Err(LogError::NotLeader(None)));
+            }
+            continue;
         }
         let (bodies, answers): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
         let raft = raft.clone();
@@ -670,6 +690,12 @@ async fn count_elections(raft: openraft::Raft<ShardRaft>, elections: Arc<std::sy
     }
 }
 
+fn sorted(addrs: impl Iterator<Item = String>) -> Vec<String> {
+    let mut v: Vec<String> = addrs.collect();
+    v.sort();
+    v
+}
+
 /// This node's id in a group of one.
 const ME: u64 = 1;
 
@@ -772,11 +798,11 @@ impl DurableShard {
         // Replay restores every acknowledged write, whatever --max-memory says now.
         let cap = store.memory_limit();
         store.set_max_memory(None);
-        let (me, members, client) = match group {
-            Some(g) => (g.me, g.members, g.client),
+        let grouped = group.is_some();
+        let (me, initial, client) = match group {
+            Some(g) => (g.me, g.initial, g.client),
             None => (ME, BTreeMap::from([(ME, BasicNode::default())]), Default::default()),
         };
-        let grouped = members.len() > 1;
         let (heartbeat, election) = match grouped {
             true => (GROUP_HEARTBEAT_MS, GROUP_ELECTION_MS),
             false => (250, (300, 600)),
@@ -789,15 +815,17 @@ impl DurableShard {
             max_in_snapshot_log_to_keep: 0,
             ..Default::default()
         };
-        let network = super::network::Network::new(client);
+        let network = super::network::Network::new(client.clone());
         let raft = openraft::Raft::new(me, Arc::new(config.validate()?), network, log, sm).await?;
-        if fresh {
+        if fresh && !initial.is_empty() {
             // Every member of a new group initialises it with the same membership, which
-            // openraft allows; a member that restarts has a vote or a log and rejoins.
-            raft.initialize(members).await?;
+            // openraft allows; a member that restarts has a vote or a log and rejoins; one
+            // started with --join waits for the leader to add it.
+            raft.initialize(initial).await?;
         }
         let (proposals, queue) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(propose(raft.clone(), queue));
+        let handing_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        tokio::spawn(propose(raft.clone(), queue, handing_over.clone()));
         let (confirms, confirm_queue) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(confirm(raft.clone(), confirm_queue));
         let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -812,6 +840,9 @@ impl DurableShard {
             grouped,
             confirms,
             elections,
+            client,
+            handing_over,
+            leader_commit: std::sync::atomic::AtomicU64::new(0),
         };
         // What the log on disk holds (the metrics may not show it yet this early).
         let last = last_log_index;
@@ -872,6 +903,9 @@ impl DurableShard {
         if !self.grouped {
             return Ok(());
         }
+        if self.handing_over.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(LogError::NotLeader(None));
+        }
         // Read in place: this runs once per batch, and the metrics hold the membership.
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
@@ -898,27 +932,61 @@ impl DurableShard {
         Some(rx)
     }
 
-    /// Answers a raft RPC from another member (a `RaftRequest` frame's body).
+    /// Answers a raft RPC from another member, or an operator's admin request (a
+    /// `RaftRequest` frame's body).
     pub async fn serve_rpc(&self, body: &[u8]) -> Vec<u8> {
-        super::network::serve(&self.raft, body).await
+        super::network::serve(self, body).await
     }
 
-    /// This member's place in its group (members' addresses by id in `members`, from 1).
-    pub fn group_figures(&self, members: &[String]) -> kvshared::stats::GroupFigures {
+    /// The group's raft.
+    pub(super) fn raft(&self) -> &openraft::Raft<ShardRaft> {
+        &self.raft
+    }
+
+    /// Notes the commit index a leader's append carried (this member's commit index).
+    pub(super) fn note_leader_commit(&self, index: Option<u64>) {
+        if let Some(i) = index {
+            self.leader_commit.fetch_max(i, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// This member's place in its group, as its raft metrics say.
+    pub fn group_figures(&self) -> kvshared::stats::GroupFigures {
         let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
         let role = match m.state {
             openraft::ServerState::Leader => "leader",
+            // Started with --join and not added yet, or removed from the group.
+            _ if membership.nodes().next().is_none() => "joining",
+            _ if membership.get_node(&self.me).is_none() => "removed",
             openraft::ServerState::Learner => "learner",
             _ => "follower",
         };
-        let addr = |id: u64| members.get((id as usize).wrapping_sub(1)).cloned().unwrap_or_default();
+        let addr = |id: u64| membership.get_node(&id).map(|n| n.addr.clone()).unwrap_or_default();
         let last = m.last_log_index.unwrap_or(0);
+        let commit_index = match &m.replication {
+            // The leader: the highest index a majority of voters holds.
+            Some(matched) if m.state == openraft::ServerState::Leader => {
+                let mut held: Vec<u64> = membership
+                    .voter_ids()
+                    .map(|id| match id == self.me {
+                        true => last,
+                        false => matched.get(&id).copied().flatten().map_or(0, |l| l.index),
+                    })
+                    .collect();
+                held.sort_unstable_by(|a, b| b.cmp(a));
+                held.get(held.len() / 2).copied().unwrap_or(0)
+            }
+            _ => self.leader_commit.load(std::sync::atomic::Ordering::Relaxed),
+        };
+        let applied_index = m.last_applied.map_or(0, |l| l.index);
         kvshared::stats::GroupFigures {
             role: role.to_string(),
             term: m.current_term,
             leader: m.current_leader.map(addr).unwrap_or_default(),
             log_index: last,
-            applied_index: m.last_applied.map_or(0, |l| l.index),
+            commit_index: commit_index.max(applied_index),
+            applied_index,
             elections: self.elections.load(std::sync::atomic::Ordering::Relaxed),
             lag: m
                 .replication
@@ -930,7 +998,8 @@ impl DurableShard {
                     behind: last.saturating_sub(matched.map_or(0, |l| l.index)),
                 })
                 .collect(),
-            members: members.to_vec(),
+            members: sorted(membership.voter_ids().map(addr)),
+            learners: sorted(membership.learner_ids().map(addr)),
         }
     }
 

@@ -1,7 +1,7 @@
 //! The cluster client: routes ops to their owner nodes and merges the answers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rkyv::util::AlignedVec;
@@ -86,7 +86,11 @@ type MemberConnection = (usize, Arc<Connection>);
 /// it names) and on a member that cannot be reached (to the next).
 struct NodePool {
     addr: String,
-    members: Vec<String>,
+    /// The group's members: those listed, and any a "not the leader" answer has named since
+    /// (a member added to the group after this client started).
+    members: parking_lot::RwLock<Vec<String>>,
+    /// More than one member: requests follow the leader.
+    grouped: AtomicBool,
     current: AtomicUsize,
     slots: Vec<AsyncMutex<Option<MemberConnection>>>,
     next: AtomicUsize,
@@ -121,7 +125,8 @@ impl Cluster {
             .iter()
             .map(|addr| NodePool {
                 addr: addr.clone(),
-                members: super::members(addr).map(str::to_string).collect(),
+                members: parking_lot::RwLock::new(super::members(addr).map(str::to_string).collect()),
+                grouped: AtomicBool::new(super::members(addr).nth(1).is_some()),
                 current: AtomicUsize::new(0),
                 slots: (0..config.conns_per_node.max(1))
                     .map(|_| AsyncMutex::new(None))
@@ -161,29 +166,49 @@ impl Cluster {
 
     /// The member of shard `node`'s group requests go to now (the only one for a single
     /// node).
-    pub fn member_addr(&self, node: usize) -> &str {
+    pub fn member_addr(&self, node: usize) -> String {
         let pool = &self.nodes[node];
-        let i = pool.current.load(Ordering::Relaxed) % pool.members.len().max(1);
-        pool.members.get(i).map_or(pool.addr.as_str(), String::as_str)
+        if !self.is_group(node) {
+            return pool.addr.clone();
+        }
+        let members = pool.members.read();
+        let i = pool.current.load(Ordering::Relaxed) % members.len().max(1);
+        members.get(i).map_or_else(|| pool.addr.clone(), String::clone)
     }
 
-    /// Moves shard `node`'s requests to the member named `leader` if it is one, else to the
-    /// next member.
+    /// The members of shard `node`'s group this client knows (the one node for a single node).
+    pub fn members(&self, node: usize) -> Vec<String> {
+        self.nodes[node].members.read().clone()
+    }
+
+    /// Moves shard `node`'s requests to the member named `leader` (added to the members if
+    /// the client did not know it: the group has grown), else to the next member.
     fn follow(&self, node: usize, leader: Option<&str>) {
         let pool = &self.nodes[node];
         let now = pool.current.load(Ordering::Relaxed);
-        let next = leader
-            .and_then(|l| pool.members.iter().position(|m| m == l))
-            .unwrap_or(now + 1)
-            % pool.members.len().max(1);
-        if next != now % pool.members.len().max(1) {
-            tracing::debug!(shard = node, to = %pool.members[next], "following the group's leader");
+        let mut members = pool.members.upgradable_read();
+        let named = match leader {
+            Some(l) if !members.iter().any(|m| m == l) => {
+                tracing::info!(shard = node, member = %l, "a group member not in --nodes leads; following it");
+                let mut grown = parking_lot::RwLockUpgradableReadGuard::upgrade(members);
+                grown.push(l.to_string());
+                pool.grouped.store(true, Ordering::Relaxed);
+                members = parking_lot::RwLockWriteGuard::downgrade_to_upgradable(grown);
+                Some(members.len() - 1)
+            }
+            Some(l) => members.iter().position(|m| m == l),
+            None => None,
+        };
+        let count = members.len().max(1);
+        let next = named.unwrap_or(now + 1) % count;
+        if next != now % count {
+            tracing::debug!(shard = node, to = %members[next], "following the group's leader");
             pool.current.store(next, Ordering::Relaxed);
         }
     }
 
     fn is_group(&self, node: usize) -> bool {
-        self.nodes[node].members.len() > 1
+        self.nodes[node].grouped.load(Ordering::Relaxed)
     }
 
     /// How the client talks to the nodes.
@@ -257,7 +282,10 @@ impl Cluster {
 
     async fn connection_in(&self, node: usize, slot: usize) -> Result<Arc<Connection>, ClientError> {
         let pool = &self.nodes[node];
-        let member = pool.current.load(Ordering::Relaxed) % pool.members.len().max(1);
+        let member = match self.is_group(node) {
+            true => pool.current.load(Ordering::Relaxed) % pool.members.read().len().max(1),
+            false => 0,
+        };
         let mut guard = pool.slots[slot].lock().await;
         if let Some((_, conn)) = guard.as_ref().filter(|(m, c)| *m == member && c.is_alive()) {
             return Ok(conn.clone());
@@ -278,7 +306,7 @@ impl Cluster {
         let c = &self.config;
         let conn = Arc::new(
             Connection::open(
-                self.member_addr(node),
+                &self.member_addr(node),
                 c.pipeline,
                 c.max_frame,
                 c.connect_timeout,

@@ -1,0 +1,197 @@
+//! `kvd admin`: asks a replica group's leader to change the group's members or its leader,
+//! following "not the leader" answers, and reports progress while a new member catches up.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use kvshared::client::{ClientConfig, Cluster, members};
+
+use crate::cli::{AdminCommand, GroupArgs};
+use crate::durable::network::{AdminReply, AdminRequest, admin_call};
+
+/// How long the group may go without a leader before a command gives up.
+const FIND_LEADER_LIMIT: Duration = Duration::from_secs(30);
+/// How long one request may run (a new member's catch-up runs inside its request).
+const REQUEST_LIMIT: Duration = Duration::from_secs(900);
+
+/// Runs one admin command; returns the exit code.
+pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
+    match command {
+        AdminCommand::AddReplica { group, learner, addr } => {
+            let mut g = Group::new(&group, None)?;
+            eprintln!("kvd: adding {addr} to shard {}'s group; it catches up as a learner first", g.shard);
+            let progress = g.watch_catch_up(addr.clone());
+            let added = g.send(AdminRequest::AddLearner { addr: addr.clone() }).await;
+            progress.abort();
+            eprintln!("kvd: {}", added?);
+            if !learner {
+                eprintln!("kvd: {}", g.send(AdminRequest::Promote { addr }).await?);
+            }
+            g.print_membership().await?;
+        }
+        AdminCommand::RemoveReplica { group, addr } => {
+            let mut g = Group::new(&group, Some(&addr))?;
+            eprintln!("kvd: {}", g.send(AdminRequest::Remove { addr }).await?);
+            g.print_membership().await?;
+        }
+        AdminCommand::TransferLeader { group, addr } => {
+            let mut g = Group::new(&group, Some(&addr))?;
+            eprintln!("kvd: {}", g.send(AdminRequest::TransferLeader { addr }).await?);
+            g.print_membership().await?;
+        }
+    }
+    Ok(0)
+}
+
+/// One replica group as the admin command reaches it.
+struct Group {
+    shard: usize,
+    /// The members to ask, the leader (as last learned) first.
+    members: Vec<String>,
+    config: ClientConfig,
+    clients: HashMap<String, Cluster>,
+}
+
+impl Group {
+    /// The group of `--shard`, or of the entry of `--nodes` that lists `addr`, or the only one.
+    fn new(args: &GroupArgs, addr: Option<&str>) -> anyhow::Result<Group> {
+        let entries = args.nodes.node_list()?;
+        let shard = match (args.shard, addr) {
+            (Some(i), _) if i < entries.len() => i,
+            (Some(i), _) => bail!("--shard {i}: --nodes lists {} shards", entries.len()),
+            (None, _) if entries.len() == 1 => 0,
+            (None, Some(a)) => entries
+                .iter()
+                .position(|e| members(e).any(|m| m == a))
+                .with_context(|| format!("no entry of --nodes lists {a}: say which shard's group with --shard I"))?,
+            (None, None) => bail!(
+                "--nodes lists {} shards: say which shard's group with --shard I",
+                entries.len()
+            ),
+        };
+        let config = ClientConfig {
+            request_timeout: REQUEST_LIMIT,
+            conns_per_node: 1,
+            ..args.nodes.client_config()?
+        };
+        Ok(Group {
+            shard,
+            members: members(&entries[shard]).map(str::to_string).collect(),
+            config,
+            clients: HashMap::new(),
+        })
+    }
+
+    fn client(&mut self, addr: &str) -> anyhow::Result<&Cluster> {
+        if !self.clients.contains_key(addr) {
+            let c = Cluster::new(&[addr.to_string()], self.config.clone())?;
+            self.clients.insert(addr.to_string(), c);
+        }
+        Ok(&self.clients[addr])
+    }
+
+    /// Sends `request` to the group's leader, following "not the leader" answers (to members
+    /// --nodes may not list, such as one added since) until one carries it out.
+    async fn send(&mut self, request: AdminRequest) -> anyhow::Result<String> {
+        let began = tokio::time::Instant::now();
+        let mut next = 0;
+        let mut last_error = String::from("no member answered");
+        while began.elapsed() < FIND_LEADER_LIMIT {
+            let addr = self.members[next % self.members.len()].clone();
+            let answer = admin_call(self.client(&addr)?, request.clone()).await;
+            match answer {
+                Ok(AdminReply::Done(what)) => {
+                    self.lead_with(&addr);
+                    return Ok(what);
+                }
+                Ok(AdminReply::Failed(why)) => bail!("{addr}: {why}"),
+                Ok(AdminReply::NotLeader(Some(leader))) => {
+                    tracing::debug!(%addr, %leader, "following the leader");
+                    self.lead_with(&leader);
+                    next = 0;
+                    continue;
+                }
+                Ok(AdminReply::NotLeader(None)) => last_error = format!("{addr}: no leader known (an election?)"),
+                Err(e) => last_error = format!("{addr}: {e}"),
+            }
+            next += 1;
+            if next % self.members.len() == 0 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        bail!(
+            "shard {}'s group: no leader carried out the request within {FIND_LEADER_LIMIT:?} (last: {last_error})",
+            self.shard
+        )
+    }
+
+    /// Puts `addr` first among the members to ask.
+    fn lead_with(&mut self, addr: &str) {
+        self.members.retain(|m| m != addr);
+        self.members.insert(0, addr.to_string());
+    }
+
+    /// Prints, once a second, how far `addr` is behind the leader while it catches up.
+    fn watch_catch_up(&self, addr: String) -> tokio::task::JoinHandle<()> {
+        let members = self.members.clone();
+        let config = ClientConfig {
+            request_timeout: Duration::from_secs(2),
+            ..self.config.clone()
+        };
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                for m in &members {
+                    let Ok(c) = Cluster::new(std::slice::from_ref(m), config.clone()) else {
+                        continue;
+                    };
+                    let Ok(s) = c.stats(0).await else { continue };
+                    if s.group.role != "leader" {
+                        continue;
+                    }
+                    match s.group.lag.iter().find(|l| l.addr == addr) {
+                        Some(l) => eprintln!("kvd: {addr} is {} log entries behind the leader {m}", l.behind),
+                        None => eprintln!("kvd: waiting for the leader {m} to reach {addr}"),
+                    }
+                    break;
+                }
+            }
+        })
+    }
+
+    /// Prints the group's voters, learners and leader as its leader reports them.
+    async fn print_membership(&mut self) -> anyhow::Result<()> {
+        let shard = self.shard;
+        for _ in 0..50 {
+            for addr in self.members.clone() {
+                let Ok(s) = self.client(&addr)?.stats(0).await else {
+                    continue;
+                };
+                if s.group.role == "leader" {
+                    let g = &s.group;
+                    let learners = match g.learners.is_empty() {
+                        true => "none".to_string(),
+                        false => g.learners.join(", "),
+                    };
+                    kvshared::outln!(
+                        "shard {shard}: leader {addr}, voters {}, learners {learners}, term {}",
+                        g.members.join(", "),
+                        g.term
+                    )?;
+                    let list = g.members.iter().chain(&g.learners).cloned().collect::<Vec<_>>().join("|");
+                    kvshared::outln!("clients can list this group as \"{list}\"")?;
+                    return Ok(());
+                }
+                let leader = std::iter::once(&s.group.leader).filter(|l| !l.is_empty());
+                for m in s.group.members.iter().chain(leader) {
+                    if !self.members.contains(m) {
+                        self.members.push(m.clone());
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("shard {shard}'s group: done, but no member reports itself leader now")
+    }
+}
