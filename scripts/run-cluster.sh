@@ -29,9 +29,12 @@ Options:
   --replicas R       each shard a replica group of R members (kvd --group, with --data-dir in
                      the run's directory, or under --bin-dir over ssh); default 1: plain nodes
   --nemesis FAULTS   during --check, inject faults from this list, in turn: kill (kill -9 the
-                     leader of a random group, restart it 1 s later), pause (SIGSTOP it for 1 s, then
-                     SIGCONT). Needs --replicas 3 or more (a majority of each group stays up).
-                     The faults go to nemesis.txt; the check must still be linearizable.
+                     leader of a random group, restart it 1 s later), pause (SIGSTOP a random
+                     member for 1 s, then SIGCONT), partition (cut the leader of a random group
+                     off from every other host for 2 s: its eth0 goes down; --local only).
+                     Needs --replicas 3 or more (a majority of each group stays up). The faults
+                     go to nemesis.txt (and faults.tsv); the check must still be linearizable,
+                     and prints each fault's unavailability as the clients saw it.
   --nemesis-every D  seconds between faults (default 2)
   --bin-dir DIR      where kvd and kvbench live on the hosts (ssh default /tmp/kvd-bin)
   --shared-bin       (ssh) the binaries are already at --bin-dir on every host: do not copy
@@ -112,7 +115,8 @@ if [[ -n $NEMESIS ]]; then
   [[ $REPLICAS -ge 3 ]] || { echo "run-cluster: --nemesis needs --replicas 3 or more (a fault must leave each group a majority)" >&2; exit 2; }
   [[ -n $CHECK ]] || { echo "run-cluster: --nemesis runs during --check DURATION: give --check" >&2; exit 2; }
   for f in ${NEMESIS//,/ }; do
-    [[ $f == kill || $f == pause ]] || { echo "run-cluster: unknown fault '$f' (kill, pause; partition is not built yet)" >&2; exit 2; }
+    [[ $f == kill || $f == pause || $f == partition ]] || { echo "run-cluster: unknown fault '$f' (kill, pause, partition)" >&2; exit 2; }
+    [[ $f != partition || $MODE == local ]] || { echo "run-cluster: the partition fault needs --local (namespace hosts whose links it can cut)" >&2; exit 2; }
   done
   [[ $NEMESIS_EVERY =~ ^[0-9]+$ && $NEMESIS_EVERY -ge 1 ]] || { echo "run-cluster: --nemesis-every must be whole seconds >= 1" >&2; exit 2; }
 fi
@@ -353,6 +357,13 @@ leader_of() {
   echo $(($1 * REPLICAS + RANDOM % REPLICAS))
 }
 
+# fault HOST NAME TEXT: log a fault on server host HOST, for people (nemesis.txt) and for
+# `kvbench check --faults` (faults.tsv: Unix ms, shard, fault, note).
+fault() {
+  printf '%s %s\n' "$(date +%T.%N | cut -c1-12)" "$3" >>"$OUT/nemesis.txt"
+  printf '%s\t%s\t%s\t%s\n' "$(date +%s%3N)" "$(($1 / REPLICAS))" "$2" "$3" >>"$OUT/faults.tsv"
+}
+
 # nemesis: until the file $1 exists, every NEMESIS_EVERY seconds one fault from NEMESIS on a
 # random server host; one line per fault in $OUT/nemesis.txt.
 nemesis() {
@@ -367,8 +378,8 @@ nemesis() {
       kill)
         h=$(leader_of $((RANDOM % SERVERS)))
         signal "$h" KILL || true
+        fault "$h" kill "kill -9 host $h ($(server_addr "$h"), its group's leader); restart in 1 s"
         [[ $MODE == ssh ]] || wait "${SERVER_PID[$h]}" 2>/dev/null || true
-        echo "$(date +%T.%N | cut -c1-12) kill -9 host $h ($(server_addr "$h"), its group's leader); restart in 1 s" >>"$OUT/nemesis.txt"
         sleep 1
         start_server "$h"
         # This runs in a subshell: tell the cleanup about the new process.
@@ -376,9 +387,16 @@ nemesis() {
         ;;
       pause)
         signal "$h" STOP || true
-        echo "$(date +%T.%N | cut -c1-12) SIGSTOP host $h ($(server_addr "$h")) for 1 s" >>"$OUT/nemesis.txt"
+        fault "$h" pause "SIGSTOP host $h ($(server_addr "$h")) for 1 s"
         sleep 1
         signal "$h" CONT || true
+        ;;
+      partition)
+        h=$(leader_of $((RANDOM % SERVERS)))
+        on "$h" ip link set eth0 down || true
+        fault "$h" partition "host $h ($(server_addr "$h"), its group's leader) cut off for 2 s"
+        sleep 2
+        on "$h" ip link set eth0 up || true
         ;;
     esac
     n=$((n + 1))
@@ -426,10 +444,14 @@ if [[ -n $CHECK ]]; then
   NEMESIS_PID=""
   if [[ -n $NEMESIS && $DRY -eq 0 ]]; then
     : >"$OUT/nemesis.txt"
+    : >"$OUT/faults.tsv"
     nemesis "$OUT/nemesis.stop" &
     NEMESIS_PID=$!
   fi
-  on "$FIRST_CLIENT" "$KVBENCH" check --nodes "$NODES" --duration "$CHECK" --history "$RESULT_DIR/history.json" "${AUTH[@]}" \
+  FAULT_ARGS=()
+  # The fault log is written here; a client on another machine (ssh) cannot read it.
+  [[ -n $NEMESIS && $MODE != ssh ]] && FAULT_ARGS=(--faults "$OUT/faults.tsv")
+  on "$FIRST_CLIENT" "$KVBENCH" check --nodes "$NODES" --duration "$CHECK" --history "$RESULT_DIR/history.json" "${AUTH[@]}" "${FAULT_ARGS[@]+"${FAULT_ARGS[@]}"}" \
     | save "$OUT/check.txt" || CHECK_STATUS=$?
   if [[ -n $NEMESIS_PID ]]; then
     touch "$OUT/nemesis.stop"

@@ -14,6 +14,7 @@ use crate::connect;
 
 /// Exit codes: 0 linearizable, 1 not linearizable, 2 unknown.
 pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let mut faults = None;
     let history = match &args.from {
         Some(path) => {
             let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -24,7 +25,16 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("{} cannot be checked", path.display()))?;
             history
         }
-        None => record_history(&args).await?,
+        None => {
+            let (history, started_unix_ms, shards) = record_history(&args).await?;
+            if let Some(path) = &args.faults {
+                let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+                let list = crate::faults::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                let waits = crate::faults::unavailability(&history, &list, started_unix_ms, shards);
+                faults = Some((list, waits));
+            }
+            history
+        }
     };
     let options = CheckOptions {
         deadline: Some(args.deadline),
@@ -59,6 +69,28 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
             report.keys
         )?;
         kvshared::outln!("checked in {:.1} ms", report.elapsed_ms)?;
+        let acked = history
+            .operations
+            .iter()
+            .filter(|o| o.ret != kvshared::history::Return::Unknown)
+            .count();
+        kvshared::outln!(
+            "outcomes   {} acknowledged, {} unknown",
+            grouped(acked as u64),
+            grouped((history.operations.len() - acked) as u64)
+        )?;
+        if let Some((list, waits)) = &faults {
+            kvshared::outln!(
+                "faults     {} injected; each shard's wait for an acknowledged op begun after the fault:",
+                list.len()
+            )?;
+            for (f, wait) in list.iter().zip(waits) {
+                let wait = wait.map_or("none acknowledged before the recording ended".into(), |ms| {
+                    format!("{ms:.0} ms")
+                });
+                kvshared::outln!("  {:<10} shard {:<3} {:>10}   {}", f.name, f.shard, wait, f.note)?;
+            }
+        }
         if let Verdict::NotLinearizable(f) = &report.verdict {
             kvshared::outln!()?;
             kvshared::out!("{}", render_timeline(f))?;
@@ -90,8 +122,10 @@ fn explain(recording: &kvshared::client::Recording) -> Vec<String> {
     lines
 }
 
-async fn record_history(args: &CheckArgs) -> anyhow::Result<History> {
+/// Records a history; also returns the Unix time (ms) of its clock's zero and the shard count.
+async fn record_history(args: &CheckArgs) -> anyhow::Result<(History, u64, u32)> {
     let cluster = connect::cluster(&args.cluster).await?;
+    let shards = cluster.node_count() as u32;
     let stamp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis())
@@ -112,6 +146,10 @@ async fn record_history(args: &CheckArgs) -> anyhow::Result<History> {
         "kvbench check: recording {} clients on {} keys for {:?} ...",
         config.clients, config.keys, config.duration
     );
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
     let recording = record(cluster, &config).await;
     for line in explain(&recording) {
         eprintln!("kvbench check: {line}");
@@ -121,7 +159,7 @@ async fn record_history(args: &CheckArgs) -> anyhow::Result<History> {
             .with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("kvbench check: history saved to {}", path.display());
     }
-    Ok(recording.history)
+    Ok((recording.history, started_unix_ms, shards))
 }
 
 #[cfg(test)]

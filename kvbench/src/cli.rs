@@ -258,6 +258,11 @@ pub struct CheckArgs {
     /// Check a saved history instead of recording one.
     #[arg(long, value_name = "FILE", conflicts_with = "history")]
     pub from: Option<PathBuf>,
+    /// A fault log (scripts/run-cluster.sh --nemesis writes one: Unix ms, shard, fault,
+    /// note; tab-separated), read after recording: prints how long each fault kept its shard
+    /// from acknowledging ops begun after it.
+    #[arg(long, value_name = "FILE", conflicts_with = "from")]
+    pub faults: Option<PathBuf>,
     /// Give up (exit 2, verdict unknown) if checking takes longer than this.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub deadline: Duration,

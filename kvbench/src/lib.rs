@@ -21,6 +21,7 @@ pub mod cli;
 pub mod connect;
 pub mod cpu;
 pub mod engine;
+pub mod faults;
 pub mod hist;
 pub mod interrupt;
 pub mod load;

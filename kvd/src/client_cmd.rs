@@ -103,8 +103,12 @@ async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
         rows.push((addr.clone(), one.stats(0).await));
     }
     // Members a group has gained since --nodes was written (kvd admin add-replica) get
-    // rows too, after the others.
-    let mut i = 0;
+    // rows too, after the others. (Not when each entry names one node: then the rows are
+    // the nodes asked about.)
+    let mut i = match entries.iter().any(|e| kvshared::client::members(e).nth(1).is_some()) {
+        true => 0,
+        false => rows.len(),
+    };
     while i < rows.len() {
         let gained: Vec<String> = match &rows[i].1 {
             Ok(s) => s.group.members.iter().chain(&s.group.learners).cloned().collect(),

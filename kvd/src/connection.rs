@@ -227,7 +227,11 @@ impl Connection {
             conn.idle_check = Some((limit, tick));
         }
         let mut end = conn.run(shutdown).await;
-        if let (End::Clean, Err(e)) = (&end, conn.answer_logged(Wait::All).await) {
+        // A clean end answers what still waits for the log; a failed one answers nothing
+        // more (the client counts those outcomes as unknown).
+        if matches!(end, End::Clean)
+            && let Err(e) = conn.answer_logged(Wait::All).await
+        {
             end = End::Failed(e);
         }
         let _ = conn.writer.flush().await;
@@ -575,7 +579,13 @@ impl Connection {
             }
             let not_leader = match head.log.finish(&mut head.response, max_reply) {
                 None => break,
-                Some(Err(LogError::Failed(e))) => return Err(format!("the shard's log failed: {e}")),
+                Some(Err(LogError::Failed(e))) => {
+                    // Its outcomes are taken: it must not be waited for again (a oneshot
+                    // that has answered panics when polled again) when the caller drains
+                    // the queue after this error.
+                    self.waiting.pop_front();
+                    return Err(format!("the shard's log failed: {e}"));
+                }
                 Some(Err(LogError::NotLeader(leader))) => Some(leader),
                 Some(Ok(())) => None,
             };

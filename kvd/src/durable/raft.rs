@@ -799,6 +799,17 @@ impl DurableShard {
         let cap = store.memory_limit();
         store.set_max_memory(None);
         let grouped = group.is_some();
+        if let Some(g) = &group {
+            // A member that led when it stopped would take up its leadership again at once
+            // (openraft 0.9 restores a committed vote of its own as leadership), before its
+            // store has replayed anything, and, as seen here, without rebuilding its
+            // replication, so the group stalled. It comes back as having voted for itself in
+            // that term, and the group elects a leader in a new one.
+            let mut inner = log.inner.lock();
+            if let Some(v) = inner.vote.filter(|v| v.committed && v.leader_id.node_id == g.me) {
+                inner.vote = Some(Vote::new(v.leader_id.term, g.me));
+            }
+        }
         let (me, initial, client) = match group {
             Some(g) => (g.me, g.initial, g.client),
             None => (ME, BTreeMap::from([(ME, BasicNode::default())]), Default::default()),
@@ -910,10 +921,19 @@ impl DurableShard {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
         if m.current_leader == Some(self.me) && m.state == openraft::ServerState::Leader {
-            return Ok(());
+            // A new leader serves once it has applied an entry of its own term: then every
+            // entry an earlier leader committed (and maybe acknowledged) is in the store too.
+            // Until then its reads could miss a write acknowledged just before the election.
+            if m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term) {
+                return Ok(());
+            }
+            return Err(LogError::NotLeader(None));
         }
+        // (A member that restarted may still hold its own old leadership in its vote: it
+        // names nobody rather than itself.)
         let leader = m
             .current_leader
+            .filter(|id| *id != self.me)
             .and_then(|id| m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()));
         Err(LogError::NotLeader(leader))
     }
