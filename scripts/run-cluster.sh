@@ -28,6 +28,8 @@ Options:
   --check DURATION   after the benchmark, run `kvbench check` for DURATION from the first client
   --replicas R       each shard a replica group of R members (kvd --group, with --data-dir in
                      the run's directory, or under --bin-dir over ssh); default 1: plain nodes
+  --durable          with --replicas 1: each node a durable replica group of one (a data
+                     directory, the same log as a group of R), to compare R=1 with R=3
   --nemesis FAULTS   during --check, inject faults from this list, in turn: kill (kill -9 the
                      leader of a random group, restart it 1 s later), pause (SIGSTOP a random
                      member for 1 s, then SIGCONT), partition (cut the leader of a random group
@@ -72,6 +74,7 @@ RECORDS=1000000
 LOAD=1
 CHECK=""
 REPLICAS=1
+DURABLE=0
 NEMESIS=""
 NEMESIS_EVERY=2
 BIN_DIR=""
@@ -90,6 +93,7 @@ while (($#)); do
     --no-load) LOAD=0; shift ;;
     --check) CHECK=$2; shift 2 ;;
     --replicas) REPLICAS=$2; shift 2 ;;
+    --durable) DURABLE=1; shift ;;
     --nemesis) NEMESIS=$2; shift 2 ;;
     --nemesis-every) NEMESIS_EVERY=$2; shift 2 ;;
     --bin-dir) BIN_DIR=$2; shift 2 ;;
@@ -322,7 +326,7 @@ declare -A SERVER_PID
 start_server() {
   local h=$1 i=$(($1 / REPLICAS))
   local group_args=()
-  if ((REPLICAS > 1)); then
+  if ((REPLICAS > 1 || DURABLE)); then
     local data="$OUT/data-$h"
     [[ $MODE == ssh ]] && data="$BIN_DIR/data-$h"
     group_args=(--group "$(group_of "$i" ,)" --data-dir "$data")

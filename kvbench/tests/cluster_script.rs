@@ -123,10 +123,13 @@ fn run_cluster_across_hosts_merges_results_and_checks_linearizability() {
     let _ = std::fs::remove_dir_all(&logs);
 }
 
-/// `run-cluster.sh --replicas 3` on loopback ports: two shards, each a replica group of three
-/// kvd (`--group`, a data directory each); the benchmark and a linearizability check go
-/// through `--nodes "A|B|C,D|E|F"`, and every member reports its role. The check runs under
-/// the nemesis (kill -9 and restart, SIGSTOP/SIGCONT of random members) and stays linearizable.
+/// `run-cluster.sh --replicas 3` on namespace hosts: two shards, each a replica group of
+/// three kvd (`--group`, a data directory each) on hosts of their own; the benchmark and a
+/// linearizability check go through `--nodes "A|B|C,D|E|F"`, and every member reports its
+/// role. The check runs under the nemesis, a leader's kill -9 (restarted a second later)
+/// and a leader cut off from the other hosts, stays linearizable, and reports how long each
+/// fault kept its shard from answering. Where namespaces cannot be made, the same runs on
+/// loopback ports with kills and pauses (a partition needs links to cut).
 #[test]
 fn run_cluster_starts_replica_groups() {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_kvbench")).parent().unwrap().to_path_buf();
@@ -134,10 +137,19 @@ fn run_cluster_starts_replica_groups() {
         eprintln!("SKIPPED: no kvd binary beside kvbench in {}", bin_dir.display());
         return;
     }
+    let prefix = format!("kvg{}", std::process::id() % 10_000);
+    let _teardown = Teardown { prefix: prefix.clone() };
+    let (mode, faults) = match namespaces_available() {
+        Ok(()) => ("--local", "kill,partition"),
+        Err(why) => {
+            eprintln!("network namespaces unavailable ({why}): replica groups on loopback ports, kills and pauses only");
+            ("--loopback", "kill,pause")
+        }
+    };
     let logs = std::env::temp_dir().join(format!("kvd-run-cluster-groups-{}", std::process::id()));
     let out = Command::new(repo_root().join("scripts/run-cluster.sh"))
         .args([
-            "--loopback",
+            mode,
             "--replicas",
             "3",
             "--records",
@@ -145,9 +157,9 @@ fn run_cluster_starts_replica_groups() {
             "--port",
             "17270",
             "--check",
-            "5s",
+            "6s",
             "--nemesis",
-            "kill,pause",
+            faults,
             "--nemesis-every",
             "1",
             "--bin-dir",
@@ -160,6 +172,7 @@ fn run_cluster_starts_replica_groups() {
             "--duration 1s --warmup 200ms --tasks 8 --batch 16",
         ])
         .env("KV_NO_BUILD", "1")
+        .env("KV_NS_PREFIX", &prefix)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -168,8 +181,20 @@ fn run_cluster_starts_replica_groups() {
     let run = logs.join("latest");
     let check = std::fs::read_to_string(run.join("check.txt")).unwrap();
     assert!(check.contains("verdict    LINEARIZABLE"), "{check}");
-    let faults = std::fs::read_to_string(run.join("nemesis.txt")).unwrap();
-    assert!(faults.lines().count() >= 2, "faults were injected: {faults}");
+    let injected = std::fs::read_to_string(run.join("nemesis.txt")).unwrap();
+    assert!(injected.lines().count() >= 2, "faults were injected: {injected}");
+    for fault in faults.split(',') {
+        assert!(injected.contains(match fault {
+            "kill" => "kill -9",
+            "pause" => "SIGSTOP",
+            _ => "cut off",
+        }), "no {fault} among the faults: {injected}");
+        // The check reports each fault's unavailability (or that the recording ended first).
+        assert!(
+            check.lines().any(|l| l.trim_start().starts_with(fault) && l.contains("shard")),
+            "no {fault} line in the check's fault report:\n{check}"
+        );
+    }
     let stats = std::fs::read_to_string(run.join("stats-end.txt")).unwrap();
     // (Right after a fault a group may be between leaders: only roles are required here.)
     assert!(stats.contains(" leader ") && stats.contains(" follower "), "{stats}");

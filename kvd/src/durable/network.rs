@@ -210,7 +210,10 @@ pub async fn serve(shard: &super::raft::DurableShard, body: &[u8]) -> Vec<u8> {
             RaftRpcReply::Append(raft.append_entries(rpc).await)
         }
         Ok(RaftRpc::Vote(rpc)) => RaftRpcReply::Vote(raft.vote(rpc).await),
-        Ok(RaftRpc::Snapshot(rpc)) => RaftRpcReply::Snapshot(raft.install_snapshot(rpc).await),
+        Ok(RaftRpc::Snapshot(rpc)) => {
+            shard.receiving_snapshot();
+            RaftRpcReply::Snapshot(raft.install_snapshot(rpc).await)
+        }
         Ok(RaftRpc::Admin(request)) => RaftRpcReply::Admin(shard.admin(request).await),
     };
     postcard::to_allocvec(&reply).unwrap_or_default()

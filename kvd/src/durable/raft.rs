@@ -525,6 +525,9 @@ pub struct DurableShard {
     handing_over: Arc<std::sync::atomic::AtomicBool>,
     /// The commit index the leader last sent this member (openraft 0.9's metrics have none).
     leader_commit: std::sync::atomic::AtomicU64,
+    /// While receiving a snapshot: until when (ms since `epoch`) not to campaign; 0 otherwise.
+    snapshot_quiet: Arc<std::sync::atomic::AtomicU64>,
+    epoch: std::time::Instant,
 }
 
 /// Why the log did not answer a batch.
@@ -696,6 +699,12 @@ fn sorted(addrs: impl Iterator<Item = String>) -> Vec<String> {
     v
 }
 
+/// How long after a snapshot chunk a follower holds its campaign back.
+const SNAPSHOT_QUIET_MS: u64 = 1000;
+
+/// Entries per append RPC (openraft's default is 300: hundreds of megabytes here).
+const MAX_ENTRIES_PER_APPEND: u64 = 4;
+
 /// This node's id in a group of one.
 const ME: u64 = 1;
 
@@ -823,6 +832,9 @@ impl DurableShard {
             election_timeout_min: election.0,
             election_timeout_max: election.1,
             snapshot_policy: openraft::SnapshotPolicy::Never,
+            // An entry can hold a thousand batches (megabytes), and an append must arrive
+            // within a heartbeat: a follower catching up gets a few entries per round trip.
+            max_payload_entries: MAX_ENTRIES_PER_APPEND,
             max_in_snapshot_log_to_keep: 0,
             ..Default::default()
         };
@@ -854,6 +866,8 @@ impl DurableShard {
             client,
             handing_over,
             leader_commit: std::sync::atomic::AtomicU64::new(0),
+            snapshot_quiet: Arc::default(),
+            epoch: std::time::Instant::now(),
         };
         // What the log on disk holds (the metrics may not show it yet this early).
         let last = last_log_index;
@@ -961,6 +975,32 @@ impl DurableShard {
     /// The group's raft.
     pub(super) fn raft(&self) -> &openraft::Raft<ShardRaft> {
         &self.raft
+    }
+
+    /// A snapshot chunk arrived: this member does not campaign until a second after the
+    /// last one. (openraft 0.9 does not count chunks as hearing from the leader; a follower
+    /// catching up by a large snapshot timed out and started an election that deposed a
+    /// working leader.)
+    pub(super) fn receiving_snapshot(&self) {
+        let until = self.epoch.elapsed().as_millis() as u64 + SNAPSHOT_QUIET_MS;
+        if self.snapshot_quiet.swap(until, std::sync::atomic::Ordering::Relaxed) == 0 {
+            self.raft.runtime_config().elect(false);
+            let (raft, quiet, epoch) = (self.raft.clone(), self.snapshot_quiet.clone(), self.epoch);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    let until = quiet.load(std::sync::atomic::Ordering::Relaxed);
+                    if epoch.elapsed().as_millis() as u64 >= until
+                        && quiet
+                            .compare_exchange(until, 0, std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        raft.runtime_config().elect(true);
+                        return;
+                    }
+                }
+            });
+        }
     }
 
     /// Notes the commit index a leader's append carried (this member's commit index).

@@ -109,7 +109,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     .map(|l| format!("{} {} behind", l.addr, l.behind))
                     .collect();
                 lines.push(Line::from(format!(
-                    "replica group: {}   term {}   leader {}   log {}   applied {}   elections seen {}",
+                    "replica group: {}   term {}   leader {}   log {}   commit {}   applied {}   elections seen {}",
                     g.role,
                     g.term,
                     if g.leader.is_empty() {
@@ -118,8 +118,17 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                         g.leader.as_str()
                     },
                     grouped(g.log_index),
+                    grouped(g.commit_index),
                     grouped(g.applied_index),
                     g.elections
+                )));
+                lines.push(Line::from(format!(
+                    "voters: {}{}",
+                    g.members.join(", "),
+                    match g.learners.is_empty() {
+                        true => String::new(),
+                        false => format!("   learners: {}", g.learners.join(", ")),
+                    }
                 )));
                 if !lag.is_empty() {
                     lines.push(Line::from(format!("followers: {}", lag.join("   "))));

@@ -103,6 +103,8 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
     let state = match &n.health {
         // A replica group's member says its role.
         Health::Up => match s.map(|s| s.group.role.as_str()) {
+            // The leader stands out in its group's rows.
+            Some("leader") => "★ leader".to_string(),
             Some(role) if !role.is_empty() => role.to_string(),
             _ => "up".to_string(),
         },
