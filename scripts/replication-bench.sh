@@ -72,8 +72,8 @@ if has throughput; then
 fi
 
 if has failover; then
-  say "failover: $KILLS leader kills, one every 3 s, under a recording load (namespace hosts)"
-  secs=$((KILLS * 3 + 3))
+  say "failover: $KILLS leader kills, one every 4 s (3 s apart plus a 1 s restart), under a recording load (namespace hosts)"
+  secs=$((KILLS * 4 + 3))  # a kill 3 s after the last restart
   KV_NO_BUILD=1 "$ROOT/scripts/run-cluster.sh" --local --replicas 3 --records 10000 --logs "$LOGS" \
     --check "${secs}s" --nemesis kill --nemesis-every 3 1 1 "" "--duration 1s --warmup 200ms" \
     >"$LOGS/failover.txt" 2>&1 || { tail -20 "$LOGS/failover.txt" >&2; exit 1; }
@@ -99,7 +99,7 @@ if has catchup; then
   trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
   for i in 0 1 2; do start "$i"; done
   for _ in $(seq 1 100); do "$BIN/kvd" put --nodes "$nodes" ready yes >/dev/null 2>&1 && break; sleep 0.1; done
-  role() { "$BIN/kvd" stats --nodes "${addrs[$1]}" --json --timeout 2s 2>/dev/null | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats"]; print(s["role"], s["applied_index"], s["commit_index"])'; }
+  role() { "$BIN/kvd" stats --nodes "${addrs[$1]}" --json --timeout 2s 2>/dev/null | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats"]; print(s["role"], s["applied_index"], s["commit_index"])' 2>/dev/null; }
   follower=""
   for i in 0 1 2; do [[ $(role "$i") == follower* ]] && { follower=$i; break; }; done
   [[ -n $follower ]] || { echo "replication-bench: no follower found" >&2; exit 1; }

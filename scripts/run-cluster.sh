@@ -209,8 +209,8 @@ spawn() {
     ssh)
       pid=$(ssh -o BatchMode=yes "${HOSTS[$i]}" "nohup $(printf '%q ' "$@") > $(printf '%q' "$BIN_DIR/$(basename "$log")") 2>&1 & echo \$!")
       ;;
-    local) ip netns exec "${HOSTS[$i]}" "$@" >"$log" 2>&1 & pid=$! ;;
-    loopback) "$@" >"$log" 2>&1 & pid=$! ;;
+    local) ip netns exec "${HOSTS[$i]}" "$@" >>"$log" 2>&1 & pid=$! ;;
+    loopback) "$@" >>"$log" 2>&1 & pid=$! ;;
   esac
   PIDS+=("$i $pid")
 }

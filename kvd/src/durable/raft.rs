@@ -91,6 +91,9 @@ struct LogInner {
     last_purged: Option<LogId<u64>>,
     vote: Option<Vote<u64>>,
     writer: Arc<GroupCommit>,
+    /// The last committed entry written to the `committed` file, and when.
+    committed: Option<LogId<u64>>,
+    committed_saved_at: Option<std::time::Instant>,
 }
 
 impl LogStore {
@@ -131,6 +134,24 @@ impl LogStore {
             ),
             false => None,
         };
+        // Where the log was known committed, at most a second before the stop: a restarted
+        // member applies that much at once, without waiting to hear from a leader. A hint
+        // only (a lower value is always safe): one that does not read is passed over.
+        let committed_path = dir.join("committed");
+        let committed = match committed_path.exists() {
+            false => None,
+            true => match snapshot::read(&committed_path)
+                .map_err(|e| e.to_string())
+                .and_then(|f| postcard::from_bytes::<LogId<u64>>(&f.data).map_err(|e| e.to_string()))
+            {
+                Ok(c) if entries.contains_key(&c.index) => Some(c),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(file = %committed_path.display(), error = %e, "passed over the committed-index hint");
+                    None
+                }
+            },
+        };
         let writer = GroupCommit::start(files, fsync)
             .map_err(|e| format!("{}: cannot start the log writer thread: {e}", dir.display()))?;
         let store = LogStore {
@@ -140,6 +161,8 @@ impl LogStore {
                 last_purged: None,
                 vote,
                 writer: Arc::new(writer),
+                committed,
+                committed_saved_at: None,
             })),
         };
         Ok((store, first_on_disk))
@@ -194,6 +217,27 @@ impl RaftLogStorage<ShardRaft> for LogStore {
 
     async fn read_vote(&mut self) -> StorageResult<Option<Vote<u64>>> {
         Ok(self.inner.lock().vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> StorageResult<()> {
+        let path = {
+            let mut inner = self.inner.lock();
+            inner.committed = committed;
+            if inner.committed_saved_at.is_some_and(|t| t.elapsed() < COMMITTED_SAVE_EVERY) {
+                return Ok(());
+            }
+            inner.committed_saved_at = Some(std::time::Instant::now());
+            inner.dir.join("committed")
+        };
+        if let Some(c) = committed {
+            let data = postcard::to_allocvec(&c).map_err(io_error)?;
+            snapshot::write(&path, &snapshot::Snapshot { meta: Vec::new(), data }).map_err(io_error)?;
+        }
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId<u64>>> {
+        Ok(self.inner.lock().committed)
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<ShardRaft>) -> StorageResult<()>
@@ -593,8 +637,22 @@ async fn propose(
         let (bodies, answers): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
         let raft = raft.clone();
         tokio::spawn(async move {
-            let result = raft.client_write(WriteBatch(bodies)).await;
+            // Bounded: openraft 0.9 may never answer an entry a change of leader has taken
+            // away, and this slot would then hold every later write of the shard.
+            let result = tokio::time::timeout(PROPOSE_LIMIT, raft.client_write(WriteBatch(bodies))).await;
             drop(slot);
+            let result = match result {
+                Ok(r) => r,
+                Err(_) => {
+                    let why = LogError::Failed(format!(
+                        "no commit within {PROPOSE_LIMIT:?} (a change of leader?): the outcome is unknown"
+                    ));
+                    for answer in answers {
+                        let _ = answer.send(Err(why.clone()));
+                    }
+                    return;
+                }
+            };
             match result {
                 Ok(written) => {
                     for (answer, reply) in answers.into_iter().zip(written.data.0) {
@@ -667,12 +725,16 @@ async fn confirm(
         while let Ok(more) = queue.try_recv() {
             waiting.push(more);
         }
-        let outcome = match raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(match e.forward_to_leader() {
+        // Bounded: a round can wait for an entry to be applied that a change of leader has
+        // taken away, and every later read of this member would queue behind it. Reads
+        // change nothing, so a round that runs out answers "not the leader": asked again.
+        let outcome = match tokio::time::timeout(CONFIRM_LIMIT, raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(match e.forward_to_leader() {
                 Some(f) => leader_hint(f),
                 None => LogError::NotLeader(None),
             }),
+            Err(_) => Err(LogError::NotLeader(None)),
         };
         for w in waiting {
             let _ = w.send(outcome.clone());
@@ -698,6 +760,16 @@ fn sorted(addrs: impl Iterator<Item = String>) -> Vec<String> {
     v.sort();
     v
 }
+
+/// Longest a proposed entry may take to commit before its batches are answered "outcome
+/// unknown" (their connections close).
+const PROPOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Longest a read-index round may take.
+const CONFIRM_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often the committed index is written down (a hint for restarts).
+const COMMITTED_SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long after a snapshot chunk a follower holds its campaign back.
 const SNAPSHOT_QUIET_MS: u64 = 1000;
@@ -744,10 +816,15 @@ impl DurableShard {
             group,
         } = config;
         let (log, first_on_disk) = LogStore::open(dir, fsync, segment_bytes)?;
-        let (writer, last_log_index, fresh) = {
+        let (writer, last_log_index, fresh, committed_at_start) = {
             let inner = log.inner.lock();
             let last = inner.entries.last_key_value().map(|(i, _)| *i);
-            (inner.writer.clone(), last, inner.vote.is_none() && last.is_none())
+            (
+                inner.writer.clone(),
+                last,
+                inner.vote.is_none() && last.is_none(),
+                inner.committed.map(|c| c.index),
+            )
         };
         let snapshots = Arc::new(parking_lot::Mutex::new(Snapshots::default()));
         let mut sm = StateMachine {
@@ -876,6 +953,21 @@ impl DurableShard {
             // leader is there, so the replay filter and the memory cap come back then.
             let raft = shard.raft.clone();
             let store = store.clone();
+            if let Some(committed) = committed_at_start {
+                // It applies what it knows committed before it may campaign: a member that
+                // wins an election serves only once its store has caught up, and a restarted
+                // one, whose log is often the longest, would otherwise win and keep the shard
+                // waiting through its whole replay.
+                raft.runtime_config().elect(false);
+                let raft = raft.clone();
+                tokio::spawn(async move {
+                    let _ = raft
+                        .wait(Some(std::time::Duration::from_secs(60)))
+                        .applied_index_at_least(Some(committed), "apply the log known committed")
+                        .await;
+                    raft.runtime_config().elect(true);
+                });
+            }
             tokio::spawn(async move {
                 if raft
                     .wait(Some(std::time::Duration::from_secs(24 * 3600)))
