@@ -36,7 +36,11 @@ pub fn parse(text: &str) -> Result<Vec<Fault>, String> {
             .next()
             .and_then(|t| t.trim().parse().ok())
             .ok_or_else(|| bad("no shard number"))?;
-        let name = f.next().map(str::trim).filter(|s| !s.is_empty()).ok_or_else(|| bad("no fault name"))?;
+        let name = f
+            .next()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| bad("no fault name"))?;
         out.push(Fault {
             unix_ms,
             shard,
@@ -102,7 +106,10 @@ mod tests {
         assert_eq!(got, vec![Some(1350.0), Some(1150.0)]);
         // A shard no op went to never answered.
         let other = parse("1000100\t1\tkill\n").unwrap();
-        assert_eq!(unavailability(&history, &other, 1_000_000, 2)[0].is_none(), owner_node(key_hash(b"a"), 2) != 1);
+        assert_eq!(
+            unavailability(&history, &other, 1_000_000, 2)[0].is_none(),
+            owner_node(key_hash(b"a"), 2) != 1
+        );
     }
 
     #[test]

@@ -142,7 +142,9 @@ fn run_cluster_starts_replica_groups() {
     let (mode, faults) = match namespaces_available() {
         Ok(()) => ("--local", "kill,partition"),
         Err(why) => {
-            eprintln!("network namespaces unavailable ({why}): replica groups on loopback ports, kills and pauses only");
+            eprintln!(
+                "network namespaces unavailable ({why}): replica groups on loopback ports, kills and pauses only"
+            );
             ("--loopback", "kill,pause")
         }
     };
@@ -184,14 +186,19 @@ fn run_cluster_starts_replica_groups() {
     let injected = std::fs::read_to_string(run.join("nemesis.txt")).unwrap();
     assert!(injected.lines().count() >= 2, "faults were injected: {injected}");
     for fault in faults.split(',') {
-        assert!(injected.contains(match fault {
-            "kill" => "kill -9",
-            "pause" => "SIGSTOP",
-            _ => "cut off",
-        }), "no {fault} among the faults: {injected}");
+        assert!(
+            injected.contains(match fault {
+                "kill" => "kill -9",
+                "pause" => "SIGSTOP",
+                _ => "cut off",
+            }),
+            "no {fault} among the faults: {injected}"
+        );
         // The check reports each fault's unavailability (or that the recording ended first).
         assert!(
-            check.lines().any(|l| l.trim_start().starts_with(fault) && l.contains("shard")),
+            check
+                .lines()
+                .any(|l| l.trim_start().starts_with(fault) && l.contains("shard")),
             "no {fault} line in the check's fault report:\n{check}"
         );
     }

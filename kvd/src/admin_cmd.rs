@@ -20,7 +20,10 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
     match command {
         AdminCommand::AddReplica { group, learner, addr } => {
             let mut g = Group::new(&group, None)?;
-            eprintln!("kvd: adding {addr} to shard {}'s group; it catches up as a learner first", g.shard);
+            eprintln!(
+                "kvd: adding {addr} to shard {}'s group; it catches up as a learner first",
+                g.shard
+            );
             let progress = g.watch_catch_up(addr.clone());
             let added = g.send(AdminRequest::AddLearner { addr: addr.clone() }).await;
             progress.abort();
@@ -179,7 +182,13 @@ impl Group {
                         g.members.join(", "),
                         g.term
                     )?;
-                    let list = g.members.iter().chain(&g.learners).cloned().collect::<Vec<_>>().join("|");
+                    let list = g
+                        .members
+                        .iter()
+                        .chain(&g.learners)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join("|");
                     kvshared::outln!("clients can list this group as \"{list}\"")?;
                     return Ok(());
                 }

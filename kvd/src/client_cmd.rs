@@ -172,7 +172,11 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
         "DATA",
         "RSS",
         "ERRORS",
-        if in_groups { "  ROLE      TERM   COMMIT  APPLIED" } else { "" }
+        if in_groups {
+            "  ROLE      TERM   COMMIT  APPLIED"
+        } else {
+            ""
+        }
     );
     for (addr, r) in rows {
         match r {

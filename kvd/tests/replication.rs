@@ -147,7 +147,10 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
     let rows: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     let rows = rows.as_array().unwrap();
     let leader_row = &rows[leader]["stats"];
-    let (commit, applied) = (leader_row["commit_index"].as_u64(), leader_row["applied_index"].as_u64());
+    let (commit, applied) = (
+        leader_row["commit_index"].as_u64(),
+        leader_row["applied_index"].as_u64(),
+    );
     assert!(commit >= applied && commit > Some(0), "{leader_row}");
     let rows: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     let rows = rows.as_array().unwrap();
@@ -333,7 +336,11 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     let one = Cluster::new(std::slice::from_ref(&new), ClientConfig::default()).unwrap();
     let figures = one.stats(0).await.unwrap();
     assert_eq!(figures.group.members.len(), 4, "{:?}", figures.group);
-    assert!(figures.keys >= 200, "the new member holds the data: {} keys", figures.keys);
+    assert!(
+        figures.keys >= 200,
+        "the new member holds the data: {} keys",
+        figures.keys
+    );
 
     // The new member takes the lead, then the first leader leaves the group.
     let out = tokio::task::spawn_blocking({

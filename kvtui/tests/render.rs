@@ -528,7 +528,11 @@ fn a_replica_group_shows_a_row_per_member_with_its_role() {
     }
     app.now = t0 + Duration::from_secs(2);
     let text = screen(&app, 200, 40);
-    assert_eq!(cell(&text, "10.0.0.2:7070", "STATE"), "★ leader", "the leader is marked:\n{text}");
+    assert_eq!(
+        cell(&text, "10.0.0.2:7070", "STATE"),
+        "★ leader",
+        "the leader is marked:\n{text}"
+    );
     assert_eq!(cell(&text, "10.0.0.1:7070", "STATE"), "follower", "{text}");
     assert_eq!(cell(&text, "TOTAL", "OP/S"), "1.0k", "only the leader's ops:\n{text}");
     assert!(

@@ -118,7 +118,9 @@ impl DurableShard {
             Err(openraft::metrics::WaitError::Timeout(..)) => Err(format!(
                 "{addr} did not catch up within {CATCH_UP_LIMIT:?} (is it running with --join, and reachable from the leader?); it stays a learner: remove it with `kvd admin remove-replica`"
             )),
-            Err(e) => Err(format!("{e} (this member stopped leading while {addr} caught up: ask again)")),
+            Err(e) => Err(format!(
+                "{e} (this member stopped leading while {addr} caught up: ask again)"
+            )),
         }
     }
 
@@ -194,8 +196,8 @@ impl DurableShard {
         if !self.is_voter(target) {
             return Err(format!("{addr} is not a voter of this group"));
         }
-        let peer = kvshared::client::Cluster::new(&[addr.to_string()], self.client.clone())
-            .map_err(|e| e.to_string())?;
+        let peer =
+            kvshared::client::Cluster::new(&[addr.to_string()], self.client.clone()).map_err(|e| e.to_string())?;
         self.handing_over.store(true, Ordering::Relaxed);
         self.raft.runtime_config().heartbeat(false);
         let outcome = self.quiet_and_campaign(target, &peer).await;
