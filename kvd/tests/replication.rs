@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Kvd, free_port, kvd, start_at};
-use kvshared::client::{ClientConfig, ClientError, Cluster, RecordConfig, record};
+use kvshared::client::{ClientConfig, ClientError, Cluster, RecordConfig, Recording, record};
 use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
 
 /// Three members started with `--group` (indexes 0-2), and `joiners` more started with
@@ -195,21 +195,7 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
     }
 
     // A recording load across a kill -9 of the leader.
-    let recording = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            let config = RecordConfig {
-                clients: 6,
-                keys: 5,
-                duration: Duration::from_secs(6),
-                max_ops_per_client: 100_000,
-                key_prefix: "lin-".into(),
-                seed: 11,
-                ..RecordConfig::default()
-            };
-            record(client, &config).await
-        })
-    };
+    let recording = start_recording(&client, 6, 11);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     group.kill(leader);
     let killed = Instant::now();
@@ -238,12 +224,7 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
         recording.refused
     );
     assert!(acked > 50, "only {acked} puts acknowledged");
-    let report = check(&recording.history, &CheckOptions::default());
-    match &report.verdict {
-        Verdict::Linearizable => {}
-        Verdict::NotLinearizable(f) => panic!("not linearizable across a leader kill:\n{}", render_timeline(f)),
-        other => panic!("check undecided: {other:?}"),
-    }
+    assert_linearizable(&recording, "a leader kill");
 
     // Every acknowledged write before the kill is still there.
     for i in 0..100 {
@@ -282,6 +263,34 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
     }
 }
 
+/// Six recording clients on five keys for `secs` seconds, in the background.
+fn start_recording(client: &Arc<Cluster>, secs: u64, seed: u64) -> tokio::task::JoinHandle<Recording> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let config = RecordConfig {
+            clients: 6,
+            keys: 5,
+            duration: Duration::from_secs(secs),
+            max_ops_per_client: 100_000,
+            key_prefix: "lin-".into(),
+            seed,
+            ..RecordConfig::default()
+        };
+        record(client, &config).await
+    })
+}
+
+/// Checks a recorded history; panics with the failing key's timeline if it is not
+/// linearizable across `what`.
+fn assert_linearizable(recording: &Recording, what: &str) {
+    let report = check(&recording.history, &CheckOptions::default());
+    match &report.verdict {
+        Verdict::Linearizable => {}
+        Verdict::NotLinearizable(f) => panic!("not linearizable across {what}:\n{}", render_timeline(f)),
+        other => panic!("check undecided: {other:?}"),
+    }
+}
+
 /// Runs `kvd admin ARGS` against the group and returns its standard output; panics with
 /// its error when it fails.
 fn admin(args: &[&str]) -> String {
@@ -308,21 +317,7 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     let first_leader = group.leader().await;
     let nodes = group.addrs[..3].join("|");
     let new = group.addrs[3].clone();
-    let recording = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            let config = RecordConfig {
-                clients: 6,
-                keys: 5,
-                duration: Duration::from_secs(8),
-                max_ops_per_client: 100_000,
-                key_prefix: "lin-".into(),
-                seed: 5,
-                ..RecordConfig::default()
-            };
-            record(client, &config).await
-        })
-    };
+    let recording = start_recording(&client, 8, 5);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The new member catches up (the 200 keys) as a learner, then votes.
@@ -334,7 +329,15 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     .unwrap();
     assert!(out.contains(&new) && out.contains("learners none"), "{out}");
     let one = Cluster::new(std::slice::from_ref(&new), ClientConfig::default()).unwrap();
-    let figures = one.stats(0).await.unwrap();
+    // (The new member learns the final membership with the leader's next append.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let figures = loop {
+        let figures = one.stats(0).await.unwrap();
+        if figures.group.members.len() == 4 || Instant::now() > deadline {
+            break figures;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(figures.group.members.len(), 4, "{:?}", figures.group);
     assert!(
         figures.keys >= 200,
@@ -372,12 +375,7 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
         recording.unknown
     );
     assert!(ops.len() > 1000, "only {} ops", ops.len());
-    let report = check(&recording.history, &CheckOptions::default());
-    match &report.verdict {
-        Verdict::Linearizable => {}
-        Verdict::NotLinearizable(f) => panic!("not linearizable across membership changes:\n{}", render_timeline(f)),
-        other => panic!("check undecided: {other:?}"),
-    }
+    assert_linearizable(&recording, "membership changes");
     // The client that was told only of the first three members reaches the new leader, and
     // every write acknowledged before the changes is there.
     for i in 0..200 {

@@ -67,13 +67,7 @@ impl DurableShard {
     }
 
     fn is_voter(&self, id: u64) -> bool {
-        self.raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|v| v == id)
+        self.voters().contains(&id)
     }
 
     fn voters(&self) -> Vec<u64> {
