@@ -282,6 +282,11 @@ impl Cluster {
 
     async fn connection_in(&self, node: usize, slot: usize) -> Result<Arc<Connection>, ClientError> {
         let pool = &self.nodes[node];
+        // The member to use, read once: the connection made below must go to the member it
+        // is filed under. (Reading the leader again after the slot's lock filed a connection
+        // to one member under another's index when the leader moved meanwhile; requests then
+        // went to a follower that kept naming the leader the client thought it was asking,
+        // and recording clients spun on "not the leader" for as long as it stayed alive.)
         let member = match self.is_group(node) {
             true => pool.current.load(Ordering::Relaxed) % pool.members.read().len().max(1),
             false => 0,
@@ -303,10 +308,19 @@ impl Cluster {
                 drop(old);
             });
         }
+        let addr = match self.is_group(node) {
+            true => pool
+                .members
+                .read()
+                .get(member)
+                .cloned()
+                .unwrap_or_else(|| pool.addr.clone()),
+            false => pool.addr.clone(),
+        };
         let c = &self.config;
         let conn = Arc::new(
             Connection::open(
-                &self.member_addr(node),
+                &addr,
                 c.pipeline,
                 c.max_frame,
                 c.connect_timeout,
@@ -368,16 +382,17 @@ impl Cluster {
     pub async fn send_batch(&self, node: usize, batch: &BatchRequest) -> Result<Reply, ClientError> {
         let began = tokio::time::Instant::now();
         let mut reply = self.send_batch_once(node, batch).await;
+        let mut tries = 0;
         while self.is_group(node)
             && reply.as_ref().is_err_and(another_member_may_serve)
             && began.elapsed() < self.config.request_timeout
         {
-            // A named leader is asked at once. (Pausing there too, in case members disagree
-            // on the leader, made recording clients stall after repeated leader kills in a
-            // test: not understood yet, so it is not done.)
-            if !matches!(&reply, Err(ClientError::NotLeader { leader: Some(_), .. })) {
+            // A named leader is asked at once, the first time; members whose views of the
+            // leader disagree (during an election) are not bounced between without a pause.
+            if tries > 0 || !matches!(&reply, Err(ClientError::NotLeader { leader: Some(_), .. })) {
                 tokio::time::sleep(FAILOVER_PAUSE).await;
             }
+            tries += 1;
             reply = self.send_batch_once(node, batch).await;
         }
         reply
