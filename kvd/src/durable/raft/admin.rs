@@ -52,7 +52,7 @@ impl DurableShard {
             AdminRequest::Promote { addr } => self.promote(&addr).await,
             AdminRequest::Remove { addr } => self.remove(&addr).await,
             AdminRequest::TransferLeader { addr } => self.hand_over(&addr).await,
-            AdminRequest::Campaign => unreachable!("answered above"),
+            AdminRequest::Campaign => Ok(AdminReply::Done("campaigning".into())),
         };
         match outcome {
             Ok(done) => {
