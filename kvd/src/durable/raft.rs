@@ -91,9 +91,11 @@ struct LogInner {
     last_purged: Option<LogId<u64>>,
     vote: Option<Vote<u64>>,
     writer: Arc<GroupCommit>,
-    /// The last committed entry written to the `committed` file, and when.
+    /// The last committed entry written to the `committed` file, and when; kept only by a
+    /// replica group's member (a group of one commits its whole log itself at start).
     committed: Option<LogId<u64>>,
     committed_saved_at: Option<std::time::Instant>,
+    keep_committed: bool,
 }
 
 impl LogStore {
@@ -103,6 +105,7 @@ impl LogStore {
         dir: &Path,
         fsync: FsyncPolicy,
         segment_bytes: u64,
+        keep_committed: bool,
     ) -> Result<(LogStore, u64), Box<dyn std::error::Error + Send + Sync>> {
         let log_dir = dir.join("log");
         let (files, recovered) = LogFiles::open(&log_dir, 0)?;
@@ -138,7 +141,7 @@ impl LogStore {
         // member applies that much at once, without waiting to hear from a leader. A hint
         // only (a lower value is always safe): one that does not read is passed over.
         let committed_path = dir.join("committed");
-        let committed = match committed_path.exists() {
+        let committed = match keep_committed && committed_path.exists() {
             false => None,
             true => match snapshot::read(&committed_path)
                 .map_err(|e| e.to_string())
@@ -163,6 +166,7 @@ impl LogStore {
                 writer: Arc::new(writer),
                 committed,
                 committed_saved_at: None,
+                keep_committed,
             })),
         };
         Ok((store, first_on_disk))
@@ -222,6 +226,9 @@ impl RaftLogStorage<ShardRaft> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> StorageResult<()> {
         let path = {
             let mut inner = self.inner.lock();
+            if !inner.keep_committed {
+                return Ok(());
+            }
             inner.committed = committed;
             if inner
                 .committed_saved_at
@@ -818,7 +825,7 @@ impl DurableShard {
             segment_bytes,
             group,
         } = config;
-        let (log, first_on_disk) = LogStore::open(dir, fsync, segment_bytes)?;
+        let (log, first_on_disk) = LogStore::open(dir, fsync, segment_bytes, group.is_some())?;
         let (writer, last_log_index, fresh, committed_at_start) = {
             let inner = log.inner.lock();
             let last = inner.entries.last_key_value().map(|(i, _)| *i);
@@ -1173,7 +1180,7 @@ impl DurableShard {
     pub async fn snapshot_now(&self) -> Result<(), String> {
         let before = self.snapshots.lock().taken;
         self.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
-        for _ in 0..6000 {
+        for i in 0..6000 {
             let (taken, building, index) = {
                 let s = self.snapshots.lock();
                 let index = s.current.as_ref().and_then(|(m, _, _)| m.last_log_id).map(|l| l.index);
@@ -1182,6 +1189,11 @@ impl DurableShard {
             // openraft skips a snapshot of what the newest one already holds.
             if taken > before || (!building && index.is_some_and(|i| i >= self.applied_index())) {
                 return Ok(());
+            }
+            // openraft also ignores a trigger while it still counts the last snapshot as
+            // being built (its completion not yet processed): ask again.
+            if !building && i % 10 == 9 {
+                self.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
