@@ -51,7 +51,12 @@ fn main() {
         }
     }
     let mut rng = SmallRng::seed_from_u64(1);
+    // `cargo bench -p kvd --bench store -- hottest` runs only the rows naming it (to profile one).
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     for (name, space) in [("uniform over 1,000,000", RECORDS), ("hottest 1,000", 1_000)] {
+        if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+            continue;
+        }
         let batches: Vec<AlignedVec> = (0..64)
             .map(|_| {
                 let mut req = BatchRequest::new();

@@ -1,9 +1,9 @@
 //! What the stored data costs in memory, and what happens at `--max-memory`.
 //!
 //! Accounting counts what the store really holds, as the allocator hands it out: each
-//! entry's key and value in one allocation (glibc malloc: 8 bytes of header, 16-byte steps,
-//! 32 bytes at least), and each map shard's hash table allocation, whose every bucket (full
-//! or not) holds one `Entry` (24 bytes) and one control byte. The total is kept in one counter,
+//! entry's allocation (its value, and its key when the key is too long for the slot; in
+//! mimalloc's size classes, see `table::data_cost`), and each map shard's slot array (32
+//! bytes per slot, full or not; see `table`). The total is kept in one counter,
 //! and a write takes its bytes from it *before* it stores anything, so the accounted total
 //! never exceeds the cap after a write returns.
 //!
@@ -20,10 +20,7 @@
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-use hashbrown::HashTable;
-use kvshared::routing::key_hash;
-
-use super::entry::Entry;
+use super::table::Table;
 
 /// What happens when a write needs memory beyond `--max-memory`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -65,28 +62,16 @@ pub struct MemoryLimit {
 /// Entries sampled per eviction under `lru` (Redis samples 5; more is closer to exact LRU
 /// and costs only at the cap).
 const LRU_SAMPLES: usize = 16;
-/// Random probes per sampled entry before giving up on a nearly empty table.
+/// Random slots tried per sampled entry before scanning a nearly empty table.
 const PROBES: usize = 256;
 /// Most entries one write may evict; past it, the write is refused rather than stall. A put
 /// usually evicts one entry; the write that makes a map shard's table double pays for the
 /// new table at once (a few hundred KB: a thousand or two entries, well under a millisecond).
 pub(super) const MAX_EVICTIONS_PER_WRITE: usize = 4096;
 
-/// What an entry holding `data_len` bytes of key and value costs.
-pub(super) fn entry_cost(data_len: usize) -> usize {
-    ((data_len + 8 + 15) & !15).max(32)
-}
-
-/// What the next growth of a table of `allocated` bytes adds (it doubles; the first
-/// allocation is small). An estimate taken before the insert; the write settles it against
-/// the table's real allocation afterwards.
-pub(super) fn growth_cost(allocated: usize) -> usize {
-    allocated.max(256)
-}
-
 /// One internal shard: its table and what its entries cost.
 pub(super) struct Shard {
-    pub(super) table: HashTable<Entry>,
+    pub(super) table: Table,
     /// Accounted bytes of the entries (the table's own cost follows from its capacity).
     pub(super) entry_bytes: usize,
     /// State of the sampling generator (xorshift), per shard so it needs no other lock.
@@ -96,7 +81,7 @@ pub(super) struct Shard {
 }
 
 impl Shard {
-    pub(super) fn new(table: HashTable<Entry>, seed: u64) -> Shard {
+    pub(super) fn new(table: Table, seed: u64) -> Shard {
         Shard {
             table,
             entry_bytes: 0,
@@ -120,20 +105,23 @@ impl Shard {
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    /// A random entry other than `keep`: its key's hash, its allocation (to find it again)
-    /// and when it was last used. Probes the table at random hashes (hashbrown has no
-    /// index access), which lands on a random occupied bucket.
-    fn sample(&mut self, keep: &[u8]) -> Option<(u64, usize, u32)> {
+    /// A random entry other than `keep`: its slot and when it was last used. Tries random
+    /// slots (a table that filled up has most of them full), then, for a table that deletes
+    /// left nearly empty, scans.
+    fn sample(&mut self, keep: &[u8]) -> Option<(usize, u32)> {
+        let n = self.table.slot_count();
+        if n == 0 {
+            return None;
+        }
         for _ in 0..PROBES {
-            let probe = self.next_random();
-            if let Some(e) = self.table.find(probe, |e| e.key() != keep) {
-                return Some((key_hash(e.key()), e.key().as_ptr() as usize, e.touched()));
+            let i = (self.next_random() % n as u64) as usize;
+            if let Some(e) = self.table.at(i)
+                && e.key() != keep
+            {
+                return Some((i, e.touched()));
             }
         }
-        self.table
-            .iter()
-            .find(|e| e.key() != keep)
-            .map(|e| (key_hash(e.key()), e.key().as_ptr() as usize, e.touched()))
+        (0..n).find_map(|i| self.table.at(i).filter(|e| e.key() != keep).map(|e| (i, e.touched())))
     }
 
     /// Evicts one entry (not `keep`) as `policy` says; returns the bytes freed, or `None`
@@ -144,17 +132,16 @@ impl Shard {
             Eviction::Random => 1,
             Eviction::None => return None,
         };
-        let mut victim: Option<(u64, usize, u32)> = None;
+        let mut victim: Option<(usize, u32)> = None;
         for _ in 0..samples.min(self.table.len()) {
             let Some(candidate) = self.sample(keep) else { break };
-            if victim.is_none_or(|v| candidate.2 < v.2) {
+            if victim.is_none_or(|v| candidate.1 < v.1) {
                 victim = Some(candidate);
             }
         }
-        let (hash, at, _) = victim?;
-        let entry = self.table.find_entry(hash, |e| e.key().as_ptr() as usize == at).ok()?;
-        let freed = entry_cost(entry.get().len());
-        entry.remove();
+        let (at, _) = victim?;
+        let freed = self.table.at(at)?.cost();
+        self.table.remove_at(at);
         self.entry_bytes -= freed;
         Some(freed)
     }
@@ -245,33 +232,22 @@ impl Usage {
 
 #[cfg(test)]
 mod tests {
+    use kvshared::routing::key_hash;
+
     use super::*;
 
     #[test]
-    fn costs_follow_the_allocator_and_the_table() {
-        assert_eq!(entry_cost(0), 32);
-        assert_eq!(entry_cost(24), 32);
-        assert_eq!(entry_cost(25), 48);
-        assert_eq!(entry_cost(135), 144);
-        let mut table: HashTable<Entry> = HashTable::new();
-        table.reserve(1000, |e| key_hash(e.key()));
-        // 7 of 8 buckets usable: 1,000 entries need 2,048 buckets of 24 + 1 bytes.
-        assert!(table.allocation_size() >= 2048 * 25, "{}", table.allocation_size());
-        assert_eq!(growth_cost(0), 256);
-    }
-
-    #[test]
     fn lru_evicts_what_was_used_longest_ago() {
-        let mut shard = Shard::new(HashTable::new(), 7);
+        let mut shard = Shard::new(Table::new(), 7);
         for i in 0..64u32 {
             let key = i.to_string();
             // Keys 0..8 were used recently (clock 1000), the rest long ago.
             let when = if i < 8 { 1000 } else { i };
-            let e = Entry::new(key.as_bytes(), b"v", when).unwrap();
-            shard.entry_bytes += entry_cost(e.len());
-            shard
+            let at = shard
                 .table
-                .insert_unique(key_hash(key.as_bytes()), e, |e| key_hash(e.key()));
+                .insert_new(key_hash(key.as_bytes()), key.as_bytes(), b"v", when)
+                .unwrap();
+            shard.entry_bytes += shard.table.at(at).unwrap().cost();
         }
         for _ in 0..40 {
             shard.evict_one(Eviction::Lru, b"").unwrap();
@@ -279,15 +255,12 @@ mod tests {
         let recent = (0..8)
             .filter(|i: &u32| {
                 let k = i.to_string();
-                shard
-                    .table
-                    .find(key_hash(k.as_bytes()), |e| e.key() == k.as_bytes())
-                    .is_some()
+                shard.table.find(key_hash(k.as_bytes()), k.as_bytes()).is_some()
             })
             .count();
         assert_eq!(recent, 8, "a recently used key was evicted before older ones");
         assert_eq!(shard.table.len(), 24);
-        assert_eq!(shard.entry_bytes, 24 * 32);
+        assert_eq!(shard.entry_bytes, 24 * 16);
         assert_eq!(shard.evict_one(Eviction::None, b""), None);
     }
 }

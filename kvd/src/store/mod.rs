@@ -12,7 +12,6 @@
 use std::collections::HashSet;
 
 use crossbeam::utils::CachePadded;
-use hashbrown::HashTable;
 use kvshared::latency::{Latency, MAP_SHARD_SAMPLE_EVERY};
 use kvshared::routing::{ShardId, key_hash, map_shard, owner_node};
 use kvshared::stats::Counts;
@@ -20,12 +19,14 @@ use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
 use parking_lot::RwLock;
 
 mod dump;
-mod entry;
 mod memory;
+mod pipeline;
+mod table;
 
-use entry::Entry;
 pub use memory::{Eviction, MemoryLimit};
-use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage, entry_cost, growth_cost};
+use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage};
+use pipeline::Pending;
+use table::{Table, data_cost};
 
 /// Decides whether a found value may join the reply being built (a reply is bounded by the
 /// frame limit and by the node's buffer budget); a value refused is answered `TooLarge`.
@@ -113,15 +114,12 @@ impl Store {
         let mut shards = Vec::with_capacity(n);
         let usage = Usage::new(None);
         for i in 0..n {
-            let mut table = HashTable::new();
-            table
-                .try_reserve(per_shard, |e: &Entry| key_hash(e.key()))
-                .map_err(|e| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::OutOfMemory,
-                        format!("cannot preallocate room for {capacity} keys ({e:?}); lower --capacity"),
-                    )
-                })?;
+            let table = Table::with_capacity(per_shard).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::OutOfMemory,
+                    format!("cannot preallocate room for {capacity} keys; lower --capacity"),
+                )
+            })?;
             usage.add(table.allocation_size());
             shards.push(CachePadded::new(RwLock::new(Shard::new(
                 table,
@@ -201,7 +199,7 @@ impl Store {
         for (i, shard) in self.shards.iter().enumerate() {
             let mut s = shard.write();
             self.usage.give(s.bytes());
-            *s = Shard::new(hashbrown::HashTable::new(), 0x9e37_79b9_7f4a_7c15 ^ i as u64);
+            *s = Shard::new(Table::new(), 0x9e37_79b9_7f4a_7c15 ^ i as u64);
         }
     }
 
@@ -373,12 +371,16 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         let table = self.shards[shard].read();
-        for &e in group {
+        let mut pending = Pending::new();
+        pipeline::prefetch_first(&table.table, group, hashes);
+        for (k, &e) in group.iter().enumerate() {
+            pipeline::prefetch_ahead(&table.table, group, k, hashes);
             let i = e as u32 as usize;
             if let Ok(op) = batch.op(i) {
-                self.get(shard, &table, hashes[i], op.key, i, ans);
+                self.probe_get(shard, &table, hashes[i], op.key, i, ans, &mut pending);
             }
         }
+        self.deliver_all(shard, &table, ans, &mut pending);
     }
 
     fn run_group_write(
@@ -391,14 +393,24 @@ impl Store {
     ) {
         let mut table = self.shards[shard].write();
         table.applied = table.applied.max(ans.log_index);
-        for &e in group {
+        let mut pending = Pending::new();
+        pipeline::prefetch_first(&table.table, group, hashes);
+        for (k, &e) in group.iter().enumerate() {
+            pipeline::prefetch_ahead(&table.table, group, k, hashes);
             let i = e as u32 as usize;
             let Ok(op) = batch.op(i) else { continue };
             let hash = hashes[i];
+            if op.kind == OpKind::Get {
+                self.probe_get(shard, &table, hash, op.key, i, ans, &mut pending);
+                continue;
+            }
+            // Reads found before this write answer with what they found, before it changes
+            // (batch order per key).
+            self.deliver_all(shard, &table, ans, &mut pending);
             match op.kind {
-                OpKind::Get => self.get(shard, &table, hash, op.key, i, ans),
+                OpKind::Get => {}
                 OpKind::PutIfAbsent | OpKind::PutIfPresent
-                    if table.table.find(hash, |e| e.key() == op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>
+                    if table.table.find(hash, op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>
                 {
                     // The condition does not hold: nothing changes.
                     ans.tally.puts += 1;
@@ -415,21 +427,22 @@ impl Store {
                 }
                 OpKind::Delete => {
                     ans.tally.deletes += 1;
-                    let existed = match table.table.find_entry(hash, |e| e.key() == op.key) {
-                        Ok(found) => {
-                            let freed = entry_cost(found.get().len());
-                            found.remove();
+                    let existed = match table.table.find(hash, op.key) {
+                        Some(at) => {
+                            let freed = table.table.entry(at).map_or(0, |e| e.cost());
+                            table.table.remove_at(at);
                             table.entry_bytes -= freed;
                             self.usage.give(freed);
                             true
                         }
-                        Err(_) => false,
+                        None => false,
                     };
                     ans.out
                         .set(i, if existed { OpStatus::Deleted } else { OpStatus::Absent });
                 }
             }
         }
+        self.deliver_all(shard, &table, ans, &mut pending);
     }
 }
 
@@ -450,13 +463,16 @@ impl Store {
         // Under a cap, take the bytes first (an estimate, settled below); without one, only
         // the settling counts them (no second lookup on the fast path).
         let need = if self.usage.is_capped() {
-            let capacity = s.table.capacity();
-            let old = s.table.find(hash, |e| e.key() == key).map(|e| entry_cost(e.len()));
+            let old = s
+                .table
+                .find(hash, key)
+                .and_then(|at| s.table.entry(at))
+                .map(|e| e.cost());
             let grow = match old {
-                None if s.table.len() == capacity => growth_cost(s.table.allocation_size()),
+                None if s.table.len() == s.table.capacity() => s.table.growth_bytes(),
                 _ => 0,
             };
-            (entry_cost(key.len() + value.len()) + grow).saturating_sub(old.unwrap_or(0))
+            (data_cost(key.len(), value.len()) + grow).saturating_sub(old.unwrap_or(0))
         } else {
             0
         };
@@ -464,24 +480,24 @@ impl Store {
             return false;
         }
         let before = s.bytes();
-        let stored = match s.table.find_mut(hash, |e| e.key() == key) {
-            Some(entry) => {
+        let stored = match s.table.find(hash, key) {
+            Some(at) => {
+                let old = s.table.entry(at).map_or(0, |e| e.cost());
                 #[cfg(test)]
-                if let Some(f) = &self.fault {
-                    f.remember(shard, key, entry.value());
+                if let (Some(f), Some(e)) = (&self.fault, s.table.entry(at)) {
+                    f.remember(shard, key, e.value());
                 }
-                let old = entry_cost(entry.len());
-                let ok = entry.set_value(value, now);
-                s.entry_bytes = s.entry_bytes - old + entry_cost(entry.len());
+                let ok = s.table.set_value(at, value, now);
+                let new = s.table.entry(at).map_or(0, |e| e.cost());
+                s.entry_bytes = s.entry_bytes - old + new;
                 ok
             }
-            None => match Entry::new(key, value, now) {
-                Some(entry) if s.table.try_reserve(1, |e| key_hash(e.key())).is_ok() => {
-                    s.entry_bytes += entry_cost(entry.len());
-                    s.table.insert_unique(hash, entry, |e| key_hash(e.key()));
+            None => match s.table.insert_new(hash, key, value, now) {
+                Ok(_) => {
+                    s.entry_bytes += data_cost(key.len(), value.len());
                     true
                 }
-                _ => false,
+                Err(_) => false,
             },
         };
         // Settle the estimate against what the shard now really holds.
@@ -538,42 +554,67 @@ impl Store {
         false
     }
 
+    /// Looks up a read's key: a miss is answered at once; a found entry has its value's
+    /// lines requested and joins `pending`, to be copied into the reply a few ops later
+    /// (when `pending` is full, the oldest is delivered first).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
-    fn get(
+    fn probe_get(
         &self,
-        _shard: usize,
+        shard: usize,
         table: &Shard,
         hash: u64,
         key: &[u8],
         i: usize,
         ans: &mut Answers<'_, impl ReplyRoom>,
+        pending: &mut Pending,
     ) {
         ans.tally.gets += 1;
-        match table.table.find(hash, |e| e.key() == key) {
-            Some(entry) => {
+        match table.table.find(hash, key) {
+            Some(at) => {
                 ans.tally.hits += 1;
-                entry.touch(ans.now);
-                #[cfg(test)]
-                if let Some(f) = &self.fault
-                    && f.answer_stale(_shard, key, |v| {
-                        ans.out.set_found(i, v);
-                    })
-                {
-                    return;
-                }
-                if !ans.room.admit(entry.value().len()) {
-                    ans.tally.reply_too_large += 1;
-                    ans.out.set(i, OpStatus::TooLarge);
-                    return;
-                }
-                if ans.out.set_found(i, entry.value()) == OpStatus::OutOfMemory {
-                    ans.tally.out_of_memory += 1;
+                table.table.prefetch_value(at);
+                if let Some((op, slot)) = pending.push(i as u32, at as u32) {
+                    self.deliver(shard, table, op as usize, slot as usize, ans);
                 }
             }
             None => {
                 ans.tally.misses += 1;
                 ans.out.set(i, OpStatus::NotFound);
             }
+        }
+    }
+
+    fn deliver_all(&self, shard: usize, table: &Shard, ans: &mut Answers<'_, impl ReplyRoom>, pending: &mut Pending) {
+        while let Some((op, slot)) = pending.pop() {
+            self.deliver(shard, table, op as usize, slot as usize, ans);
+        }
+    }
+
+    /// Answers read `i` with the value of the entry in slot `at` (found by `probe_get`; the
+    /// table has not changed since).
+    #[inline]
+    fn deliver(&self, _shard: usize, table: &Shard, i: usize, at: usize, ans: &mut Answers<'_, impl ReplyRoom>) {
+        let Some(entry) = table.table.entry(at) else {
+            ans.out.set(i, OpStatus::NotFound);
+            return;
+        };
+        entry.touch(ans.now);
+        #[cfg(test)]
+        if let Some(f) = &self.fault
+            && f.answer_stale(_shard, entry.key(), |v| {
+                ans.out.set_found(i, v);
+            })
+        {
+            return;
+        }
+        if !ans.room.admit(entry.value().len()) {
+            ans.tally.reply_too_large += 1;
+            ans.out.set(i, OpStatus::TooLarge);
+            return;
+        }
+        if ans.out.set_found(i, entry.value()) == OpStatus::OutOfMemory {
+            ans.tally.out_of_memory += 1;
         }
     }
 }
