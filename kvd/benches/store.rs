@@ -18,6 +18,10 @@ use kvshared::wire::{BatchRequest, BatchResponse, BatchView, encode_frame};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
+/// As in kvd's binary (the store's memory model assumes it).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const RECORDS: u64 = 1_000_000;
 const BATCH: usize = 8192;
 

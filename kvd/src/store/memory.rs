@@ -65,7 +65,7 @@ const LRU_SAMPLES: usize = 16;
 /// Random slots tried per sampled entry before scanning a nearly empty table.
 const PROBES: usize = 256;
 /// Most entries one write may evict; past it, the write is refused rather than stall. A put
-/// usually evicts one entry; the write that makes a map shard's table double pays for the
+/// usually evicts one entry; the write that makes a map shard's table grow pays for the
 /// new table at once (a few hundred KB: a thousand or two entries, well under a millisecond).
 pub(super) const MAX_EVICTIONS_PER_WRITE: usize = 4096;
 

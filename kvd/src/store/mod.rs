@@ -110,7 +110,11 @@ impl Store {
         limit: Option<MemoryLimit>,
     ) -> std::io::Result<Store> {
         let n = map_shards.max(1).next_power_of_two();
-        let per_shard = capacity.div_ceil(n);
+        // Keys fall on map shards at random: room for four standard deviations more than
+        // the mean, so that no shard's table grows just before the cluster holds
+        // `capacity` keys.
+        let mean = capacity.div_ceil(n);
+        let per_shard = if mean == 0 { 0 } else { mean + 4 * mean.isqrt() + 4 };
         let mut shards = Vec::with_capacity(n);
         let usage = Usage::new(None);
         for i in 0..n {
@@ -514,7 +518,7 @@ impl Store {
 
     /// Takes `need` accounted bytes for a write of `keep` into `shard`, evicting first as
     /// the policy says. The first entry goes from this shard (a put of one entry evicts
-    /// one entry where it already holds the lock); a larger need (a table that doubles) takes
+    /// one entry where it already holds the lock); a larger need (a table that grows) takes
     /// its next entries from the other shards in turn (those whose lock is free at once),
     /// so that no one shard is emptied of its recently used keys. False when the bytes
     /// cannot be had.
