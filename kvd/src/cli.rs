@@ -131,7 +131,8 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "lru", requires = "max_memory")]
     pub eviction: Eviction,
     /// Internal map shards, each with its own lock (rounded up to a power of two)
-    /// [default: 4 x threads, at least 64].
+    /// [default: 8 x threads, at least 16: few enough that a small batch takes few locks,
+    /// enough that two threads seldom want the same one].
     #[arg(long)]
     pub map_shards: Option<usize>,
     /// Keys to preallocate room for, so loading does not stall on rehashing.

@@ -45,7 +45,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .max(1);
     let config = NodeConfig {
         shard: args.shard,
-        map_shards: args.map_shards.unwrap_or((4 * threads).max(64)),
+        map_shards: args.map_shards.unwrap_or((8 * threads).max(16)),
         capacity: args.capacity,
         max_conns: args.max_conns,
         max_frame: args.max_frame,

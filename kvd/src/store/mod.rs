@@ -10,6 +10,7 @@
 //! same key in one batch take effect in the order the client wrote them.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam::utils::CachePadded;
 use kvshared::latency::{Latency, MAP_SHARD_SAMPLE_EVERY};
@@ -26,7 +27,7 @@ mod table;
 pub use memory::{Eviction, MemoryLimit};
 use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage};
 use pipeline::Pending;
-use table::{Table, data_cost};
+use table::{Table, data_cost, prefetch_at};
 
 /// Decides whether a found value may join the reply being built (a reply is bounded by the
 /// frame limit and by the node's buffer budget); a value refused is answered `TooLarge`.
@@ -74,9 +75,24 @@ struct Answers<'a, R> {
     log_index: u64,
 }
 
+/// Where a map shard's slot array is, readable without its lock: a batch requests the
+/// first line of every op's probe before it takes any lock (see `pipeline`). Published by
+/// whoever holds the write lock when the array may have moved.
+#[derive(Default)]
+struct SlotsHint {
+    at: AtomicUsize,
+    slots: AtomicUsize,
+}
+
+/// Batches up to this many ops request every op's slot before running any group (a larger
+/// batch's groups are long enough to pipeline by themselves, and its early requests would
+/// be evicted before use).
+const PREFETCH_WHOLE_BATCH: usize = 256;
+
 /// The sharded map.
 pub struct Store {
     shards: Box<[CachePadded<RwLock<Shard>>]>,
+    hints: Box<[SlotsHint]>,
     me: ShardId,
     /// Accounted bytes, and `--max-memory` (see `memory`).
     usage: Usage,
@@ -145,8 +161,13 @@ impl Store {
         let used = usage.used();
         let usage = Usage::new(limit);
         usage.add(used);
+        let hints: Box<[SlotsHint]> = shards.iter().map(|_| SlotsHint::default()).collect();
+        for (hint, shard) in hints.iter().zip(&shards) {
+            hint.publish(&shard.read().table);
+        }
         Ok(Store {
             shards: shards.into_boxed_slice(),
+            hints,
             me,
             usage,
             started: std::time::Instant::now(),
@@ -204,6 +225,7 @@ impl Store {
             let mut s = shard.write();
             self.usage.give(s.bytes());
             *s = Shard::new(Table::new(), 0x9e37_79b9_7f4a_7c15 ^ i as u64);
+            self.hints[i].publish(&s.table);
         }
     }
 
@@ -293,6 +315,7 @@ impl Store {
         let mut skip = skip.iter().peekable();
         let replay_guard = (scratch.log_index > 0).then(|| self.replay.read());
         let replay = replay_guard.as_deref().and_then(Option::as_ref);
+        let prefetch_all = n <= PREFETCH_WHOLE_BATCH;
         for i in 0..n {
             if skip.next_if(|&&s| s as usize == i).is_some() {
                 continue;
@@ -324,9 +347,11 @@ impl Store {
             }
             scratch.hashes[i] = hash;
             scratch.writes[i] = op.kind != OpKind::Get;
-            scratch
-                .order
-                .push(((map_shard(hash, shard_count) as u64) << 32) | i as u64);
+            let shard = map_shard(hash, shard_count);
+            if prefetch_all && let Some(hint) = self.hints.get(shard) {
+                hint.prefetch(hash);
+            }
+            scratch.order.push(((shard as u64) << 32) | i as u64);
         }
         group_by_shard(
             &mut scratch.order,
@@ -498,6 +523,7 @@ impl Store {
             }
             None => match s.table.insert_new(hash, key, value, now) {
                 Ok(_) => {
+                    self.hints[shard].publish(&s.table);
                     s.entry_bytes += data_cost(key.len(), value.len());
                     true
                 }
@@ -620,6 +646,23 @@ impl Store {
         if ans.out.set_found(i, entry.value()) == OpStatus::OutOfMemory {
             ans.tally.out_of_memory += 1;
         }
+    }
+}
+
+impl SlotsHint {
+    fn publish(&self, table: &Table) {
+        let (at, slots) = table.whereabouts();
+        self.at.store(at, Ordering::Relaxed);
+        self.slots.store(slots, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn prefetch(&self, hash: u64) {
+        prefetch_at(
+            self.at.load(Ordering::Relaxed),
+            self.slots.load(Ordering::Relaxed),
+            hash,
+        );
     }
 }
 

@@ -166,6 +166,26 @@ fn prefetch_line(p: *const u8) {
     let _ = p;
 }
 
+/// The home slot of a key with these placement bits in a table of `slots` slots.
+#[inline]
+fn home_slot(placement: u64, slots: usize) -> usize {
+    // Multiply-shift on mixed bits: any slot count, and the bits the owner node and the map
+    // shard were chosen by (the low 32, bits 40..50) are spread over every slot.
+    let mixed = placement.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+    ((mixed * slots as u64) >> 32) as usize
+}
+
+/// Starts loading the line where the probe for `hash` begins in a table whose
+/// [`Table::whereabouts`] were `(at, slots)`, read without its lock. A stale pair (the
+/// table grew since) costs only a useless prefetch: nothing is read through the address.
+#[inline]
+pub(super) fn prefetch_at(at: usize, slots: usize, hash: u64) {
+    if slots > 0 {
+        let home = home_slot(placement(hash), slots);
+        prefetch_line((at as *const u8).wrapping_add(home * std::mem::size_of::<Slot>()));
+    }
+}
+
 /// The table could not get memory (nothing changed).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct NoMemory;
@@ -233,10 +253,13 @@ impl Table {
 
     #[inline]
     fn home(&self, placement: u64) -> usize {
-        // Multiply-shift on mixed bits: any slot count, and the bits the owner node and the
-        // map shard were chosen by (the low 32, bits 40..50) are spread over every slot.
-        let mixed = placement.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
-        ((mixed * self.slots.len() as u64) >> 32) as usize
+        home_slot(placement, self.slots.len())
+    }
+
+    /// Where the slot array is and how many slots it has, for [`prefetch_at`] without the
+    /// shard's lock.
+    pub(super) fn whereabouts(&self) -> (usize, usize) {
+        (self.slots.as_ptr() as usize, self.slots.len())
     }
 
     /// Starts loading the line where the probe for `hash` begins (and the next, which a
