@@ -10,7 +10,9 @@ Runs, for each round and batch size, one kvd + `kvbench load` (1,000,000 records
 then the same with NEW_BIN_DIR, on 127.0.0.1. Prints one line per run: op/s, kvd CPU,
 kvbench CPU. Stops each kvd it started, by PID.
 
-Environment: ROUNDS (2), BATCHES ("64 8192"), PORT (17900), DURATION (8s); extra
+Environment: ROUNDS (2), BATCHES ("64 8192"), PORT (17900), DURATION (8s), WORKLOAD
+(b; any of kvbench's -w), DATA_DIRS (set: each kvd gets a fresh --data-dir under it,
+removed after the run, for the durable mode; add --fsync to the KVD_ARGS); extra
 arguments for each side's kvd and clients: BASE_KVD_ARGS, NEW_KVD_ARGS, BASE_CLIENT_ARGS,
 NEW_CLIENT_ARGS (e.g. to compare plain TCP with TLS using one build:
   NEW_KVD_ARGS="--tls-cert c.pem --tls-key k.pem" NEW_CLIENT_ARGS="--tls-ca c.pem" \
@@ -28,7 +30,11 @@ pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null || true' EXIT
 
 run_one() { # label bindir batch "kvd args" "client args"
-  local label=$1 dir=$2 batch=$3 kvd_args=$4 client_args=$5 out
+  local label=$1 dir=$2 batch=$3 kvd_args=$4 client_args=$5 out data=""
+  if [ -n "${DATA_DIRS:-}" ]; then
+    data=$(mktemp -d "${DATA_DIRS}/ab.XXXXXX")
+    kvd_args="$kvd_args --data-dir $data"
+  fi
   # shellcheck disable=SC2086 # the extra args are lists of words by design
   "$dir/kvd" --listen "127.0.0.1:$PORT" --capacity 1000000 $kvd_args >/dev/null 2>&1 &
   pid=$!
@@ -37,13 +43,14 @@ run_one() { # label bindir batch "kvd args" "client args"
   # shellcheck disable=SC2086
   "$dir/kvbench" load --nodes "127.0.0.1:$PORT" --quiet $client_args >/dev/null
   # shellcheck disable=SC2086
-  out=$("$dir/kvbench" run --nodes "127.0.0.1:$PORT" --batch "$batch" --warmup 2s \
+  out=$("$dir/kvbench" run --nodes "127.0.0.1:$PORT" -w "${WORKLOAD:-b}" --batch "$batch" --warmup 2s \
     --duration "${DURATION:-8s}" --quiet $client_args 2>/dev/null || true)
   printf '%-5s batch %-5s %14s op/s   kvd %-9s kvbench CPU %s\n' "$label" "$batch" \
     "$(echo "$out" | awk '/^throughput/ {print $2}')" \
     "$(echo "$out" | grep -o 'CPU [0-9]*%' | head -1)" \
     "$(echo "$out" | awk '/^client CPU/ {print $3}')"
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+  if [ -n "$data" ]; then rm -rf "$data"; fi
 }
 for _ in $(seq 1 "${ROUNDS:-2}"); do
   for batch in ${BATCHES:-64 8192}; do
