@@ -6,7 +6,7 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 Usage:
-  scripts/local-cluster.sh up N [--delay 50us] [--rate 10gbit]
+  scripts/local-cluster.sh up N [--delay 50us] [--rate 10gbit] [--cpu 0.25]
   scripts/local-cluster.sh down
   scripts/local-cluster.sh exec I CMD [ARGS...]
   scripts/local-cluster.sh status
@@ -25,6 +25,12 @@ only inside the namespaces this script made, and nothing else is ever addressed.
   status    list the hosts, their addresses and what listens on them
   addr I    print host I's address
 
+CPU (optional): --cpu F gives each host a CPU quota of F cores (a cgroup per host: cgroup v2's
+cpu.max where the machine has v2 with the cpu controller, else v1's cpu.cfs_quota_us, over a
+100 ms period). Every process `exec I` starts joins host I's cgroup, so a host behaves like a
+machine of F cores: on a 2-core machine, 8 hosts of 0.25 add up to the machine, and more
+servers can show scaling instead of sharing both cores. `status` shows each host's quota.
+
 Link shaping (optional, per host egress): --delay D uses tc netem; --rate R uses netem, or tbf
 when the kernel has no netem. If the kernel has neither, `up` says so and fails.
 
@@ -39,6 +45,7 @@ PREFIX=${KV_NS_PREFIX:-kvh}
 SUBNET=${KV_NS_SUBNET:-198.18.77}
 DELAY=""
 RATE=""
+CPU=""
 ARGS=()
 while (($#)); do
   case "$1" in
@@ -46,6 +53,7 @@ while (($#)); do
     --subnet) SUBNET=$2; shift 2 ;;
     --delay) DELAY=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
+    --cpu) CPU=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     exec) ARGS+=("$@"); break ;;
     *) ARGS+=("$1"); shift ;;
@@ -88,9 +96,47 @@ shape() {
   die "this kernel has no netem qdisc, so --delay cannot be applied (--rate alone works with tbf)"
 }
 
+# The cgroup hierarchy to put host quotas in: "v2 DIR" or "v1 DIR" (DIR holds the hosts'
+# groups), or nothing when the machine offers neither.
+cgroup_root() {
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+    echo "v2 /sys/fs/cgroup"
+  elif [[ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]]; then
+    echo "v1 /sys/fs/cgroup/cpu"
+  elif [[ -f /sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us ]]; then
+    echo "v1 /sys/fs/cgroup/cpu,cpuacct"
+  fi
+}
+
+# cap HOST_INDEX: make host I's cgroup with the --cpu quota and record it.
+cap() {
+  local ns=$1 version dir quota
+  read -r version dir <<<"$(cgroup_root)"
+  [[ -n $version ]] || die "--cpu needs a cgroup cpu controller (v2 cpu.max or v1 cpu.cfs_quota_us); none is mounted"
+  quota=$(awk -v f="$CPU" 'BEGIN { printf "%d", f * 100000 }')
+  local group="$dir/kvd-$ns"
+  [[ -e $group ]] && die "a cgroup $group exists and was not made by this script; not touching it (use --prefix)"
+  mkdir "$group"
+  echo "cgroup $ns $group $version" >>"$STATE"
+  if [[ $version == v2 ]]; then
+    echo "+cpu" >"$dir/cgroup.subtree_control" 2>/dev/null || true
+    echo "$quota 100000" >"$group/cpu.max"
+  else
+    echo 100000 >"$group/cpu.cfs_period_us"
+    echo "$quota" >"$group/cpu.cfs_quota_us"
+  fi
+}
+
+# host_cgroup NAME: the cgroup directory of host NAME, if it has one.
+host_cgroup() { awk -v ns="$1" '$1 == "cgroup" && $2 == ns { print $3 }' <<<"$(hosts_made)"; }
+
 cmd_up() {
   local n=${1:-}
   [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 200 ]] || die "up needs a host count from 1 to 200"
+  if [[ -n $CPU ]]; then
+    awk -v f="$CPU" -v c="$(nproc)" 'BEGIN { exit !(f + 0 >= 0.01 && f + 0 <= c) }' ||
+      die "--cpu must be a number of cores from 0.01 to $(nproc) (e.g. 0.25)"
+  fi
   need_root
   [[ -z $(hosts_made) ]] || die "hosts with prefix $PREFIX are already up (see status); run down first"
   for ((i = 0; i < n; i++)); do
@@ -117,8 +163,9 @@ cmd_up() {
     ip link set "$veth" master "$BRIDGE"
     ip link set "$veth" up
     shape "$ns"
+    [[ -z $CPU ]] || cap "$ns"
   done
-  echo "local-cluster: $n hosts up: $(for ((i = 0; i < n; i++)); do printf '%s=%s ' "$PREFIX$i" "$(host_addr "$i")"; done)"
+  echo "local-cluster: $n hosts up: $(for ((i = 0; i < n; i++)); do printf '%s=%s ' "$PREFIX$i" "$(host_addr "$i")"; done)${CPU:+(each capped at $CPU cores)}"
 }
 
 cmd_down() {
@@ -126,12 +173,23 @@ cmd_down() {
   local made
   made=$(hosts_made)
   [[ -n $made ]] || { echo "local-cluster: nothing to remove for prefix $PREFIX"; return 0; }
-  while read -r kind name _; do
+  while read -r kind name path _; do
     case "$kind" in
       host)
         # Delete the pair from this side first: namespace teardown is asynchronous.
         ip link del "${PREFIX}v${name#"$PREFIX"}" 2>/dev/null || true
         ip netns del "$name" 2>/dev/null || true
+        ;;
+      cgroup)
+        # A cgroup goes only once its processes have: this script stops none of them.
+        local tries=0
+        while ! rmdir "$path" 2>/dev/null && [[ -d $path ]]; do
+          if ((++tries > 20)); then
+            echo "local-cluster: $path still holds processes ($(paste -sd, "$path/cgroup.procs")); stop them, then run down again" >&2
+            break
+          fi
+          sleep 0.1
+        done
         ;;
     esac
   done <<<"$made"
@@ -146,6 +204,11 @@ cmd_exec() {
   [[ $i =~ ^[0-9]+$ ]] || die "exec needs a host index"
   (($#)) || die "exec needs a command"
   grep -q "^host $PREFIX$i " <<<"$(hosts_made)" || die "host $PREFIX$i is not up"
+  local group
+  group=$(host_cgroup "$PREFIX$i")
+  # Join the host's cgroup first: exec keeps this PID, so the command and all it starts
+  # run under the host's quota.
+  if [[ -n $group ]]; then echo $$ >"$group/cgroup.procs"; fi
   exec ip netns exec "$PREFIX$i" "$@"
 }
 
@@ -157,7 +220,14 @@ cmd_status() {
     [[ $kind == host ]] || continue
     local listening
     listening=$(ip netns exec "$name" ss -ltnH 2>/dev/null | awk '{print $4}' | paste -sd, -)
-    printf '%-10s %-15s listening: %s\n' "$name" "$addr" "${listening:-nothing}"
+    local group cpu=""
+    group=$(host_cgroup "$name")
+    if [[ -f $group/cpu.max ]]; then
+      cpu=" cpu: $(awk '{ printf "%.2f cores", $1 / $2 }' "$group/cpu.max")"
+    elif [[ -f $group/cpu.cfs_quota_us ]]; then
+      cpu=" cpu: $(awk -v p="$(cat "$group/cpu.cfs_period_us")" '{ printf "%.2f cores", $1 / p }' "$group/cpu.cfs_quota_us")"
+    fi
+    printf '%-10s %-15s listening: %s%s\n' "$name" "$addr" "${listening:-nothing}" "$cpu"
   done <<<"$made"
 }
 

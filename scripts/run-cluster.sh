@@ -22,6 +22,8 @@ Where the hosts come from (pick one):
   --loopback       everything on this machine on 127.0.0.1, one port per server. No root.
 
 Options:
+  --cpu F            (--local) each host a machine of F cores: a cgroup CPU quota for every
+                     process on it (scripts/local-cluster.sh up --cpu), e.g. 0.25
   --port P           first kvd port (default 7070; server i listens on P, or P+i on loopback)
   --records N        records to preload with `kvbench load` before the clients start (1000000)
   --no-load          do not preload
@@ -68,6 +70,7 @@ EOF
 }
 
 MODE=""
+CPU=""
 HOSTS_FILE=""
 PORT=7070
 RECORDS=1000000
@@ -87,6 +90,7 @@ while (($#)); do
   case "$1" in
     --hosts) MODE=ssh; HOSTS_FILE=$2; shift 2 ;;
     --local) MODE=local; shift ;;
+    --cpu) CPU=$2; shift 2 ;;
     --loopback) MODE=loopback; shift ;;
     --port) PORT=$2; shift 2 ;;
     --records) RECORDS=$2; shift 2 ;;
@@ -108,6 +112,7 @@ while (($#)); do
   esac
 done
 [[ ${#POS[@]} -ge 2 ]] || { usage >&2; exit 2; }
+[[ -z $CPU || $MODE == local ]] || { echo "run-cluster: --cpu needs --local (it caps namespace hosts)" >&2; exit 2; }
 SERVERS=${POS[0]}
 CLIENTS=${POS[1]}
 KVD_ARGS=${POS[2]:-}
@@ -194,7 +199,7 @@ on() {
   if ((DRY)); then echo "[host $i] $*"; return 0; fi
   case "$MODE" in
     ssh) ssh -o BatchMode=yes "${HOSTS[$i]}" "$(printf '%q ' "$@")" ;;
-    local) ip netns exec "${HOSTS[$i]}" "$@" ;;
+    local) "$LOCAL_CLUSTER" exec "$i" "$@" ;;
     loopback) "$@" ;;
   esac
 }
@@ -209,7 +214,9 @@ spawn() {
     ssh)
       pid=$(ssh -o BatchMode=yes "${HOSTS[$i]}" "nohup $(printf '%q ' "$@") > $(printf '%q' "$BIN_DIR/$(basename "$log")") 2>&1 & echo \$!")
       ;;
-    local) ip netns exec "${HOSTS[$i]}" "$@" >>"$log" 2>&1 & pid=$! ;;
+    # Through local-cluster.sh, which puts the process in the host's cgroup (--cpu) and
+    # execs it: the PID is the process's own.
+    local) "$LOCAL_CLUSTER" exec "$i" "$@" >>"$log" 2>&1 & pid=$! ;;
     loopback) "$@" >>"$log" 2>&1 & pid=$! ;;
   esac
   PIDS+=("$i $pid")
@@ -318,7 +325,7 @@ MERGE_KVBENCH="$ROOT/target/release/kvbench"
 [[ $MODE == ssh ]] || MERGE_KVBENCH=$KVBENCH
 
 if [[ $MODE == local ]]; then
-  if ((DRY)); then echo "$LOCAL_CLUSTER up $TOTAL"; else "$LOCAL_CLUSTER" up "$TOTAL" >&2; fi
+  if ((DRY)); then echo "$LOCAL_CLUSTER up $TOTAL${CPU:+ --cpu $CPU}"; else "$LOCAL_CLUSTER" up "$TOTAL" ${CPU:+--cpu "$CPU"} >&2; fi
 fi
 
 # start_server HOST: kvd for server host HOST (shard HOST / REPLICAS); its pid is SERVER_PID[HOST].

@@ -43,6 +43,77 @@ fn namespaces_available() -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the machine has a cgroup CPU controller `local-cluster.sh --cpu` can use.
+fn cpu_quota_available() -> bool {
+    let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+        .is_ok_and(|c| c.split_whitespace().any(|w| w == "cpu"));
+    v2 || Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists()
+        || Path::new("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us").exists()
+}
+
+/// `local-cluster.sh up 1 --cpu 0.1`: what the host runs is held to its quota (the kernel
+/// throttles its cgroup), `status` shows the quota, and `down` removes the cgroup.
+#[test]
+fn a_host_with_a_cpu_quota_is_throttled_and_its_cgroup_removed() {
+    if let Err(why) = namespaces_available() {
+        eprintln!("SKIPPED: network namespaces unavailable ({why})");
+        return;
+    }
+    if !cpu_quota_available() {
+        eprintln!("SKIPPED: no cgroup CPU controller on this machine");
+        return;
+    }
+    let prefix = format!("kvq{}", std::process::id() % 10_000);
+    let _teardown = Teardown { prefix: prefix.clone() };
+    let script = repo_root().join("scripts/local-cluster.sh");
+    let run = |args: &[&str]| {
+        let out = Command::new(&script)
+            .args(["--prefix", &prefix])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "local-cluster {args:?} failed: {text}");
+        text
+    };
+    run(&["up", "1", "--cpu", "0.1"]);
+    let group = ["/sys/fs/cgroup", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
+        .iter()
+        .map(|root| Path::new(root).join(format!("kvd-{prefix}0")))
+        .find(|p| p.exists())
+        .expect("up --cpu made no cgroup for the host");
+    assert!(run(&["status"]).contains("cpu: 0.10 cores"));
+    // A busy loop, bounded to one second, on the host: a tenth of a core cannot keep it
+    // running, so the kernel throttles the host's cgroup.
+    let _ = Command::new(&script)
+        .args([
+            "--prefix",
+            &prefix,
+            "exec",
+            "0",
+            "timeout",
+            "1",
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ])
+        .output()
+        .unwrap();
+    let stat = std::fs::read_to_string(group.join("cpu.stat")).unwrap();
+    let throttled: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("nr_throttled "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no nr_throttled in {stat}"));
+    assert!(throttled > 0, "the busy loop was never throttled: {stat}");
+    run(&["down"]);
+    assert!(!group.exists(), "down left {}", group.display());
+}
+
 #[test]
 fn run_cluster_across_hosts_merges_results_and_checks_linearizability() {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_kvbench")).parent().unwrap().to_path_buf();
@@ -63,7 +134,14 @@ fn run_cluster_across_hosts_merges_results_and_checks_linearizability() {
     };
     let _teardown = Teardown { prefix: prefix.clone() };
     let logs = std::env::temp_dir().join(format!("kvd-run-cluster-{}", std::process::id()));
+    // Four hosts of half a core each (the machine's two cores), where quotas can be had.
+    let cpu: &[&str] = if mode == "--local" && cpu_quota_available() {
+        &["--cpu", "0.5"]
+    } else {
+        &[]
+    };
     let out = Command::new(repo_root().join("scripts/run-cluster.sh"))
+        .args(cpu)
         .args([
             mode,
             "--records",
