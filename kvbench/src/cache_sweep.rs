@@ -169,6 +169,7 @@ fn write_chart(dir: &Path, points: &[CachePoint]) -> anyhow::Result<()> {
         title: "Hit ratio vs cache size".into(),
         x_label: "cluster --max-memory (MB)".into(),
         y_label: "hit ratio (%)".into(),
+        log_x: true,
         log_y: false,
         series: vec![
             ("kvd (sampled LRU)".into(), series(|p| p.hit_ratio)),

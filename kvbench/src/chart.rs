@@ -12,11 +12,13 @@ use plotters::style::FontStyle;
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
-/// One line chart: named series of (x, y) points over a logarithmic x axis.
+/// One line chart: named series of (x, y) points.
 pub struct LineChart {
     pub title: String,
     pub x_label: String,
     pub y_label: String,
+    /// A logarithmic x axis (batch sizes, task counts); else linear (time).
+    pub log_x: bool,
     pub log_y: bool,
     pub series: Vec<(String, Vec<(f64, f64)>)>,
 }
@@ -53,7 +55,11 @@ impl LineChart {
         if x0 > x1 {
             return ((1.0, 10.0), (1.0, 10.0));
         }
-        let x = (x0.max(1e-9) / 1.5, x1 * 1.5);
+        let x = if self.log_x {
+            (x0.max(1e-9) / 1.5, x1 * 1.5)
+        } else {
+            (x0.min(0.0), x1.max(x0 + 1.0))
+        };
         let y = if self.log_y {
             (y0.max(1e-9) / 2.0, y1 * 2.0)
         } else {
@@ -72,16 +78,29 @@ impl LineChart {
             .margin(16)
             .x_label_area_size(50)
             .y_label_area_size(90);
-        if self.log_y {
-            let chart = builder
-                .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
-                .map_err(|e| err(&e))?;
-            self.draw(chart).map_err(|e| err(&e))?;
-        } else {
-            let chart = builder
-                .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
-                .map_err(|e| err(&e))?;
-            self.draw(chart).map_err(|e| err(&e))?;
+        match (self.log_x, self.log_y) {
+            (true, true) => {
+                let chart = builder
+                    .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+                    .map_err(|e| err(&e))?;
+                self.draw(chart).map_err(|e| err(&e))?;
+            }
+            (true, false) => {
+                let chart = builder
+                    .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+                    .map_err(|e| err(&e))?;
+                self.draw(chart).map_err(|e| err(&e))?;
+            }
+            (false, true) => {
+                let chart = builder
+                    .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+                    .map_err(|e| err(&e))?;
+                self.draw(chart).map_err(|e| err(&e))?;
+            }
+            (false, false) => {
+                let chart = builder.build_cartesian_2d(x0..x1, y0..y1).map_err(|e| err(&e))?;
+                self.draw(chart).map_err(|e| err(&e))?;
+            }
         }
         root.present().map_err(|e| err(&e))?;
         Ok(())
@@ -136,18 +155,19 @@ mod tests {
     fn writes_non_empty_png_and_svg() {
         let dir = std::env::temp_dir().join(format!("kvbench-chart-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        for log_y in [false, true] {
+        for (log_x, log_y) in [(true, false), (true, true), (false, true), (false, false)] {
             let chart = LineChart {
                 title: "throughput vs batch".into(),
                 x_label: "batch".into(),
                 y_label: "op/s".into(),
+                log_x,
                 log_y,
                 series: vec![
                     ("8 tasks".into(), vec![(1.0, 1e4), (64.0, 5e5), (8192.0, 2e6)]),
                     ("128 tasks".into(), vec![(1.0, 5e4), (64.0, 9e5), (8192.0, 3e6)]),
                 ],
             };
-            let stem = dir.join(format!("chart-{log_y}"));
+            let stem = dir.join(format!("chart-{log_x}-{log_y}"));
             chart.write(&stem).unwrap();
             assert!(std::fs::metadata(stem.with_extension("png")).unwrap().len() > 5_000);
             assert!(std::fs::metadata(stem.with_extension("svg")).unwrap().len() > 1_000);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use kvshared::cli::NodesArgs;
 
-use crate::workload::{Contention, Distribution, SpecOptions, Workload};
+use crate::workload::{Contention, Distribution, Phase, SpecOptions, Workload, parse_phases};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -98,9 +98,24 @@ pub struct WorkloadArgs {
     /// Hotspot distribution: fraction of keys that are hot [default: 0.2].
     #[arg(long)]
     pub hot_fraction: Option<f64>,
-    /// Hotspot distribution: fraction of ops that go to hot keys [default: 0.8].
+    /// Hotspot distribution: fraction of ops that go to hot keys [default: 0.8]. With
+    /// `-w hotkey`: fraction of ops on the hot node's keys, the rest spread over every
+    /// record [default: all].
     #[arg(long)]
     pub hot_ops: Option<f64>,
+    /// With `-w hotkey`: a hot spot that moves between shards, as SHARD:DURATION steps
+    /// repeated in turn from the start of the run, e.g. `0:10s,1:10s,2:10s` [default: shard
+    /// 0 throughout]. `--timeline` then shows each shard's latency following it.
+    #[arg(long, value_parser = parse_phases_arg, value_name = "SHARD:TIME,...")]
+    pub phases: Option<PhaseList>,
+}
+
+/// `--phases`, parsed (one value that holds several steps, for clap).
+#[derive(Clone, Debug)]
+pub struct PhaseList(pub Vec<Phase>);
+
+fn parse_phases_arg(text: &str) -> Result<PhaseList, String> {
+    parse_phases(text).map(PhaseList)
 }
 
 impl WorkloadArgs {
@@ -115,6 +130,7 @@ impl WorkloadArgs {
             records: self.data.records,
             value_size: self.data.value_size,
             key_prefix: self.data.key_prefix.clone(),
+            phases: self.phases.clone().map(|p| p.0).unwrap_or_default(),
         }
     }
 }
@@ -166,6 +182,11 @@ pub struct RunArgs {
     /// Append one row per run to this CSV file (header written when the file is new).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// Chart each shard's p99 batch round trip second by second to STEM.png and STEM.svg
+    /// (the figures are in the JSON's `node_timeline` either way; with `-w hotkey --phases`
+    /// it shows the hot spot moving).
+    #[arg(long, value_name = "STEM")]
+    pub timeline: Option<PathBuf>,
     /// Generate and encode ops without sending them, to measure kvbench's own speed per core.
     #[arg(long)]
     pub dry_run: bool,

@@ -11,11 +11,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use kvshared::client::{ClientError, Cluster, NodeBatches, Reply, STALL_AFTER};
+use kvshared::latency::Latency;
 use kvshared::wire::{BatchRequest, OpKind, OpStatus};
 use parking_lot::Mutex;
 use rand::Rng;
 
 use crate::hist::{Hist, new_hist};
+use crate::timeline::{self, Timeline};
 use crate::workload::{OpGen, OpType, Shared, write_key};
 
 /// How hard and how long to drive the cluster.
@@ -138,6 +140,8 @@ pub struct EngineOutput {
     pub errors: BTreeMap<String, u64>,
     /// Ops completed in each second since start (warm-up included).
     pub per_second: Vec<u64>,
+    /// Per node, per second since start (warm-up included): batch round trips.
+    pub node_timeline: Vec<Vec<Latency>>,
     /// Times a task paused after a failure because every node was down.
     pub pauses: u64,
 }
@@ -237,6 +241,7 @@ struct TaskOutput {
     failed_ops: u64,
     errors: BTreeMap<String, u64>,
     pauses: u64,
+    timeline: Timeline,
 }
 
 impl TaskOutput {
@@ -253,6 +258,7 @@ impl TaskOutput {
             failed_ops: 0,
             errors: BTreeMap::new(),
             pauses: 0,
+            timeline: Timeline::new(nodes),
         }
     }
 
@@ -278,9 +284,12 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
         handles.push(tokio::spawn(task_loop(t, cluster, shared, cfg, live)));
     }
     let mut out = TaskOutput::new(cluster.node_count());
+    let mut node_timeline = Vec::new();
     for h in handles {
         // A task only fails by panicking; its figures are lost but the run still reports.
-        if let Ok(t) = h.await {
+        if let Ok(mut t) = h.await {
+            let line = std::mem::replace(&mut t.timeline, Timeline::new(0)).finish();
+            timeline::merge(&mut node_timeline, &line);
             merge_task(&mut out, t);
         }
     }
@@ -307,6 +316,7 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
         errors: out.errors,
         per_second,
         pauses: out.pauses,
+        node_timeline,
     }
 }
 
@@ -450,6 +460,8 @@ async fn task_loop(
                     recent.reset();
                     recent_since = done;
                 }
+                let second = done.saturating_duration_since(live.started).as_secs() as usize;
+                out.timeline.record(node, second, latency);
                 if done >= live.measure_start && done <= live.measure_end {
                     let _ = out.batch_hist.record(latency);
                     for (i, &c) in ok_counts.iter().enumerate() {

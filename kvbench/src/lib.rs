@@ -31,5 +31,6 @@ pub mod report;
 pub mod result;
 pub mod run;
 pub mod sweep;
+pub mod timeline;
 pub mod tui;
 pub mod workload;

@@ -147,6 +147,11 @@ pub struct RunResult {
     /// Stopped early by Ctrl-C: the figures cover the window measured until then.
     #[serde(default)]
     pub interrupted: bool,
+    /// Per node (shard order), per second since the start (warm-up included, as
+    /// `per_second`): the client's batch round trips to that node, as latency histograms
+    /// (`buckets` of `[bucket, count]`, see kvshared's `latency`; `sum_ns`).
+    #[serde(default)]
+    pub node_timeline: Vec<Vec<kvshared::latency::Latency>>,
 }
 
 impl RunResult {
@@ -212,6 +217,7 @@ impl RunResult {
             client_cpu_percent,
             merged_runs: 1,
             interrupted: false,
+            node_timeline: out.node_timeline.clone(),
         })
     }
 
@@ -233,6 +239,7 @@ impl RunResult {
         m.failed_ops = 0;
         m.errors.clear();
         m.per_second.clear();
+        m.node_timeline.clear();
         m.client_cpu_percent = 0.0;
         m.elapsed_s = 0.0;
         for n in &mut m.per_node {
@@ -263,6 +270,8 @@ impl RunResult {
                 }
                 m.per_second[i] += v;
             }
+            // Clients list the nodes in the same (shard) order.
+            crate::timeline::merge(&mut m.node_timeline, &r.node_timeline);
             for n in &r.per_node {
                 match m.per_node.iter_mut().find(|x| x.addr == n.addr) {
                     Some(x) => {

@@ -93,6 +93,9 @@ pub async fn run_live(
     interrupt: &Interrupt,
 ) -> anyhow::Result<RunResult> {
     let cfg = plan.engine.clone();
+    plan.workload
+        .check(cluster.node_count() as u32)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let shared = Shared::new(plan.workload.clone(), cluster.node_count() as u32);
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -223,6 +226,11 @@ pub async fn command(args: RunArgs, interrupt: Interrupt) -> anyhow::Result<Exit
     if let Some(path) = &args.csv {
         report::append_csv(path, &CsvRow::of(&result))?;
     }
+    if let Some(stem) = &args.timeline {
+        let title = "Each shard's p99 batch round trip, second by second";
+        crate::timeline::chart(&result.node_timeline, &result.options.nodes, title, stem)?;
+        eprintln!("kvbench: timeline chart written to {}.png and .svg", stem.display());
+    }
     if result.failed_ops > 0 && !args.allow_failures && !result.interrupted {
         eprintln!(
             "kvbench: {} ops failed; exit status {EXIT_FAILURES} (--allow-failures to accept failures)",
@@ -238,6 +246,7 @@ fn dry_run(args: &RunArgs) -> anyhow::Result<()> {
     let spec = WorkloadSpec::new(args.bench.workload.workload, &args.bench.workload.spec_options());
     let describe = spec.describe();
     let prefix = spec.key_prefix.clone();
+    spec.check(nodes as u32).map_err(|e| anyhow::anyhow!(e))?;
     let build = Instant::now();
     let shared = Shared::new(spec, nodes as u32);
     let setup = build.elapsed();

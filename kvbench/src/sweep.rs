@@ -127,6 +127,7 @@ pub fn write_charts(dir: &Path, tasks: &[usize], batches: &[usize], results: &[R
         title: "Throughput vs batch size".into(),
         x_label: "ops per batch per node".into(),
         y_label: "op/s".into(),
+        log_x: true,
         log_y: false,
         series: by_tasks(&|r| r.ops_per_sec),
     }
@@ -135,6 +136,7 @@ pub fn write_charts(dir: &Path, tasks: &[usize], batches: &[usize], results: &[R
         title: "Throughput vs client tasks".into(),
         x_label: "client tasks".into(),
         y_label: "op/s".into(),
+        log_x: true,
         log_y: false,
         series: batches
             .iter()
@@ -152,6 +154,7 @@ pub fn write_charts(dir: &Path, tasks: &[usize], batches: &[usize], results: &[R
         title: "Batch round-trip p99 latency vs batch size".into(),
         x_label: "ops per batch per node".into(),
         y_label: "p99 latency (us)".into(),
+        log_x: true,
         log_y: true,
         series: by_tasks(&|r| r.latency_us.get("batch").map(|l| l.p99_us).unwrap_or(0.0).max(0.1)),
     }

@@ -250,6 +250,54 @@ async fn a_node_dying_mid_run_fails_only_its_ops_and_the_run_ends() {
     assert!(r.per_node[0].ops > 0, "the live node kept serving");
 }
 
+/// `-w hotkey --phases`: the hot spot moves from shard to shard on schedule, and the
+/// result's per-node timeline shows where the batches went second by second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moving_hot_spot_follows_its_phases_in_the_timeline() {
+    let nodes = LocalCluster::start(2, |_| {}).await.unwrap();
+    let list = nodes.addrs().join(",");
+    let r = run(&[
+        "--nodes",
+        &list,
+        "--records",
+        "4000",
+        "-w",
+        "hotkey",
+        "--phases",
+        "0:1s,1:1s",
+        "--duration",
+        "3500ms",
+        "--warmup",
+        "0s",
+        "--tasks",
+        "4",
+        "--batch",
+        "16",
+    ])
+    .await;
+    assert_eq!(r.failed_ops, 0, "{:?}", r.errors);
+    assert_eq!(r.node_timeline.len(), 2);
+    let batches = |node: usize, second: usize| r.node_timeline[node].get(second).map_or(0, |l| l.count());
+    // Only reads and writes of the hot node's keys: in second 0 and 2 node 0 is hot, in
+    // second 1 node 1. (A batch answered just after a phase changed may still belong to
+    // the phase before, hence "most", not "all".)
+    for (second, hot) in [(0, 0), (1, 1), (2, 0)] {
+        let (on_hot, on_cold) = (batches(hot, second), batches(1 - hot, second));
+        assert!(
+            on_hot > 10 * on_cold.max(1),
+            "second {second}: hot node {hot} {on_hot}, other {on_cold}"
+        );
+    }
+    let wl = r.workload.as_ref().unwrap();
+    assert!(wl.describe().contains("0 for 1s, then 1 for 1s"), "{}", wl.describe());
+    let dir = std::env::temp_dir().join(format!("kvbench-timeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stem = dir.join("timeline");
+    kvbench::timeline::chart(&r.node_timeline, &r.options.nodes, "test", &stem).unwrap();
+    assert!(std::fs::metadata(stem.with_extension("png")).unwrap().len() > 5_000);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_by_two_sweep_writes_csv_and_charts() {
     let nodes = LocalCluster::start(1, |_| {}).await.unwrap();

@@ -8,6 +8,7 @@ mod zipf;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use kvshared::routing::{key_hash, owner_node};
@@ -43,7 +44,8 @@ pub enum Workload {
     Getpopular,
     /// 50% read, 50% update, uniform.
     Mixed,
-    /// 95% read, 5% update, uniform over only the keys that node 0 owns: one shard takes all.
+    /// 95% read, 5% update, uniform over only the keys that one node owns (node 0, or as
+    /// --phases moves it): one shard takes all (or --hot-ops of the ops).
     Hotkey,
     /// 95% read, 5% update, uniform.
     Uniform,
@@ -108,6 +110,44 @@ pub struct WorkloadSpec {
     pub single_shard: bool,
     /// Restrict key choice to records `0..key_space` (the `getpopular` preset); else all records.
     pub key_space: Option<u64>,
+    /// `hotkey`: where the hot spot is over time (repeated in turn); empty: node 0 throughout.
+    #[serde(default)]
+    pub phases: Vec<Phase>,
+    /// `hotkey`: the fraction of ops that go to the hot node's keys (the rest spread over
+    /// every record); `None`: all of them.
+    #[serde(default)]
+    pub hot_share: Option<f64>,
+}
+
+/// One step of a moving hot spot: node `shard` is hot for `millis` milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phase {
+    pub shard: u32,
+    pub millis: u64,
+}
+
+/// Parses `--phases`: `SHARD:DURATION` steps separated by commas, e.g. `0:10s,1:10s,2:5s`.
+pub fn parse_phases(text: &str) -> Result<Vec<Phase>, String> {
+    text.split(',')
+        .map(|step| {
+            let (shard, time) = step
+                .trim()
+                .split_once(':')
+                .ok_or_else(|| format!("'{step}' is not SHARD:DURATION (e.g. 1:10s)"))?;
+            let shard = shard
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{shard}' in '{step}' is not a shard number"))?;
+            let time = humantime::parse_duration(time.trim()).map_err(|e| format!("'{time}' in '{step}': {e}"))?;
+            if time < Duration::from_millis(100) {
+                return Err(format!("'{step}': a phase lasts at least 100ms"));
+            }
+            Ok(Phase {
+                shard,
+                millis: time.as_millis() as u64,
+            })
+        })
+        .collect()
 }
 
 /// Overrides of a preset, from the command line.
@@ -122,6 +162,8 @@ pub struct SpecOptions {
     pub records: u64,
     pub value_size: usize,
     pub key_prefix: String,
+    /// `--phases` (hotkey only).
+    pub phases: Vec<Phase>,
 }
 
 impl WorkloadSpec {
@@ -157,7 +199,25 @@ impl WorkloadSpec {
             key_prefix: o.key_prefix.clone(),
             single_shard: workload == Workload::Hotkey,
             key_space: (workload == Workload::Getpopular).then_some(100.min(o.records.max(1))),
+            phases: o.phases.clone(),
+            hot_share: (workload == Workload::Hotkey).then_some(o.hot_ops).flatten(),
         }
+    }
+
+    /// Refuses settings this cluster of `nodes` nodes cannot run: phases without `hotkey`, a
+    /// phase naming a node past the last.
+    pub fn check(&self, nodes: u32) -> Result<(), String> {
+        if !self.phases.is_empty() && self.workload != Workload::Hotkey {
+            return Err("--phases moves the hot spot of -w hotkey; add -w hotkey".into());
+        }
+        if let Some(p) = self.phases.iter().find(|p| p.shard >= nodes) {
+            return Err(format!(
+                "--phases names shard {} but the cluster has {nodes} (shards 0..{})",
+                p.shard,
+                nodes.saturating_sub(1)
+            ));
+        }
+        Ok(())
     }
 
     /// A one-line description for summaries.
@@ -173,6 +233,27 @@ impl WorkloadSpec {
                 self.hot_fraction * 100.0,
                 self.hot_ops * 100.0
             ),
+            _ if self.workload == Workload::Hotkey => {
+                let share = self
+                    .hot_share
+                    .map_or("all".to_string(), |f| format!("{:.0}%", f * 100.0));
+                let place = if self.phases.is_empty() {
+                    "node 0".to_string()
+                } else {
+                    self.phases
+                        .iter()
+                        .map(|p| {
+                            format!(
+                                "{} for {}",
+                                p.shard,
+                                humantime::format_duration(Duration::from_millis(p.millis))
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", then ")
+                };
+                format!("{share} of ops on the keys of {place}")
+            }
             d => format!("{d:?}").to_lowercase(),
         };
         let m = &self.mix;
@@ -233,8 +314,10 @@ pub struct Shared {
     zipf: Option<Arc<ZipfTable>>,
     /// Records inserted so far during the run (workload D); new keys start at `records`.
     inserted: AtomicU64,
-    /// For `hotkey`: the records owned by node 0.
-    subset: Option<Vec<u64>>,
+    /// For `hotkey`: per node, the records it owns.
+    subsets: Option<Vec<Vec<u64>>>,
+    /// When the run's hot spot schedule starts.
+    created: Instant,
 }
 
 impl Shared {
@@ -243,24 +326,45 @@ impl Shared {
         let space = spec.key_space.unwrap_or(spec.records);
         let zipf = matches!(spec.distribution, Distribution::Zipfian | Distribution::Latest)
             .then(|| ZipfTable::new(space, spec.theta));
-        let subset = spec.single_shard.then(|| {
+        let subsets = spec.single_shard.then(|| {
             let mut key = Vec::new();
-            (0..space)
-                .filter(|&i| {
-                    key.clear();
-                    write_key(&mut key, &spec.key_prefix, i);
-                    owner_node(key_hash(&key), nodes) == 0
-                })
-                .collect()
+            let mut subsets = vec![Vec::new(); nodes.max(1) as usize];
+            for i in 0..space {
+                key.clear();
+                write_key(&mut key, &spec.key_prefix, i);
+                subsets[owner_node(key_hash(&key), nodes.max(1)) as usize].push(i);
+            }
+            subsets
         });
         Arc::new(Shared {
             spec,
             zipf,
             inserted: AtomicU64::new(0),
-            subset,
+            subsets,
+            created: Instant::now(),
         })
     }
+
+    /// The node that is hot `elapsed` after the run started (`hotkey`).
+    pub fn hot_node(&self, elapsed: Duration) -> usize {
+        let phases = &self.spec.phases;
+        let cycle: u64 = phases.iter().map(|p| p.millis).sum();
+        if cycle == 0 {
+            return 0;
+        }
+        let mut at = elapsed.as_millis() as u64 % cycle;
+        for p in phases {
+            if at < p.millis {
+                return p.shard as usize;
+            }
+            at -= p.millis;
+        }
+        0
+    }
 }
+
+/// Ops between two looks at the clock for a moving hot spot.
+const HOT_CHECK_EVERY: u32 = 256;
 
 /// One task's op generator.
 pub struct OpGen {
@@ -268,6 +372,9 @@ pub struct OpGen {
     rng: SmallRng,
     /// Cumulative thresholds of the mix, for one uniform draw per op.
     thresholds: [f64; 3],
+    /// `hotkey`: the hot node, and ops until the clock is read again.
+    hot: usize,
+    until_check: u32,
 }
 
 impl OpGen {
@@ -278,6 +385,8 @@ impl OpGen {
             shared,
             rng: SmallRng::seed_from_u64(seed),
             thresholds,
+            hot: 0,
+            until_check: 0,
         }
     }
 
@@ -306,10 +415,18 @@ impl OpGen {
     fn choose_key(&mut self) -> u64 {
         let s = &self.shared;
         let spec = &s.spec;
-        if let Some(subset) = &s.subset {
+        if let Some(subsets) = &s.subsets {
+            if self.until_check == 0 {
+                self.until_check = HOT_CHECK_EVERY;
+                self.hot = s.hot_node(s.created.elapsed());
+            }
+            self.until_check -= 1;
+            let hot = spec.hot_share.is_none_or(|f| self.rng.random_bool(f.clamp(0.0, 1.0)));
+            let subset = subsets.get(self.hot).map(Vec::as_slice).unwrap_or_default();
             return match subset.len() {
                 0 => 0,
-                n => subset[self.rng.random_range(0..n)],
+                n if hot => subset[self.rng.random_range(0..n)],
+                _ => self.rng.random_range(0..spec.records.max(1)),
             };
         }
         let space = spec.key_space.unwrap_or(spec.records);
@@ -423,6 +540,50 @@ mod tests {
             write_key(&mut key, "user", g.next_op().1);
             assert_eq!(owner_node(key_hash(&key), 4), 0);
         }
+    }
+
+    #[test]
+    fn phases_move_the_hot_spot_in_turn() {
+        let o = SpecOptions {
+            records: 10_000,
+            value_size: 8,
+            phases: parse_phases("2:1s, 0:500ms").unwrap(),
+            ..SpecOptions::default()
+        };
+        let spec = WorkloadSpec::new(Workload::Hotkey, &o);
+        assert_eq!(spec.check(3), Ok(()));
+        assert!(spec.check(2).unwrap_err().contains("shard 2"));
+        assert!(WorkloadSpec::new(Workload::B, &o).check(3).is_err());
+        let shared = Shared::new(spec, 3);
+        let at = |ms| shared.hot_node(Duration::from_millis(ms));
+        assert_eq!(
+            (at(0), at(999), at(1000), at(1499), at(1500), at(2600)),
+            (2, 2, 0, 0, 2, 0)
+        );
+        assert!(parse_phases("1").is_err());
+        assert!(parse_phases("x:1s").is_err());
+        assert!(parse_phases("1:10ms").is_err());
+    }
+
+    #[test]
+    fn hot_ops_sends_only_that_share_to_the_hot_node() {
+        let o = SpecOptions {
+            records: 20_000,
+            value_size: 8,
+            hot_ops: Some(0.5),
+            ..SpecOptions::default()
+        };
+        let mut g = OpGen::new(Shared::new(WorkloadSpec::new(Workload::Hotkey, &o), 4), 3);
+        let mut key = Vec::new();
+        let on_zero = (0..4000)
+            .filter(|_| {
+                key.clear();
+                write_key(&mut key, "", g.next_op().1);
+                owner_node(key_hash(&key), 4) == 0
+            })
+            .count();
+        // Half go to node 0's keys, and a quarter of the other half land there anyway.
+        assert!((2300..2700).contains(&on_zero), "{on_zero}");
     }
 
     #[test]
