@@ -52,7 +52,8 @@ Options:
   -h, --help         this help
 
 Every run stores under logs/<timestamp>/: each kvd's and each client's log, client-J.json
-per client, merged.json, summary.txt, stats-end.txt (and history.json with --check).
+per client, merged.json, summary.txt, stats-end.txt, timeline.png and .svg (each shard's p99
+batch round trip second by second), and history.json with --check.
 
 What it exposes: in ssh mode each kvd listens on 0.0.0.0:PORT, reachable by anyone who can
 reach the host; without the token they are refused, but the traffic is not encrypted (see
@@ -474,11 +475,11 @@ fi
 
 say "merged result"
 if ((DRY)); then
-  echo "$MERGE_KVBENCH merge $OUT/client-*.json --json $OUT/merged.json"
+  echo "$MERGE_KVBENCH merge $OUT/client-*.json --json $OUT/merged.json --timeline $OUT/timeline"
   echo "[host $FIRST_CLIENT] $KVD stats --nodes $NODES ${AUTH[*]}"
   exit 0
 fi
-"$MERGE_KVBENCH" merge "$OUT"/client-*.json --json "$OUT/merged.json" | tee "$OUT/summary.txt"
+"$MERGE_KVBENCH" merge "$OUT"/client-*.json --json "$OUT/merged.json" --timeline "$OUT/timeline" | tee "$OUT/summary.txt"
 on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" "${AUTH[@]}" | tee "$OUT/stats-end.txt"
 echo "results: $OUT"
 if ((CHECK_STATUS != 0)); then die "kvbench check exited $CHECK_STATUS (1: not linearizable, 2: unknown or error)"; fi

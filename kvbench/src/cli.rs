@@ -255,6 +255,10 @@ pub struct MergeArgs {
     /// Write the merged result as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Chart each shard's p99 batch round trip second by second, all clients together, to
+    /// STEM.png and STEM.svg (as `kvbench run --timeline`).
+    #[arg(long, value_name = "STEM")]
+    pub timeline: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -31,5 +31,10 @@ pub fn command(args: MergeArgs) -> anyhow::Result<()> {
         }
         None => kvshared::out!("{text}")?,
     }
+    if let Some(stem) = &args.timeline {
+        let title = "Each shard's p99 batch round trip, second by second";
+        crate::timeline::chart(&merged.node_timeline, &merged.options.nodes, title, stem)?;
+        eprintln!("kvbench: timeline chart written to {}.png and .svg", stem.display());
+    }
     Ok(())
 }
