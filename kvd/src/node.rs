@@ -8,7 +8,7 @@ use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
 use kvshared::latency::LatencyStats;
 use kvshared::routing::ShardId;
-use kvshared::stats::{Counts, GroupFigures, NodeStats};
+use kvshared::stats::{Counts, GroupFigures, NodeStats, RecentLoad};
 use kvshared::tls::TlsServer;
 use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, OpKind, ReplyView, encode_frame};
 use tokio::sync::oneshot;
@@ -169,6 +169,30 @@ pub struct Node {
     pub(crate) protected: bool,
     sampler: Sampler,
     started: Instant,
+    /// The cumulative figures where the current load window began, and the last window's
+    /// load (see [`RecentLoad`]).
+    window: parking_lot::Mutex<LoadWindow>,
+}
+
+struct LoadWindow {
+    began: Instant,
+    counts: Counts,
+    latency: LatencyStats,
+    last: RecentLoad,
+}
+
+impl LoadWindow {
+    /// Ends the current window if it is old enough, and returns the last complete one.
+    fn advance(&mut self, counts: &Counts, latency: &LatencyStats) -> RecentLoad {
+        let ms = self.began.elapsed().as_millis() as u64;
+        if ms >= RecentLoad::MIN_WINDOW_MS {
+            self.last = RecentLoad::between((&self.counts, &self.latency), (counts, latency), ms);
+            self.began = Instant::now();
+            self.counts = *counts;
+            self.latency = latency.clone();
+        }
+        self.last.clone()
+    }
 }
 
 impl Node {
@@ -195,6 +219,12 @@ impl Node {
             protected: false,
             sampler: Sampler::start(config.sample_period),
             started: Instant::now(),
+            window: parking_lot::Mutex::new(LoadWindow {
+                began: Instant::now(),
+                counts: Counts::default(),
+                latency: LatencyStats::default(),
+                last: RecentLoad::default(),
+            }),
             config,
         })
     }
@@ -355,6 +385,20 @@ impl Node {
         let sample = self.sampler.latest();
         let mut system = sample.figures;
         system.system_sampled_ms = sample.at.saturating_duration_since(self.started).as_millis() as u64;
+        let latency = {
+            let [get, put, delete] = self.latencies.snapshot();
+            LatencyStats {
+                get,
+                put,
+                delete,
+                map_shards: self.store.shard_latencies(),
+            }
+        };
+        let counts = Counts {
+            log_lines_dropped: LOG_LINES_DROPPED.get().map_or(0, |f| f()),
+            ..self.counters.totals()
+        };
+        let recent = self.window.lock().advance(&counts, &latency);
         NodeStats {
             version: env!("CARGO_PKG_VERSION").to_string(),
             shard: self.config.shard,
@@ -378,19 +422,9 @@ impl Node {
                 (Some(log), Some(_)) => log.group_figures(),
                 _ => GroupFigures::default(),
             },
-            latency: {
-                let [get, put, delete] = self.latencies.snapshot();
-                LatencyStats {
-                    get,
-                    put,
-                    delete,
-                    map_shards: self.store.shard_latencies(),
-                }
-            },
-            counts: Counts {
-                log_lines_dropped: LOG_LINES_DROPPED.get().map_or(0, |f| f()),
-                ..self.counters.totals()
-            },
+            latency,
+            recent,
+            counts,
             system,
         }
     }

@@ -178,6 +178,36 @@ async fn stats_move_as_ops_are_served() {
     assert_eq!(total_misses, 1);
 }
 
+/// Each node reports the load of its last window (reads/s, writes/s, server-side p99):
+/// what a watcher of hot shards reads without keeping state of its own.
+#[tokio::test]
+async fn stats_carry_the_last_windows_load() {
+    let cluster = LocalCluster::start(1, |_| {}).await.unwrap();
+    let client = Cluster::connect(&cluster.addrs(), config()).await.unwrap();
+    assert_eq!(
+        client.stats(0).await.unwrap().recent.window_ms,
+        0,
+        "no window has ended yet"
+    );
+    let keys: Vec<String> = (0..200).map(|i| format!("w{i}")).collect();
+    let puts: Vec<Op<'_>> = keys.iter().map(|k| Op::Put(k.as_bytes(), b"v")).collect();
+    let gets: Vec<Op<'_>> = keys.iter().map(|k| Op::Get(k.as_bytes())).collect();
+    assert!(client.batch(&puts).await.iter().all(|r| r.is_ok()));
+    for _ in 0..3 {
+        assert!(client.batch(&gets).await.iter().all(|r| r.is_ok()));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let r = client.stats(0).await.unwrap().recent;
+    assert!(r.window_ms >= 1000, "{r:?}");
+    // 600 gets and 200 puts in a window of a second or a little more.
+    let secs = r.window_ms as f64 / 1000.0;
+    assert!((r.reads_per_sec * secs - 600.0).abs() < 1.0, "{r:?}");
+    assert!((r.writes_per_sec * secs - 200.0).abs() < 1.0, "{r:?}");
+    assert!(r.read_p99_us > 0.0 && r.write_p99_us > 0.0, "{r:?}");
+    // The next window saw nothing (asked at once, it still reports the last full one).
+    assert_eq!(client.stats(0).await.unwrap().recent, r);
+}
+
 #[tokio::test]
 async fn a_node_going_down_fails_only_its_own_ops() {
     let mut cluster = LocalCluster::start(2, |_| {}).await.unwrap();

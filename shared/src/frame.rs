@@ -34,7 +34,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// figures; the frames `RaftRequest`/`RaftResponse` and `NotLeader`.
 /// 6: a group's figures carry its commit index and learners; member ids come from addresses
 /// and `RaftRequest` carries `kvd admin` requests.
-pub const VERSION: u8 = 6;
+/// 7: `NodeStats` carries the last window's load (`RecentLoad`).
+pub const VERSION: u8 = 7;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

@@ -393,12 +393,78 @@ pub struct NodeStats {
     /// Service-time histograms since the node started (see [`LatencyStats`]).
     #[serde(default)]
     pub latency: LatencyStats,
+    /// What the node served over its last window (see [`RecentLoad`]).
+    #[serde(default)]
+    pub recent: RecentLoad,
     /// Counter totals since the node started.
     #[serde(flatten)]
     pub counts: Counts,
     /// Process and host figures, as last sampled.
     #[serde(flatten)]
     pub system: SystemFigures,
+}
+
+/// The load a node's shard took over its last window, measured by the node itself: the
+/// figures a watcher of hot shards (a shard manager, an operator with curl) reads without
+/// keeping state of its own. A window ends when a stats request finds the current one at
+/// least [`RecentLoad::MIN_WINDOW_MS`] old, so it is about as long as the busiest poller's
+/// interval (and the whole time since the last request when nobody polls).
+#[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct RecentLoad {
+    /// Length of the window in ms; 0 until the first window has ended.
+    pub window_ms: u64,
+    /// Gets per second.
+    pub reads_per_sec: f64,
+    /// Puts (conditional ones included) and deletes per second.
+    pub writes_per_sec: f64,
+    /// Server-side service time of the window's reads (the batch's time in kvd, per op
+    /// kind), mean, microseconds.
+    pub read_mean_us: f64,
+    /// The same, p99.
+    pub read_p99_us: f64,
+    /// Server-side service time of the window's writes, mean, microseconds.
+    pub write_mean_us: f64,
+    /// The same, p99.
+    pub write_p99_us: f64,
+}
+
+impl RecentLoad {
+    /// The shortest window a node reports.
+    pub const MIN_WINDOW_MS: u64 = 1000;
+
+    /// The load between two cumulative readings `ms` milliseconds apart.
+    pub fn between(before: (&Counts, &LatencyStats), after: (&Counts, &LatencyStats), ms: u64) -> RecentLoad {
+        let secs = (ms as f64 / 1000.0).max(1e-3);
+        let (c0, l0) = before;
+        let (c1, l1) = after;
+        let reads = l1.get.since(&l0.get);
+        let writes = l1.put.since(&l0.put).merged(&l1.delete.since(&l0.delete));
+        let us = |ns: Option<u64>| ns.map_or(0.0, |n| n as f64 / 1000.0);
+        RecentLoad {
+            window_ms: ms,
+            reads_per_sec: c1.gets.saturating_sub(c0.gets) as f64 / secs,
+            writes_per_sec: (c1.puts + c1.deletes).saturating_sub(c0.puts + c0.deletes) as f64 / secs,
+            read_mean_us: us(reads.mean_ns()),
+            read_p99_us: us(reads.quantile_ns(0.99)),
+            write_mean_us: us(writes.mean_ns()),
+            write_p99_us: us(writes.quantile_ns(0.99)),
+        }
+    }
+
+    /// One line for `kvd stats`.
+    pub fn summary(&self) -> String {
+        if self.window_ms == 0 {
+            return "no full window yet".into();
+        }
+        format!(
+            "{} reads/s (p99 {}), {} writes/s (p99 {}) over the last {:.1} s",
+            crate::units::si(self.reads_per_sec),
+            crate::units::micros(self.read_p99_us as u64),
+            crate::units::si(self.writes_per_sec),
+            crate::units::micros(self.write_p99_us as u64),
+            self.window_ms as f64 / 1000.0
+        )
+    }
 }
 
 impl Default for NodeStats {
@@ -418,6 +484,7 @@ impl Default for NodeStats {
             durability: Durability::default(),
             group: GroupFigures::default(),
             latency: LatencyStats::default(),
+            recent: RecentLoad::default(),
             counts: Counts::default(),
             system: SystemFigures::default(),
         }
@@ -616,6 +683,29 @@ impl RateTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recent_load_is_the_difference_over_the_window() {
+        let before = (Counts::default(), LatencyStats::default());
+        let c = Counts {
+            gets: 2000,
+            puts: 300,
+            deletes: 100,
+            ..Counts::default()
+        };
+        let mut dense = vec![0u64; crate::latency::BUCKETS];
+        dense[crate::latency::bucket_of(50_000)] = 2000;
+        let l = LatencyStats {
+            get: crate::latency::Latency::from_dense(&dense, 2000 * 50_000),
+            ..LatencyStats::default()
+        };
+        let r = RecentLoad::between((&before.0, &before.1), (&c, &l), 2000);
+        assert_eq!((r.reads_per_sec, r.writes_per_sec), (1000.0, 200.0));
+        assert_eq!(r.read_mean_us, 50.0);
+        assert!((40.0..70.0).contains(&r.read_p99_us), "{r:?}");
+        assert_eq!(r.write_p99_us, 0.0);
+        assert!(r.summary().contains("over the last 2.0 s"), "{}", r.summary());
+    }
 
     fn sample(uptime_ms: u64, gets: u64, cpu_ms: u64) -> NodeStats {
         NodeStats {
