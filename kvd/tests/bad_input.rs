@@ -226,13 +226,19 @@ fn a_huge_length_prefix_is_refused_without_allocating() {
 fn a_peer_of_another_version_is_told_so() {
     let (rt, node) = start();
     rt.block_on(async {
+        // A peer one version ahead of ours.
+        let theirs = kvshared::frame::VERSION.wrapping_add(1);
         let mut bytes = valid_batch_frame().to_vec();
-        bytes[2] = 7;
+        bytes[2] = theirs;
         let replies = frames(&exchange(node.addr, &bytes).await);
         let e = parse_error_reply(&replies[0].1).unwrap();
         assert_eq!(e.code, ErrorCode::VersionMismatch);
         let ours = format!("v{}", kvshared::frame::VERSION);
-        assert!(e.message.contains(&ours) && e.message.contains("v7"), "{}", e.message);
+        assert!(
+            e.message.contains(&ours) && e.message.contains(&format!("v{theirs}")),
+            "{}",
+            e.message
+        );
 
         // Something that is not our protocol at all, e.g. HTTP.
         let replies = frames(&exchange(node.addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await);
