@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use rand::Rng;
 
 use crate::hist::{Hist, new_hist};
-use crate::timeline::{self, Timeline};
+use crate::timeline::Timeline;
 use crate::workload::{OpGen, OpType, Shared, write_key};
 
 /// How hard and how long to drive the cluster.
@@ -284,12 +284,9 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
         handles.push(tokio::spawn(task_loop(t, cluster, shared, cfg, live)));
     }
     let mut out = TaskOutput::new(cluster.node_count());
-    let mut node_timeline = Vec::new();
     for h in handles {
         // A task only fails by panicking; its figures are lost but the run still reports.
-        if let Ok(mut t) = h.await {
-            let line = std::mem::replace(&mut t.timeline, Timeline::new(0)).finish();
-            timeline::merge(&mut node_timeline, &line);
+        if let Ok(t) = h.await {
             merge_task(&mut out, t);
         }
     }
@@ -316,7 +313,7 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
         errors: out.errors,
         per_second,
         pauses: out.pauses,
-        node_timeline,
+        node_timeline: out.timeline.finish(),
     }
 }
 
@@ -339,6 +336,7 @@ fn merge_task(into: &mut TaskOutput, t: TaskOutput) {
     for (k, v) in t.errors {
         *into.errors.entry(k).or_insert(0) += v;
     }
+    into.timeline.absorb(t.timeline);
 }
 
 /// Samples the completed-op counter once a second into `live.per_second`.

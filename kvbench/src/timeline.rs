@@ -28,14 +28,7 @@ struct NodeLine {
 impl Timeline {
     pub fn new(nodes: usize) -> Timeline {
         Timeline {
-            nodes: (0..nodes)
-                .map(|_| NodeLine {
-                    second: 0,
-                    current: Vec::new(),
-                    sum_ns: 0,
-                    done: Vec::new(),
-                })
-                .collect(),
+            nodes: (0..nodes).map(|_| NodeLine::new()).collect(),
         }
     }
 
@@ -54,6 +47,17 @@ impl Timeline {
         line.sum_ns = line.sum_ns.saturating_add(ns);
     }
 
+    /// Takes in another task's timeline.
+    pub fn absorb(&mut self, other: Timeline) {
+        let theirs = other.finish();
+        if self.nodes.len() < theirs.len() {
+            self.nodes.resize_with(theirs.len(), NodeLine::new);
+        }
+        for (line, done) in self.nodes.iter_mut().zip(&theirs) {
+            merge_line(&mut line.done, done);
+        }
+    }
+
     /// Per node, per second: the latencies recorded.
     pub fn finish(mut self) -> Vec<Vec<Latency>> {
         self.nodes
@@ -67,6 +71,15 @@ impl Timeline {
 }
 
 impl NodeLine {
+    fn new() -> NodeLine {
+        NodeLine {
+            second: 0,
+            current: Vec::new(),
+            sum_ns: 0,
+            done: Vec::new(),
+        }
+    }
+
     fn flush(&mut self) {
         if self.current.iter().all(|&c| c == 0) {
             return;
@@ -87,12 +100,17 @@ pub fn merge(into: &mut Vec<Vec<Latency>>, other: &[Vec<Latency>]) {
         into.resize(other.len(), Vec::new());
     }
     for (mine, theirs) in into.iter_mut().zip(other) {
-        if mine.len() < theirs.len() {
-            mine.resize(theirs.len(), Latency::default());
-        }
-        for (a, b) in mine.iter_mut().zip(theirs) {
-            *a = a.merged(b);
-        }
+        merge_line(mine, theirs);
+    }
+}
+
+/// Adds one node's seconds `theirs` into `mine`.
+fn merge_line(mine: &mut Vec<Latency>, theirs: &[Latency]) {
+    if mine.len() < theirs.len() {
+        mine.resize(theirs.len(), Latency::default());
+    }
+    for (a, b) in mine.iter_mut().zip(theirs) {
+        *a = a.merged(b);
     }
 }
 
@@ -162,12 +180,15 @@ mod tests {
         a.record(0, 2, 2_000_000);
         let mut b = Timeline::new(2);
         b.record(0, 2, 2_000_000);
+        a.absorb(b);
         let mut all = a.finish();
-        merge(&mut all, &b.finish());
+        let mut c = Timeline::new(1);
+        c.record(0, 0, 1_000);
+        merge(&mut all, &c.finish());
         let zero = summarise(&all[0]);
         assert_eq!(
             zero.iter().map(|s| (s.second, s.batches)).collect::<Vec<_>>(),
-            vec![(0, 2), (2, 2)]
+            vec![(0, 3), (2, 2)]
         );
         assert!(zero[1].p99_us >= 1_500.0 && zero[1].p99_us <= 2_600.0, "{zero:?}");
         assert_eq!(summarise(&all[1]).len(), 1);

@@ -458,7 +458,7 @@ impl Store {
                     ans.tally.deletes += 1;
                     let existed = match table.table.find(hash, op.key) {
                         Some(at) => {
-                            let freed = table.table.entry(at).map_or(0, |e| e.cost());
+                            let freed = table.table.at(at).map_or(0, |e| e.cost());
                             table.table.remove_at(at);
                             table.entry_bytes -= freed;
                             self.usage.give(freed);
@@ -492,11 +492,7 @@ impl Store {
         // Under a cap, take the bytes first (an estimate, settled below); without one, only
         // the settling counts them (no second lookup on the fast path).
         let need = if self.usage.is_capped() {
-            let old = s
-                .table
-                .find(hash, key)
-                .and_then(|at| s.table.entry(at))
-                .map(|e| e.cost());
+            let old = s.table.find(hash, key).and_then(|at| s.table.at(at)).map(|e| e.cost());
             let grow = match old {
                 None if s.table.len() == s.table.capacity() => s.table.growth_bytes(),
                 _ => 0,
@@ -511,13 +507,13 @@ impl Store {
         let before = s.bytes();
         let stored = match s.table.find(hash, key) {
             Some(at) => {
-                let old = s.table.entry(at).map_or(0, |e| e.cost());
+                let old = s.table.at(at).map_or(0, |e| e.cost());
                 #[cfg(test)]
-                if let (Some(f), Some(e)) = (&self.fault, s.table.entry(at)) {
+                if let (Some(f), Some(e)) = (&self.fault, s.table.at(at)) {
                     f.remember(shard, key, e.value());
                 }
                 let ok = s.table.set_value(at, value, now);
-                let new = s.table.entry(at).map_or(0, |e| e.cost());
+                let new = s.table.at(at).map_or(0, |e| e.cost());
                 s.entry_bytes = s.entry_bytes - old + new;
                 ok
             }
@@ -625,7 +621,7 @@ impl Store {
     /// table has not changed since).
     #[inline]
     fn deliver(&self, _shard: usize, table: &Shard, i: usize, at: usize, ans: &mut Answers<'_, impl ReplyRoom>) {
-        let Some(entry) = table.table.entry(at) else {
+        let Some(entry) = table.table.at(at) else {
             ans.out.set(i, OpStatus::NotFound);
             return;
         };

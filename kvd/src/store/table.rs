@@ -309,11 +309,6 @@ impl Table {
         }
     }
 
-    /// The entry `find` returned.
-    pub(super) fn entry(&self, i: usize) -> Option<EntryRef<'_>> {
-        self.at(i)
-    }
-
     /// Replaces the value in slot `i`: in place when the length is unchanged (the common
     /// YCSB update). False, leaving the old value, when there is no memory for the new one
     /// or the slot is empty.
@@ -545,7 +540,7 @@ mod tests {
                         }
                     }
                     Op::Get(k) => {
-                        let got = t.find(key_hash(&k), &k).and_then(|i| t.entry(i)).map(|e| e.value().to_vec());
+                        let got = t.find(key_hash(&k), &k).and_then(|i| t.at(i)).map(|e| e.value().to_vec());
                         prop_assert_eq!(got.as_ref(), model.get(&k));
                     }
                 }
@@ -556,7 +551,7 @@ mod tests {
             for (k, v) in &model {
                 let i = t.find(key_hash(k), k);
                 prop_assert!(i.is_some(), "lost {:?}", k);
-                let e = t.entry(i.unwrap()).unwrap();
+                let e = t.at(i.unwrap()).unwrap();
                 prop_assert_eq!(e.key(), &k[..]);
                 prop_assert_eq!(e.value(), &v[..]);
             }
