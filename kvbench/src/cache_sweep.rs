@@ -196,6 +196,7 @@ mod tests {
                 rate: None,
                 seed: 1,
                 cache_aside: true,
+                split_reads: false,
             },
             workload: WorkloadSpec::new(
                 workload,

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use kvshared::client::{ClientError, Cluster, NodeBatches, Reply, STALL_AFTER};
 use kvshared::latency::Latency;
+use kvshared::routing::{key_hash, owner_node};
 use kvshared::wire::{BatchRequest, OpKind, OpStatus};
 use parking_lot::Mutex;
 use rand::Rng;
@@ -40,6 +41,8 @@ pub struct EngineConfig {
     /// Use the cluster as a cache in front of a database: a get that misses is followed by
     /// a put of the value (the fill), as the seed reports' cache-aside clients do.
     pub cache_aside: bool,
+    /// Reads and writes in separate batches (`--split-reads`).
+    pub split_reads: bool,
 }
 
 /// Counters the engine updates as it goes, for progress displays. Cheap to read at any time.
@@ -157,6 +160,11 @@ impl EngineOutput {
 pub struct BatchFiller {
     gen_: OpGen,
     batch: usize,
+    nodes: u32,
+    /// Batches per node: 1, or 2 with reads and writes apart (lane `2 * node + 1` has the
+    /// writes).
+    lanes: usize,
+    /// A batch per lane.
     pending: NodeBatches,
     /// Per node: how many ops of each type its pending batch holds.
     counts: Vec<[u64; 4]>,
@@ -167,48 +175,61 @@ pub struct BatchFiller {
 }
 
 impl BatchFiller {
-    pub fn new(shared: Arc<Shared>, seed: u64, nodes: usize, batch: usize) -> BatchFiller {
+    pub fn new(shared: Arc<Shared>, seed: u64, nodes: usize, batch: usize, split_reads: bool) -> BatchFiller {
         let mut gen_ = OpGen::new(shared.clone(), seed);
         let mut value = vec![0u8; shared.spec.value_size];
         gen_.rng().fill_bytes(&mut value);
+        let lanes = if split_reads { 2 } else { 1 };
         BatchFiller {
             gen_,
             batch: batch.max(1),
-            pending: NodeBatches::new(nodes),
-            counts: vec![[0; 4]; nodes.max(1)],
+            nodes: nodes.max(1) as u32,
+            lanes,
+            pending: NodeBatches::new(nodes.max(1) * lanes),
+            counts: vec![[0; 4]; nodes.max(1) * lanes],
             key: Vec::with_capacity(32),
             value,
             generated: 0,
         }
     }
 
-    /// Generates ops until some node's batch is full; returns that node.
+    /// Generates ops until some batch is full; returns its lane (see [`BatchFiller::node_of`]).
     #[inline]
     pub fn fill(&mut self, prefix: &str) -> usize {
         loop {
             let (op, index) = self.gen_.next_op();
             self.key.clear();
             write_key(&mut self.key, prefix, index);
-            let node = match op {
-                OpType::Read => self.pending.push(OpKind::Get, &self.key, &[]),
+            let node = owner_node(key_hash(&self.key), self.nodes) as usize;
+            let lane = match (self.lanes, op) {
+                (1, _) | (_, OpType::Read) => node * self.lanes,
+                _ => node * self.lanes + 1,
+            };
+            match op {
+                OpType::Read => self.pending.push_to(lane, OpKind::Get, &self.key, &[]),
                 OpType::Update | OpType::Insert => {
                     self.gen_.fresh_value(&mut self.value);
-                    self.pending.push(OpKind::Put, &self.key, &self.value)
+                    self.pending.push_to(lane, OpKind::Put, &self.key, &self.value)
                 }
                 OpType::ReadModifyWrite => {
                     // Read and write of one key in one batch: the server runs them in order.
-                    let node = self.pending.push(OpKind::Get, &self.key, &[]);
+                    self.pending.push_to(lane, OpKind::Get, &self.key, &[]);
                     self.gen_.fresh_value(&mut self.value);
-                    self.pending.push_to(node, OpKind::Put, &self.key, &self.value);
-                    node
+                    self.pending.push_to(lane, OpKind::Put, &self.key, &self.value);
                 }
             };
-            self.counts[node][op as usize] += 1;
+            self.counts[lane][op as usize] += 1;
             self.generated += 1;
-            if self.pending.batch(node).len() >= self.batch {
-                return node;
+            if self.pending.batch(lane).len() >= self.batch {
+                return lane;
             }
         }
+    }
+
+    /// The node a lane's batches go to.
+    #[inline]
+    pub fn node_of(&self, lane: usize) -> usize {
+        lane / self.lanes
     }
 
     /// Bytes of each value written.
@@ -216,15 +237,15 @@ impl BatchFiller {
         self.value.len()
     }
 
-    /// Node `node`'s pending batch.
-    pub fn request(&self, node: usize) -> &BatchRequest {
-        self.pending.batch(node)
+    /// Lane `lane`'s pending batch.
+    pub fn request(&self, lane: usize) -> &BatchRequest {
+        self.pending.batch(lane)
     }
 
-    /// Empties node `node`'s batch and returns how many ops of each type it held.
-    pub fn take_counts(&mut self, node: usize) -> [u64; 4] {
-        self.pending.clear(node);
-        std::mem::take(&mut self.counts[node])
+    /// Empties lane `lane`'s batch and returns how many ops of each type it held.
+    pub fn take_counts(&mut self, lane: usize) -> [u64; 4] {
+        self.pending.clear(lane);
+        std::mem::take(&mut self.counts[lane])
     }
 }
 
@@ -361,7 +382,7 @@ async fn task_loop(
     let nodes = cluster.node_count();
     let seed = cfg.seed.wrapping_add((task as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let prefix = shared.spec.key_prefix.clone();
-    let mut filler = BatchFiller::new(shared, seed, nodes, cfg.batch);
+    let mut filler = BatchFiller::new(shared, seed, nodes, cfg.batch, cfg.split_reads);
     let mut out = TaskOutput::new(nodes);
     let per_task_rate = cfg.rate.map(|r| (r / cfg.tasks.max(1) as f64).max(1e-3));
     let mut recent = new_hist();
@@ -372,7 +393,8 @@ async fn task_loop(
     let fill_value = vec![0x5a_u8; filler.value_size()];
     let mut parked: Vec<Option<Parked>> = (0..nodes).map(|_| None).collect();
     while !live.stop.load(Ordering::Relaxed) {
-        let node = filler.fill(&prefix);
+        let lane = filler.fill(&prefix);
+        let node = filler.node_of(lane);
         // Open loop: the batch was due when its last op was scheduled; latency counts from then,
         // so time spent behind schedule is measured, not hidden (coordinated omission).
         let intended = per_task_rate.map(|r| live.started + Duration::from_secs_f64(filler.generated as f64 / r));
@@ -386,14 +408,14 @@ async fn task_loop(
         if parked[node].is_some() {
             // This node left an earlier batch of ours unanswered past STALL_AFTER: do not
             // queue more behind it; the ops fail now and the other nodes' ops go on.
-            let ops: u64 = filler.take_counts(node).iter().sum();
+            let ops: u64 = filler.take_counts(lane).iter().sum();
             out.error("stalled", ops);
             live.failed.fetch_add(ops, Ordering::Relaxed);
             tokio::task::yield_now().await;
             continue;
         }
         let sent_at = Instant::now();
-        let result = match cluster.start_batch(node, filler.request(node)).await {
+        let result = match cluster.start_batch(node, filler.request(lane)).await {
             Err(e) => Err(e),
             Ok(flight) => {
                 let waiting = {
@@ -406,8 +428,8 @@ async fn task_loop(
                     _ = tokio::time::sleep(STALL_AFTER) => {
                         // Stalled node: park the batch (it waits for its timeout on its own)
                         // and go on with the other nodes.
-                        let wire_ops = filler.request(node).len() as u64;
-                        let counts = filler.take_counts(node);
+                        let wire_ops = filler.request(lane).len() as u64;
+                        let counts = filler.take_counts(lane);
                         parked[node] = Some(Parked { wait: tokio::spawn(waiting), counts, wire_ops, sent_at });
                         continue;
                     }
@@ -416,16 +438,16 @@ async fn task_loop(
         };
         // A replica group's leader moved: the batch did not run; send it to the new one.
         let result = match result {
-            Err(e) if cluster.worth_resending(node, &e) => cluster.send_batch(node, filler.request(node)).await,
+            Err(e) if cluster.worth_resending(node, &e) => cluster.send_batch(node, filler.request(lane)).await,
             other => other,
         };
         let done = Instant::now();
-        let wire_ops = filler.request(node).len() as u64;
+        let wire_ops = filler.request(lane).len() as u64;
         // Cache-aside needs the keys of the misses once the reply is in (the batch is reused).
         if cfg.cache_aside {
-            sent.clone_from(filler.request(node));
+            sent.clone_from(filler.request(lane));
         }
-        let counts = filler.take_counts(node);
+        let counts = filler.take_counts(lane);
         let ops: u64 = counts.iter().sum();
         match result {
             Ok(reply) => {

@@ -58,6 +58,7 @@ impl RunPlan {
                 rate: timing.rate,
                 seed: timing.seed,
                 cache_aside: false,
+                split_reads: bench.cluster.split_reads,
             },
             workload: WorkloadSpec::new(bench.workload.workload, &bench.workload.spec_options()),
             client_threads: bench.cluster.threads.unwrap_or_else(default_threads),
@@ -250,7 +251,13 @@ fn dry_run(args: &RunArgs) -> anyhow::Result<()> {
     let build = Instant::now();
     let shared = Shared::new(spec, nodes as u32);
     let setup = build.elapsed();
-    let mut filler = BatchFiller::new(shared, args.bench.timing.seed, nodes, args.batch.max(1));
+    let mut filler = BatchFiller::new(
+        shared,
+        args.bench.timing.seed,
+        nodes,
+        args.batch.max(1),
+        args.bench.cluster.split_reads,
+    );
     let mut frame = AlignedVec::new();
     let budget = args.bench.timing.duration.min(Duration::from_secs(5));
     let start = Instant::now();
@@ -259,11 +266,11 @@ fn dry_run(args: &RunArgs) -> anyhow::Result<()> {
     let mut batches = 0u64;
     while start.elapsed() < budget {
         for _ in 0..64 {
-            let node = filler.fill(&prefix);
-            encode_frame(FrameKind::BatchRequest, batches, filler.request(node), &mut frame)?;
+            let lane = filler.fill(&prefix);
+            encode_frame(FrameKind::BatchRequest, batches, filler.request(lane), &mut frame)?;
             bytes += frame.len() as u64;
             batches += 1;
-            filler.take_counts(node);
+            filler.take_counts(lane);
         }
     }
     let secs = start.elapsed().as_secs_f64();

@@ -100,6 +100,7 @@ mod tests {
             rate: None,
             seed: 1,
             cache_aside: false,
+            split_reads: false,
         });
         live.completed.store(1234, Ordering::Relaxed);
         live.measured.store(1000, Ordering::Relaxed);

@@ -185,6 +185,7 @@ async fn a_dead_node_does_not_stall_the_ops_for_live_nodes() {
         rate: None,
         seed: 3,
         cache_aside: false,
+        split_reads: false,
     };
     let live = Live::new(&cfg);
     let out = engine::run(cluster, Shared::new(spec, 3), cfg, live).await;
@@ -477,6 +478,7 @@ async fn a_frozen_node_does_not_stop_the_other_nodes_ops() {
         rate: None,
         seed: 5,
         cache_aside: false,
+        split_reads: false,
     };
     let live = Live::new(&cfg);
     let out = tokio::time::timeout(

@@ -109,6 +109,7 @@ impl Group {
                     return Ok(what);
                 }
                 Ok(AdminReply::Failed(why)) => bail!("{addr}: {why}"),
+                Ok(AdminReply::ReadIndex(index)) => return Ok(format!("read index {index}")),
                 Ok(AdminReply::NotLeader(Some(leader))) => {
                     tracing::debug!(%addr, %leader, "following the leader");
                     self.lead_with(&leader);

@@ -36,7 +36,7 @@ use tokio::time::Instant;
 
 use crate::budget::{FREE_PER_CONNECTION, ReplyAllowance};
 use crate::durable::raft::LogError;
-use crate::node::{LogWait, Node};
+use crate::node::{LogWait, Node, ReadMode};
 use crate::store::Scratch;
 use crate::warn_limit::PER_CONNECTION;
 
@@ -180,6 +180,8 @@ pub(crate) struct Connection {
     warned: u32,
     /// Whether the peer may send requests: it presented the token, or none is needed.
     authenticated: bool,
+    /// How fresh this connection's reads must be on a follower (`StaleReads` frame).
+    reads: ReadMode,
     /// Batches waiting for the shard's log, in arrival order.
     waiting: VecDeque<Waiting>,
 }
@@ -215,6 +217,7 @@ impl Connection {
             held: 0,
             warned: 0,
             authenticated: false,
+            reads: ReadMode::Linearizable,
             waiting: VecDeque::new(),
         };
         conn.authenticated = conn.node.config.auth.is_none();
@@ -474,12 +477,13 @@ impl Connection {
                 Ok(batch) => {
                     let node = &self.node;
                     let mut room = ReplyAllowance::new(&node.buffers, batch.len(), node.config.max_frame as usize);
-                    let log = node.execute(
+                    let log = node.execute_reading(
                         &batch,
                         &mut self.response,
                         &mut room,
                         &mut self.scratch,
                         &mut self.tally,
+                        self.reads,
                     );
                     self.held += room.taken();
                     self.tally.batches += 1;
@@ -522,6 +526,25 @@ impl Connection {
                         "this node is not a member of a replica group".into(),
                     )
                     .map(|()| true),
+            },
+            FrameKind::StaleReads => match <[u8; 4]>::try_from(&self.body[..]) {
+                Ok(ms) => {
+                    self.reads = match u32::from_le_bytes(ms) {
+                        0 => ReadMode::Linearizable,
+                        ms => ReadMode::Stale(Duration::from_millis(u64::from(ms))),
+                    };
+                    encode_empty_frame(FrameKind::ConfigOk, header.id, &mut self.out);
+                    Ok(true)
+                }
+                Err(_) => {
+                    self.tally.malformed_body += 1;
+                    self.encode_error(
+                        header.id,
+                        ErrorCode::MalformedBody,
+                        "a StaleReads body is 4 bytes (milliseconds, little-endian)".into(),
+                    )
+                    .map(|()| true)
+                }
             },
             FrameKind::StatsRequest => {
                 self.publish();

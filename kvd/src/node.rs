@@ -20,7 +20,7 @@ use crate::durable::raft::{DurableShard, LogAnswer, LogError};
 use crate::durable::{DurableConfig, GroupConfig, SnapshotEvery};
 use crate::latency::{KINDS, OpLatencies};
 use crate::sampler::Sampler;
-use crate::store::{MemoryLimit, ReplyRoom, Scratch, Store};
+use crate::store::{CappedRoom, MemoryLimit, ReplyRoom, Scratch, Store};
 use crate::warn_limit::WarnLimit;
 
 /// Default `--idle-timeout`.
@@ -298,6 +298,22 @@ impl Node {
         scratch: &mut Scratch,
         tally: &mut Counts,
     ) -> Option<LogWait> {
+        self.execute_reading(batch, out, room, scratch, tally, ReadMode::Linearizable)
+    }
+
+    /// [`Node::execute`], for a connection that has said how fresh its reads must be. In a
+    /// replica group, a batch of reads only may run on a follower or learner: linearizable
+    /// ones once it has applied the leader's read index, bounded-stale ones at once while it
+    /// is within the bound (else as linearizable ones). Batches with writes go to the leader.
+    pub fn execute_reading(
+        &self,
+        batch: &BatchView<'_>,
+        out: &mut BatchResponse,
+        room: &mut impl ReplyRoom,
+        scratch: &mut Scratch,
+        tally: &mut Counts,
+        reads: ReadMode,
+    ) -> Option<LogWait> {
         let began = Instant::now();
         let before = per_kind(tally);
         let Some(log) = &self.durable else {
@@ -306,8 +322,34 @@ impl Node {
             return None;
         };
         if let Err(not_leader) = log.leadership() {
-            // A member that does not lead its group runs nothing and says who leads.
-            return Some(LogWait::refused(not_leader));
+            // (A malformed op goes to the leader too, which answers it as such.)
+            let reads_only =
+                !batch.is_empty() && (0..batch.len()).all(|i| batch.op(i).is_ok_and(|op| op.kind == OpKind::Get));
+            if !reads_only || !matches!(not_leader, LogError::NotLeader(Some(_))) {
+                // A member that does not lead its group runs no write and says who leads.
+                return Some(LogWait::refused(not_leader));
+            }
+            if let ReadMode::Stale(bound) = reads
+                && log.fresh_within(bound)
+            {
+                self.store.execute(batch, out, room, scratch, tally);
+                self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
+                return None;
+            }
+            // The reads must run after this member has applied the leader's read index:
+            // they wait with a copy of the batch.
+            let Some(gate) = log.member_read() else {
+                return Some(LogWait::refused(not_leader));
+            };
+            return Some(LogWait::deferred(
+                gate,
+                DeferredRead {
+                    body: owned_body(batch, 0..batch.len() as u32),
+                    store: self.store.clone(),
+                    counters: self.counters.clone(),
+                    timing: (began, self.latencies.clone()),
+                },
+            ));
         }
         let mut logged = Vec::new();
         self.store.ops_to_log(batch, &mut scratch.written, &mut logged);
@@ -325,20 +367,17 @@ impl Node {
         // this leader's term, which no majority would be had a newer leader acknowledged
         // anything (see docs/REPLICATION.md). A round would only add a way to fail.
         let confirm = None;
-        let mut part = BatchRequest::new();
         let mut logged_kinds = [0; KINDS];
         for &i in &logged {
             if let Ok(op) = batch.op(i as usize) {
-                part.push(op.kind, op.key, op.value);
                 logged_kinds[kind_index(op.kind)] += 1;
             }
         }
-        let mut frame = AlignedVec::new();
-        let answer = match encode_frame(FrameKind::BatchRequest, 0, &part, &mut frame) {
-            Ok(()) => log.submit(frame.get(HEADER_LEN..).unwrap_or_default().to_vec()),
+        let answer = match owned_body(batch, logged.iter().copied()) {
+            Ok(body) => log.submit(body.to_vec()),
             Err(e) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                let _ = tx.send(Err(LogError::Failed(e.to_string())));
+                let _ = tx.send(Err(LogError::Failed(e)));
                 rx
             }
         };
@@ -349,6 +388,7 @@ impl Node {
             confirmed: None,
             positions: logged,
             timing: Some((began, logged_kinds, self.latencies.clone())),
+            deferred: None,
         })
     }
 
@@ -430,19 +470,72 @@ impl Node {
     }
 }
 
+/// How fresh a connection's reads must be on a member of a replica group that does not
+/// lead it (the binary protocol's `StaleReads` frame sets it per connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Every read sees every write acknowledged before it arrived.
+    Linearizable,
+    /// A follower may answer from its own store while it is at most this far behind its
+    /// leader (see `DurableShard::fresh_within`).
+    Stale(Duration),
+}
+
+/// The ops at `positions` of `batch` as a batch body of their own (for the log, or for reads
+/// that run later).
+fn owned_body(batch: &BatchView<'_>, positions: impl Iterator<Item = u32>) -> Result<AlignedVec, String> {
+    let mut part = BatchRequest::new();
+    for i in positions {
+        if let Ok(op) = batch.op(i as usize) {
+            part.push(op.kind, op.key, op.value);
+        }
+    }
+    let mut frame = AlignedVec::new();
+    encode_frame(FrameKind::BatchRequest, 0, &part, &mut frame).map_err(|e| e.to_string())?;
+    let mut body = AlignedVec::new();
+    body.extend_from_slice(frame.get(HEADER_LEN..).unwrap_or_default());
+    Ok(body)
+}
+
+/// Reads a follower runs once it has applied the leader's read index.
+struct DeferredRead {
+    body: Result<AlignedVec, String>,
+    store: Arc<Store>,
+    counters: Arc<Counters>,
+    timing: (Instant, Arc<OpLatencies>),
+}
+
+impl DeferredRead {
+    fn run(self, out: &mut BatchResponse, max_reply: usize) -> Result<(), LogError> {
+        let body = self.body.map_err(LogError::Failed)?;
+        let batch = BatchView::parse(&body).map_err(|e| LogError::Failed(e.to_string()))?;
+        let mut tally = Counts::default();
+        let mut room = CappedRoom::new(batch.len(), max_reply);
+        self.store
+            .execute(&batch, out, &mut room, &mut Scratch::default(), &mut tally);
+        self.counters.add_counts(0, &tally);
+        let (began, latencies) = self.timing;
+        latencies.record(per_kind(&tally), elapsed_ns(began));
+        Ok(())
+    }
+}
+
 /// A batch that waits for the log (see [`Node::execute`]): for its logged ops' entry to be
 /// applied, and in a replica group for a majority to confirm that this member still leads
-/// (for the reads it ran); or a member's refusal because another leads.
+/// (for the reads it ran), or on a follower for the leader's read index (for the reads it
+/// will run); or a member's refusal because another leads.
 pub struct LogWait {
     answer: Option<oneshot::Receiver<LogAnswer>>,
     outcome: Option<LogAnswer>,
-    confirm: Option<oneshot::Receiver<Result<(), LogError>>>,
-    confirmed: Option<Result<(), LogError>>,
+    confirm: Option<oneshot::Receiver<Result<u64, LogError>>>,
+    confirmed: Option<Result<u64, LogError>>,
     /// Where each logged op's result goes in the batch's response.
     positions: Vec<u32>,
     /// When the batch began, its logged ops per kind, and where their service time goes
     /// once the log answers.
     timing: Option<(Instant, [u64; KINDS], Arc<OpLatencies>)>,
+    /// A follower's reads, to run once `confirm` answers.
+    deferred: Option<DeferredRead>,
 }
 
 impl LogWait {
@@ -455,11 +548,12 @@ impl LogWait {
             confirmed: Some(Err(why)),
             positions: Vec::new(),
             timing: None,
+            deferred: None,
         }
     }
 
     /// Reads that ran, waiting for the leadership check.
-    fn confirming(confirm: oneshot::Receiver<Result<(), LogError>>) -> LogWait {
+    fn confirming(confirm: oneshot::Receiver<Result<u64, LogError>>) -> LogWait {
         LogWait {
             answer: None,
             outcome: None,
@@ -467,6 +561,15 @@ impl LogWait {
             confirmed: None,
             positions: Vec::new(),
             timing: None,
+            deferred: None,
+        }
+    }
+
+    /// A follower's reads, waiting for this member to apply the leader's read index.
+    fn deferred(gate: oneshot::Receiver<Result<u64, LogError>>, read: DeferredRead) -> LogWait {
+        LogWait {
+            deferred: Some(read),
+            ..LogWait::confirming(gate)
         }
     }
 
@@ -521,7 +624,10 @@ impl LogWait {
         if !self.ready() {
             return None;
         }
-        let confirmed = self.confirmed.take().unwrap_or(Ok(()));
+        let confirmed = self.confirmed.take().unwrap_or(Ok(0)).map(|_| ());
+        if let Some(read) = self.deferred.take() {
+            return Some(confirmed.and_then(|()| read.run(out, max_reply)));
+        }
         let reply = match self.outcome.take() {
             None => return Some(confirmed),
             Some(Err(e)) => return Some(Err(e)),

@@ -10,7 +10,11 @@ use clap::Args;
 use tracing_subscriber::EnvFilter;
 
 use crate::auth::{AuthError, AuthToken, TOKEN_FILE_ENV};
-use crate::client::{ClientConfig, ClientError, DEFAULT_NODE, parse_nodes};
+use crate::client::{ClientConfig, ClientError, DEFAULT_NODE, ReadFrom, parse_nodes};
+
+/// The largest `--max-staleness` (what the `StaleReads` frame can say, in whole ms, is far
+/// more; a bound of hours would not be a bound anyone means).
+const MAX_STALENESS: Duration = Duration::from_secs(3600);
 use crate::tls::{TlsClient, TlsError};
 
 /// `--nodes`/`KV_NODES` and `--timeout`, the same in kvd's client verbs, kvbench and kvtui.
@@ -29,6 +33,27 @@ pub struct NodesArgs {
     /// certificate, if it is self-signed). Needed when kvd runs with --tls-cert.
     #[arg(long, env = "KV_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// Which members of a replica group (`A|B|C` in --nodes) serve batches of reads only:
+    /// `replicas` spreads them over every member, voters and learners the group reports,
+    /// linearizably (a follower reads once it has applied the leader's read index);
+    /// `leader` sends them to the leader only; `stale` lets a member answer from its own
+    /// store while it is at most --max-staleness behind its leader (faster, may miss recent
+    /// writes). Writes always go to the leader.
+    #[arg(long, value_enum, default_value = "replicas", value_name = "FROM")]
+    pub reads: ReadsArg,
+    /// With `--reads stale`: how far behind its leader a member may be and still answer
+    /// (at most 1h).
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub max_staleness: Duration,
+}
+
+/// `--reads`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum ReadsArg {
+    Leader,
+    Replicas,
+    Stale,
 }
 
 /// Why a client could not be set up from its flags.
@@ -71,6 +96,11 @@ impl NodesArgs {
             connect_timeout: self.timeout,
             auth: self.auth.token()?,
             tls: self.tls_ca.as_deref().map(TlsClient::from_ca_file).transpose()?,
+            reads: match self.reads {
+                ReadsArg::Leader => ReadFrom::Leader,
+                ReadsArg::Replicas => ReadFrom::Replicas,
+                ReadsArg::Stale => ReadFrom::Stale(self.max_staleness.clamp(Duration::from_millis(1), MAX_STALENESS)),
+            },
             ..ClientConfig::default()
         })
     }

@@ -35,7 +35,9 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 6: a group's figures carry its commit index and learners; member ids come from addresses
 /// and `RaftRequest` carries `kvd admin` requests.
 /// 7: `NodeStats` carries the last window's load (`RecentLoad`).
-pub const VERSION: u8 = 7;
+/// 8: the `StaleReads` frame; followers and learners serve reads; a group's figures carry
+/// the shard manager's decisions.
+pub const VERSION: u8 = 8;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).
@@ -64,6 +66,11 @@ pub enum FrameKind {
     /// Body: a raft RPC between the members of a replica group (kvd's own encoding; opaque
     /// here).
     RaftRequest = 0x05,
+    /// Body: 4 bytes, a little-endian u32 of milliseconds (0: linearizable, the default).
+    /// From now on this connection's reads may be answered by a follower or learner of a
+    /// replica group from its own store while it is at most that far behind its leader
+    /// (bounded staleness, like Redis Cluster's `READONLY`). Answered `ConfigOk`.
+    StaleReads = 0x06,
     /// Body: [`crate::wire::BatchResponse`].
     BatchResponse = 0x81,
     /// Body: [`crate::stats::NodeStats`].
@@ -89,6 +96,7 @@ impl FrameKind {
             0x03 => FrameKind::AuthRequest,
             0x04 => FrameKind::ConfigRequest,
             0x05 => FrameKind::RaftRequest,
+            0x06 => FrameKind::StaleReads,
             0x81 => FrameKind::BatchResponse,
             0x82 => FrameKind::StatsResponse,
             0x83 => FrameKind::AuthOk,

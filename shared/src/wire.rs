@@ -87,6 +87,11 @@ impl BatchRequest {
         self.kinds.len()
     }
 
+    /// Whether every op is a get (and there is one): a follower may serve such a batch.
+    pub fn reads_only(&self) -> bool {
+        !self.kinds.is_empty() && self.kinds.iter().all(|k| *k == OpKind::Get)
+    }
+
     /// Whether the batch holds no op.
     pub fn is_empty(&self) -> bool {
         self.kinds.is_empty()

@@ -45,6 +45,9 @@ pub enum AdminRequest {
     TransferLeader { addr: String },
     /// Start an election now (sent by the leader that hands over to this member).
     Campaign,
+    /// A read index for reads a follower or learner is about to serve (follower reads):
+    /// answered by the leader after a read-index round.
+    ReadIndex,
 }
 
 /// What a member answers an [`AdminRequest`].
@@ -56,6 +59,9 @@ pub enum AdminReply {
     NotLeader(Option<String>),
     /// The change was refused or failed; why.
     Failed(String),
+    /// The leader's read index: a member that has applied this far may serve reads that
+    /// arrived before it asked.
+    ReadIndex(u64),
 }
 
 /// Its answer.

@@ -569,8 +569,12 @@ pub struct DurableShard {
     /// This member's id, and whether there are other members.
     me: u64,
     grouped: bool,
-    /// Leadership checks for reads, shared by all the reads waiting at one moment.
-    confirms: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<Result<(), LogError>>>,
+    /// Leadership checks for reads, shared by all the reads waiting at one moment; each
+    /// answers the read index (the leader's commit index when the round began).
+    confirms: tokio::sync::mpsc::UnboundedSender<ReadIndexWaiter>,
+    /// On a follower or learner: reads waiting to run once this member has applied the
+    /// leader's read index (follower reads).
+    member_reads: tokio::sync::mpsc::UnboundedSender<ReadIndexWaiter>,
     /// Terms this process has seen begin (each is an election).
     elections: Arc<std::sync::atomic::AtomicU64>,
     /// How this member reaches the others (for a hand-over's `Campaign`).
@@ -579,6 +583,9 @@ pub struct DurableShard {
     handing_over: Arc<std::sync::atomic::AtomicBool>,
     /// The commit index the leader last sent this member (openraft 0.9's metrics have none).
     leader_commit: std::sync::atomic::AtomicU64,
+    /// When (ms since `epoch`) this member last heard from a leader (an append or a
+    /// heartbeat), for bounded-staleness reads; 0 before the first.
+    heard_from_leader_ms: std::sync::atomic::AtomicU64,
     /// While receiving a snapshot: until when (ms since `epoch`) not to campaign; 0 otherwise.
     snapshot_quiet: Arc<std::sync::atomic::AtomicU64>,
     epoch: std::time::Instant,
@@ -723,13 +730,14 @@ async fn watch_log(
     }
 }
 
+/// Where a read-index round's outcome goes: the read index, or why there is none.
+pub type ReadIndexWaiter = tokio::sync::oneshot::Sender<Result<u64, LogError>>;
+
 /// Confirms leadership for the reads that asked: one read-index round (a heartbeat to a
 /// majority) for every request queued when it starts; requests that arrive during a round
-/// wait for the next, which begins after their reads ran.
-async fn confirm(
-    raft: openraft::Raft<ShardRaft>,
-    mut queue: tokio::sync::mpsc::UnboundedReceiver<tokio::sync::oneshot::Sender<Result<(), LogError>>>,
-) {
+/// wait for the next, which begins after their reads ran. Each is answered the read index
+/// (what a follower must have applied before it may serve a read begun before the round).
+async fn confirm(raft: openraft::Raft<ShardRaft>, mut queue: tokio::sync::mpsc::UnboundedReceiver<ReadIndexWaiter>) {
     while let Some(first) = queue.recv().await {
         let mut waiting = vec![first];
         while let Ok(more) = queue.try_recv() {
@@ -739,7 +747,7 @@ async fn confirm(
         // taken away, and every later read of this member would queue behind it. Reads
         // change nothing, so a round that runs out answers "not the leader": asked again.
         let outcome = match tokio::time::timeout(CONFIRM_LIMIT, raft.ensure_linearizable()).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(read)) => Ok(read.map_or(0, |l| l.index)),
             Ok(Err(e)) => Err(match e.forward_to_leader() {
                 Some(f) => leader_hint(f),
                 None => LogError::NotLeader(None),
@@ -749,6 +757,91 @@ async fn confirm(
         for w in waiting {
             let _ = w.send(outcome.clone());
         }
+    }
+}
+
+/// Follower reads: a follower or learner asks its leader for a read index, one request for
+/// every read queued when it starts (requests arriving meanwhile wait for the next), and
+/// answers each read once this member has applied that far. The reads then run here and
+/// see every write acknowledged before they arrived: the leader's read index is at least
+/// the commit index when its round began, which was after the reads arrived here (Raft's
+/// read index, served by a follower, section 6.4 of Ongaro's thesis). A round that fails
+/// (no leader known, the leader unreachable or deposed, this member too far behind within
+/// the limit) answers "not the leader", naming the leader: the client asks it instead.
+async fn follow_reads(
+    raft: openraft::Raft<ShardRaft>,
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<ReadIndexWaiter>,
+    client: kvshared::client::ClientConfig,
+) {
+    let mut leader: Option<(String, Arc<kvshared::client::Cluster>)> = None;
+    while let Some(first) = queue.recv().await {
+        let mut waiting = vec![first];
+        while let Ok(more) = queue.try_recv() {
+            waiting.push(more);
+        }
+        let addr = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            m.current_leader
+                .and_then(|id| m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()))
+        };
+        let Some(addr) = addr else {
+            for w in waiting {
+                let _ = w.send(Err(LogError::NotLeader(None)));
+            }
+            continue;
+        };
+        let cluster = match &leader {
+            Some((a, c)) if *a == addr => Some(c.clone()),
+            _ => kvshared::client::Cluster::new(std::slice::from_ref(&addr), client.clone())
+                .ok()
+                .map(Arc::new),
+        };
+        let Some(cluster) = cluster else {
+            for w in waiting {
+                let _ = w.send(Err(LogError::NotLeader(Some(addr.clone()))));
+            }
+            continue;
+        };
+        leader = Some((addr.clone(), cluster.clone()));
+        let began = tokio::time::Instant::now();
+        let asked = tokio::time::timeout(
+            CONFIRM_LIMIT,
+            super::network::admin_call(&cluster, super::network::AdminRequest::ReadIndex),
+        )
+        .await;
+        let index = match asked {
+            Ok(Ok(super::network::AdminReply::ReadIndex(index))) => index,
+            Ok(Ok(super::network::AdminReply::NotLeader(named))) => {
+                let named = named.or(Some(addr));
+                for w in waiting {
+                    let _ = w.send(Err(LogError::NotLeader(named.clone())));
+                }
+                continue;
+            }
+            _ => {
+                for w in waiting {
+                    let _ = w.send(Err(LogError::NotLeader(Some(addr.clone()))));
+                }
+                continue;
+            }
+        };
+        // Waiting to apply is this member's own business: the next round may begin.
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let left = CONFIRM_LIMIT.saturating_sub(began.elapsed());
+            let applied = raft
+                .wait(Some(left))
+                .applied_index_at_least(Some(index), "apply the read index")
+                .await;
+            let outcome = match applied {
+                Ok(_) => Ok(index),
+                Err(_) => Err(LogError::NotLeader(Some(addr))),
+            };
+            for w in waiting {
+                let _ = w.send(outcome.clone());
+            }
+        });
     }
 }
 
@@ -774,6 +867,17 @@ fn sorted(addrs: impl Iterator<Item = String>) -> Vec<String> {
 /// Longest a proposed entry may take to commit before its batches are answered "outcome
 /// unknown" (their connections close).
 const PROPOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Queues a read for a read-index round on `queue`.
+fn queue_for_read_index(
+    queue: &tokio::sync::mpsc::UnboundedSender<ReadIndexWaiter>,
+) -> tokio::sync::oneshot::Receiver<Result<u64, LogError>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if let Err(tokio::sync::mpsc::error::SendError(tx)) = queue.send(tx) {
+        let _ = tx.send(Err(LogError::NotLeader(None)));
+    }
+    rx
+}
 
 /// Longest a read-index round may take.
 const CONFIRM_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -938,6 +1042,10 @@ impl DurableShard {
         tokio::spawn(propose(raft.clone(), queue, handing_over.clone()));
         let (confirms, confirm_queue) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(confirm(raft.clone(), confirm_queue));
+        let (member_reads, member_read_queue) = tokio::sync::mpsc::unbounded_channel();
+        if grouped {
+            tokio::spawn(follow_reads(raft.clone(), member_read_queue, client.clone()));
+        }
         let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
         tokio::spawn(count_elections(raft.clone(), elections.clone()));
         let shard = DurableShard {
@@ -949,10 +1057,12 @@ impl DurableShard {
             me,
             grouped,
             confirms,
+            member_reads,
             elections,
             client,
             handing_over,
             leader_commit: std::sync::atomic::AtomicU64::new(0),
+            heard_from_leader_ms: std::sync::atomic::AtomicU64::new(0),
             snapshot_quiet: Arc::default(),
             epoch: std::time::Instant::now(),
         };
@@ -1057,15 +1167,34 @@ impl DurableShard {
     /// For reads already run on this member: answers `Ok` once a majority has confirmed,
     /// after they ran, that this member still leads (read index), so they could not have
     /// missed a write another leader acknowledged. `None` for a group of one.
-    pub fn confirm_leadership(&self) -> Option<tokio::sync::oneshot::Receiver<Result<(), LogError>>> {
+    pub fn confirm_leadership(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, LogError>>> {
         if !self.grouped {
             return None;
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if let Err(tokio::sync::mpsc::error::SendError(tx)) = self.confirms.send(tx) {
-            let _ = tx.send(Err(LogError::NotLeader(None)));
+        Some(queue_for_read_index(&self.confirms))
+    }
+
+    /// On a follower or learner, for reads not yet run: answers `Ok` once this member has
+    /// applied the leader's read index (see `follow_reads`); the reads may run then. `None`
+    /// outside a replica group.
+    pub fn member_read(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, LogError>>> {
+        if !self.grouped {
+            return None;
         }
-        Some(rx)
+        Some(queue_for_read_index(&self.member_reads))
+    }
+
+    /// Whether this member's store is at most `bound` behind its leader: it heard from the
+    /// leader within `bound`, and has applied everything committed as of that message.
+    /// (Bounded-staleness reads, `--reads stale`: the store then holds every write
+    /// acknowledged before the leader sent that message, which left it less than `bound` ago
+    /// by this member's clock; network delay comes on top.)
+    pub fn fresh_within(&self, bound: std::time::Duration) -> bool {
+        let heard = self.heard_from_leader_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_millis() as u64;
+        heard != 0
+            && now.saturating_sub(heard) <= bound.as_millis() as u64
+            && self.applied_index() >= self.leader_commit.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Answers a raft RPC from another member, or an operator's admin request (a
@@ -1112,6 +1241,9 @@ impl DurableShard {
 
     /// Notes the commit index a leader's append carried (this member's commit index).
     pub(super) fn note_leader_commit(&self, index: Option<u64>) {
+        let now = (self.epoch.elapsed().as_millis() as u64).max(1);
+        self.heard_from_leader_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
         if let Some(i) = index {
             self.leader_commit.fetch_max(i, std::sync::atomic::Ordering::Relaxed);
         }

@@ -14,7 +14,7 @@ use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, en
 
 use super::reply;
 use crate::node::Node;
-use crate::store::{ReplyRoom, Scratch};
+use crate::store::{CappedRoom, Scratch};
 
 /// Where one op of the pipeline runs: in this node's batch, or forwarded.
 #[derive(Clone, Copy)]
@@ -309,10 +309,7 @@ async fn run_local(
     };
     tally.batches += 1;
     let max_reply = node.config.max_frame as usize;
-    let mut room = Capped {
-        left: BatchResponse::value_room(view.len(), max_reply),
-        first: true,
-    };
+    let mut room = CappedRoom::new(view.len(), max_reply);
     // In memory the batch is done here; with a data dir its writes wait for the log.
     let mut log = node.execute(&view, response, &mut room, scratch, tally)?;
     log.wait().await;
@@ -326,25 +323,6 @@ async fn run_local(
             "ERR the shard's log failed; the write may or may not have taken effect: {e}"
         )),
         None => Some("ERR the shard's log did not answer".into()),
-    }
-}
-
-/// Keeps one pipeline's values within the frame limit (the first value always goes in), so
-/// a pipeline of large GETs cannot make an unbounded reply; the others are answered "reply
-/// too large".
-struct Capped {
-    left: usize,
-    first: bool,
-}
-
-impl ReplyRoom for Capped {
-    fn admit(&mut self, bytes: usize) -> bool {
-        if bytes <= self.left || std::mem::take(&mut self.first) {
-            self.left = self.left.saturating_sub(bytes);
-            self.first = false;
-            return true;
-        }
-        false
     }
 }
 

@@ -45,6 +45,36 @@ impl ReplyRoom for Unbounded {
     }
 }
 
+/// Keeps one reply's values within the frame limit (the first value always goes in), so a
+/// batch of large gets cannot make an unbounded reply; the others are answered "reply too
+/// large". (The binary protocol's connections also charge the node's buffer budget:
+/// `budget::ReplyAllowance`.)
+pub struct CappedRoom {
+    left: usize,
+    first: bool,
+}
+
+impl CappedRoom {
+    /// Room for the values of a reply to `ops` ops within `max_reply` bytes.
+    pub fn new(ops: usize, max_reply: usize) -> CappedRoom {
+        CappedRoom {
+            left: BatchResponse::value_room(ops, max_reply),
+            first: true,
+        }
+    }
+}
+
+impl ReplyRoom for CappedRoom {
+    fn admit(&mut self, bytes: usize) -> bool {
+        if bytes <= self.left || std::mem::take(&mut self.first) {
+            self.left = self.left.saturating_sub(bytes);
+            self.first = false;
+            return true;
+        }
+        false
+    }
+}
+
 /// Reusable per-connection memory for grouping a batch by shard.
 #[derive(Default)]
 pub struct Scratch {

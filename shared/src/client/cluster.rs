@@ -8,7 +8,7 @@ use rkyv::util::AlignedVec;
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::connection::{Connection, InFlight, Reply};
-use super::{ClientConfig, ClientError, LayoutProblem, NodeBatches, check_layout};
+use super::{ClientConfig, ClientError, LayoutProblem, NodeBatches, ReadFrom, check_layout};
 use crate::frame::FrameKind;
 use crate::stats::NodeStats;
 use crate::wire::{
@@ -99,7 +99,49 @@ struct NodePool {
     down_until_ms: AtomicU64,
     /// The current retry pause in ms (doubles while the node stays down).
     retry_ms: AtomicU64,
+    /// Where batches of reads only go (`--reads replicas|stale`): the group's members as it
+    /// last reported them, kept current by [`Cluster::refresh_topology`].
+    readers: Arc<Readers>,
 }
+
+/// A replica group's members that serve reads, learned from the group (so that replicas
+/// added while the client runs get their share without a restart).
+#[derive(Default)]
+struct Readers {
+    members: parking_lot::RwLock<Vec<Arc<Reader>>>,
+    next: AtomicUsize,
+    /// When (ms since the cluster's epoch) the group was last asked for its members.
+    asked_ms: AtomicU64,
+    /// An ask is under way.
+    asking: AtomicBool,
+}
+
+/// One member reads may go to, and its connection.
+struct Reader {
+    addr: String,
+    conn: AsyncMutex<Option<Arc<Connection>>>,
+    /// Until when (ms since the cluster's epoch) reads pass this member by: it refused a
+    /// read or could not be reached. 0: usable.
+    avoid_until_ms: AtomicU64,
+}
+
+impl Reader {
+    fn new(addr: String) -> Arc<Reader> {
+        Arc::new(Reader {
+            addr,
+            conn: AsyncMutex::new(None),
+            avoid_until_ms: AtomicU64::new(0),
+        })
+    }
+}
+
+/// How often a client asks a shard which members its group has (for reads).
+const TOPOLOGY_EVERY: Duration = Duration::from_secs(2);
+/// How long reads pass by a member that refused one or could not be reached.
+const READER_PAUSE: Duration = Duration::from_secs(1);
+/// A member further behind its leader than this many log entries gets no reads: it is
+/// catching up (a new learner), and its reads would wait for it.
+const READER_MAX_LAG: u64 = 64;
 
 /// A client of an n-node kvd cluster. Node `i` of `--nodes` must be the kvd started as `--shard i/n`.
 ///
@@ -134,6 +176,13 @@ impl Cluster {
                 next: AtomicUsize::new(0),
                 down_until_ms: AtomicU64::new(0),
                 retry_ms: AtomicU64::new(0),
+                readers: Arc::new(Readers {
+                    members: parking_lot::RwLock::new(match super::members(addr).nth(1) {
+                        Some(_) => super::members(addr).map(|m| Reader::new(m.to_string())).collect(),
+                        None => Vec::new(),
+                    }),
+                    ..Readers::default()
+                }),
             })
             .collect();
         Ok(Cluster {
@@ -209,6 +258,12 @@ impl Cluster {
 
     fn is_group(&self, node: usize) -> bool {
         self.nodes[node].grouped.load(Ordering::Relaxed)
+    }
+
+    /// Whether another member than the one asked may serve shard `node`'s requests: it is a
+    /// replica group, or a single node found leading a group whose members serve reads.
+    fn has_replicas(&self, node: usize) -> bool {
+        self.is_group(node) || !self.nodes[node].readers.members.read().is_empty()
     }
 
     /// How the client talks to the nodes.
@@ -354,7 +409,26 @@ impl Cluster {
     }
 
     /// Queues a batch for `node` (all its keys must belong to it) without waiting for the reply.
+    /// A batch of reads only goes to the next member of a replica group that serves reads
+    /// (`--reads`), else to the leader.
     pub async fn start_batch(&self, node: usize, batch: &BatchRequest) -> Result<InFlight, ClientError> {
+        if self.config.reads != ReadFrom::Leader {
+            self.refresh_topology(node);
+            if batch.reads_only()
+                && let Some((reader, conn)) = self.reader(node).await
+            {
+                match conn
+                    .start(|id, buf| encode_frame(FrameKind::BatchRequest, id, batch, buf))
+                    .await
+                {
+                    Ok(mut flight) => {
+                        flight.reader = true;
+                        return Ok(flight);
+                    }
+                    Err(_) => self.avoid_reader(&reader),
+                }
+            }
+        }
         let conn = self.connection(node).await?;
         let started = conn
             .start(|id, buf| encode_frame(FrameKind::BatchRequest, id, batch, buf))
@@ -365,14 +439,164 @@ impl Cluster {
 
     /// Waits for the reply to a batch started on `node` with [`Cluster::start_batch`].
     pub async fn finish_batch(&self, node: usize, flight: InFlight) -> Result<Reply, ClientError> {
+        let reader = flight.reader.then(|| flight.addr());
         let reply = match flight.wait(self.config.request_timeout).await {
             // A replica group's member that does not lead ran nothing: an error, so that
             // the next request goes to the member it names.
             Ok(r) if r.kind == FrameKind::NotLeader => Err(r.unexpected()),
             other => other,
         };
-        self.observe(node, &reply);
+        match reader {
+            // A member that could not serve a read is passed by for a while (the caller
+            // sends the batch again, to the next member or the leader); the leader's
+            // bookkeeping is not about it.
+            Some(addr) => {
+                if reply.as_ref().is_err_and(another_member_may_serve)
+                    && let Some(r) = self.nodes[node]
+                        .readers
+                        .members
+                        .read()
+                        .iter()
+                        .find(|r| *r.addr == *addr)
+                {
+                    self.avoid_reader(r);
+                }
+            }
+            None => self.observe(node, &reply),
+        }
         reply
+    }
+
+    /// The next member of `node`'s group that reads may go to, and a connection to it;
+    /// `None` when none is usable now (reads go to the leader then).
+    async fn reader(&self, node: usize) -> Option<(Arc<Reader>, Arc<Connection>)> {
+        let readers = &self.nodes[node].readers;
+        let count = readers.members.read().len();
+        let start = readers.next.fetch_add(1, Ordering::Relaxed);
+        for k in 0..count {
+            let Some(r) = readers.members.read().get((start + k) % count).cloned() else {
+                return None;
+            };
+            if r.avoid_until_ms.load(Ordering::Relaxed) > self.now_ms() {
+                continue;
+            }
+            match self.reader_connection(&r).await {
+                Ok(conn) => return Some((r, conn)),
+                Err(e) => {
+                    tracing::debug!(member = %r.addr, error = %e, "a member for reads cannot be reached");
+                    self.avoid_reader(&r);
+                }
+            }
+        }
+        None
+    }
+
+    fn avoid_reader(&self, r: &Reader) {
+        let until = self.now_ms() + READER_PAUSE.as_millis() as u64;
+        r.avoid_until_ms.store(until, Ordering::Relaxed);
+    }
+
+    /// `r`'s connection, opened (and told the staleness it may answer with) when needed.
+    async fn reader_connection(&self, r: &Reader) -> Result<Arc<Connection>, ClientError> {
+        let mut guard = r.conn.lock().await;
+        if let Some(conn) = guard.as_ref().filter(|c| c.is_alive()) {
+            return Ok(conn.clone());
+        }
+        let c = &self.config;
+        let conn = Arc::new(
+            Connection::open(
+                &r.addr,
+                c.pipeline,
+                c.max_frame,
+                c.connect_timeout,
+                c.auth.as_ref(),
+                c.tls.as_ref(),
+            )
+            .await?,
+        );
+        if let ReadFrom::Stale(bound) = c.reads {
+            let ms = u32::try_from(bound.as_millis()).unwrap_or(u32::MAX).max(1);
+            let reply = conn
+                .start(|id, buf: &mut AlignedVec| {
+                    buf.clear();
+                    buf.extend_from_slice(
+                        &crate::frame::FrameHeader {
+                            kind: FrameKind::StaleReads,
+                            len: 4,
+                            id,
+                        }
+                        .encode(),
+                    );
+                    buf.extend_from_slice(&ms.to_le_bytes());
+                    Ok(())
+                })
+                .await?
+                .wait(c.request_timeout)
+                .await?;
+            if reply.kind != FrameKind::ConfigOk {
+                return Err(reply.unexpected());
+            }
+        }
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Every [`TOPOLOGY_EVERY`], asks shard `node` (in the background) which members its
+    /// group has, voters and learners, and which of them have caught up: those serve its
+    /// reads from then on. A single node found to lead a group of several becomes a group
+    /// to this client.
+    fn refresh_topology(&self, node: usize) {
+        let pool = &self.nodes[node];
+        let readers = &pool.readers;
+        let now = self.now_ms();
+        let asked = readers.asked_ms.load(Ordering::Relaxed);
+        if (asked != 0 && now.saturating_sub(asked) < TOPOLOGY_EVERY.as_millis() as u64)
+            || readers.asking.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        readers.asked_ms.store(now, Ordering::Relaxed);
+        let (readers, addr) = (pool.readers.clone(), self.member_addr(node));
+        let config = ClientConfig {
+            conns_per_node: 1,
+            request_timeout: self.config.request_timeout.min(TOPOLOGY_EVERY),
+            ..self.config.clone()
+        };
+        tokio::spawn(async move {
+            let asked = async {
+                let one = Cluster::new(std::slice::from_ref(&addr), config).ok()?;
+                one.stats(0).await.ok()
+            };
+            if let Some(stats) = asked.await {
+                let g = &stats.group;
+                let behind = |m: &String| g.lag.iter().find(|l| l.addr == *m).map_or(0, |l| l.behind);
+                let mut serving: Vec<String> = g
+                    .members
+                    .iter()
+                    .chain(&g.learners)
+                    .filter(|m| behind(m) <= READER_MAX_LAG)
+                    .cloned()
+                    .collect();
+                serving.sort();
+                serving.dedup();
+                let mut members = readers.members.write();
+                let now: Vec<&str> = members.iter().map(|r| r.addr.as_str()).collect();
+                if serving.len() > 1 && serving.iter().map(String::as_str).ne(now.iter().copied()) {
+                    tracing::debug!(%addr, ?serving, "a replica group's members for reads");
+                    let kept: Vec<Arc<Reader>> = serving
+                        .into_iter()
+                        .map(|m| match members.iter().find(|r| r.addr == m) {
+                            Some(r) => r.clone(),
+                            None => Reader::new(m),
+                        })
+                        .collect();
+                    *members = kept;
+                } else if serving.len() <= 1 && !members.is_empty() && !g.role.is_empty() {
+                    members.clear();
+                }
+            }
+            readers.asking.store(false, Ordering::Relaxed);
+        });
     }
 
     /// Sends a batch to `node` and waits for the reply; read results with [`Reply::batch`].
@@ -382,7 +606,7 @@ impl Cluster {
     pub async fn send_batch(&self, node: usize, batch: &BatchRequest) -> Result<Reply, ClientError> {
         let began = tokio::time::Instant::now();
         let mut reply = self.send_batch_once(node, batch).await;
-        while self.is_group(node)
+        while self.has_replicas(node)
             && reply.as_ref().is_err_and(another_member_may_serve)
             && began.elapsed() < self.config.request_timeout
         {
@@ -406,7 +630,7 @@ impl Cluster {
     /// [`Cluster::send_batch`]: the node is a replica group and the request certainly did
     /// not run there.
     pub fn worth_resending(&self, node: usize, e: &ClientError) -> bool {
-        self.is_group(node) && another_member_may_serve(e)
+        self.has_replicas(node) && another_member_may_serve(e)
     }
 
     /// Runs `ops` across the cluster: splits them by owner, sends the parts to their nodes
@@ -468,7 +692,7 @@ impl Cluster {
             // A replica group's leader moved, or the member asked is gone: the part did not
             // run, so it is sent again, to the member named or the next one, while the
             // request's time lasts. (An outcome that may have happened is never resent.)
-            if self.is_group(node)
+            if self.has_replicas(node)
                 && reply.as_ref().is_err_and(another_member_may_serve)
                 && began.elapsed() < self.config.request_timeout
             {

@@ -177,9 +177,16 @@ pub struct InFlight {
     pending: Arc<Mutex<Pending>>,
     addr: Arc<str>,
     _permit: OwnedSemaphorePermit,
+    /// Sent to a replica group's member chosen for reads (not the leader path).
+    pub(crate) reader: bool,
 }
 
 impl InFlight {
+    /// The address of the node it was sent to.
+    pub(crate) fn addr(&self) -> Arc<str> {
+        self.addr.clone()
+    }
+
     /// Waits for the reply, at most `timeout`.
     pub async fn wait(self, timeout: Duration) -> Result<Reply, ClientError> {
         match tokio::time::timeout(timeout, self.rx).await {
@@ -366,6 +373,7 @@ impl Connection {
             pending: self.pending.clone(),
             addr: self.addr.clone(),
             _permit: permit,
+            reader: false,
         })
     }
 

@@ -10,6 +10,7 @@ mod recording;
 use std::time::Duration;
 
 pub use cluster::{Cluster, Op, Outcome};
+
 pub use connection::{InFlight, Reply, STALL_AFTER};
 pub use error::ClientError;
 pub use layout::{LayoutProblem, check_layout, entry_shards, expand_members};
@@ -37,6 +38,23 @@ pub struct ClientConfig {
     pub auth: Option<AuthToken>,
     /// TLS to the nodes, trusting the CA it was made with (needed when they serve TLS).
     pub tls: Option<TlsClient>,
+    /// Which members of a replica group serve batches of reads only.
+    pub reads: ReadFrom,
+}
+
+/// Which members of a replica group serve a batch of reads only (`--reads`). Batches with
+/// a write always go to the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// Only the leader.
+    Leader,
+    /// Every member, voters and learners, in turn; linearizable (a follower serves a read
+    /// once it has applied the leader's read index).
+    Replicas,
+    /// Every member in turn, answering from its own store while it is at most this far
+    /// behind its leader (else as `Replicas`): reads may miss writes acknowledged within the
+    /// bound.
+    Stale(Duration),
 }
 
 impl Default for ClientConfig {
@@ -49,6 +67,7 @@ impl Default for ClientConfig {
             max_frame: DEFAULT_MAX_FRAME,
             auth: None,
             tls: None,
+            reads: ReadFrom::Replicas,
         }
     }
 }

@@ -47,12 +47,24 @@ impl DurableShard {
         if let Err(LogError::NotLeader(leader)) = self.leadership() {
             return AdminReply::NotLeader(leader);
         }
+        if request == AdminRequest::ReadIndex {
+            // Not a change: no log line. Shares the leader's own reads' rounds.
+            return match self.confirm_leadership() {
+                Some(round) => match round.await {
+                    Ok(Ok(index)) => AdminReply::ReadIndex(index),
+                    Ok(Err(LogError::NotLeader(leader))) => AdminReply::NotLeader(leader),
+                    Ok(Err(LogError::Failed(why))) => AdminReply::Failed(why),
+                    Err(_) => AdminReply::NotLeader(None),
+                },
+                None => AdminReply::Failed("this node is not a member of a replica group".into()),
+            };
+        }
         let outcome = match request {
             AdminRequest::AddLearner { addr } => self.add_learner(addr).await,
             AdminRequest::Promote { addr } => self.promote(&addr).await,
             AdminRequest::Remove { addr } => self.remove(&addr).await,
             AdminRequest::TransferLeader { addr } => self.hand_over(&addr).await,
-            AdminRequest::Campaign => Ok(AdminReply::Done("campaigning".into())),
+            AdminRequest::Campaign | AdminRequest::ReadIndex => Ok(AdminReply::Done("nothing to change".into())),
         };
         match outcome {
             Ok(done) => {
