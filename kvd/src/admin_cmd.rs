@@ -10,6 +10,9 @@ use kvshared::client::{ClientConfig, Cluster, members};
 use crate::cli::{AdminCommand, GroupArgs};
 use crate::durable::network::{AdminReply, AdminRequest, admin_call};
 
+/// The reason `kvd admin` gives for its changes (kept in the leader's list of changes).
+const BY_ADMIN: &str = "kvd admin";
+
 /// How long the group may go without a leader before a command gives up.
 const FIND_LEADER_LIMIT: Duration = Duration::from_secs(30);
 /// How long one request may run (a new member's catch-up runs inside its request).
@@ -25,17 +28,24 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
                 g.shard
             );
             let progress = g.watch_catch_up(addr.clone());
-            let added = g.send(AdminRequest::AddLearner { addr: addr.clone() }).await;
+            let added = g
+                .send(AdminRequest::AddLearner {
+                    addr: addr.clone(),
+                    why: BY_ADMIN.into(),
+                })
+                .await;
             progress.abort();
             eprintln!("kvd: {}", added?);
             if !learner {
-                eprintln!("kvd: {}", g.send(AdminRequest::Promote { addr }).await?);
+                let why = BY_ADMIN.into();
+                eprintln!("kvd: {}", g.send(AdminRequest::Promote { addr, why }).await?);
             }
             g.print_membership().await?;
         }
         AdminCommand::RemoveReplica { group, addr } => {
             let mut g = Group::new(&group, Some(&addr))?;
-            eprintln!("kvd: {}", g.send(AdminRequest::Remove { addr }).await?);
+            let why = BY_ADMIN.into();
+            eprintln!("kvd: {}", g.send(AdminRequest::Remove { addr, why }).await?);
             g.print_membership().await?;
         }
         AdminCommand::TransferLeader { group, addr } => {
@@ -47,8 +57,9 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// One replica group as the admin command reaches it.
-struct Group {
+/// One replica group as an admin command (or the shard manager) reaches it: requests go to
+/// its leader, found by following "not the leader" answers.
+pub(crate) struct Group {
     shard: usize,
     /// The members to ask, the leader (as last learned) first.
     members: Vec<String>,
@@ -73,17 +84,23 @@ impl Group {
                 entries.len()
             ),
         };
+        let members = members(&entries[shard]).map(str::to_string).collect();
+        Ok(Group::of(shard, members, args.nodes.client_config()?))
+    }
+
+    /// Shard `shard`'s group, reached through `members` (any of them will do to start).
+    pub(crate) fn of(shard: usize, members: Vec<String>, config: ClientConfig) -> Group {
         let config = ClientConfig {
             request_timeout: REQUEST_LIMIT,
             conns_per_node: 1,
-            ..args.nodes.client_config()?
+            ..config
         };
-        Ok(Group {
+        Group {
             shard,
-            members: members(&entries[shard]).map(str::to_string).collect(),
+            members,
             config,
             clients: HashMap::new(),
-        })
+        }
     }
 
     fn client(&mut self, addr: &str) -> anyhow::Result<&Cluster> {
@@ -96,7 +113,7 @@ impl Group {
 
     /// Sends `request` to the group's leader, following "not the leader" answers (to members
     /// --nodes may not list, such as one added since) until one carries it out.
-    async fn send(&mut self, request: AdminRequest) -> anyhow::Result<String> {
+    pub(crate) async fn send(&mut self, request: AdminRequest) -> anyhow::Result<String> {
         let began = tokio::time::Instant::now();
         let mut next = 0;
         let mut last_error = String::from("no member answered");

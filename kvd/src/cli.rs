@@ -264,6 +264,9 @@ pub enum Command {
     /// Change a replica group's members, or its leader, without stopping it.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Watch every shard's load and give hot shards read replicas on spare members (learners
+    /// that serve linearizable reads), taking them back when the shard cools.
+    Manager(ManagerArgs),
     /// Show each node's statistics (exit 1 if a node does not answer).
     Stats {
         #[command(flatten)]
@@ -306,6 +309,52 @@ pub enum AdminCommand {
         /// The member to lead.
         addr: String,
     },
+}
+
+/// `kvd manager`: when a shard gets a replica, and when it gives it back.
+#[derive(Args, Debug)]
+pub struct ManagerArgs {
+    /// The shards' groups, in shard order, as for every client (`A|B,C|D`); one member per
+    /// group is enough to find the rest.
+    #[command(flatten)]
+    pub nodes: NodesArgs,
+    /// Spare members: each a kvd started with `--shard I/N --join --data-dir DIR` (a spare
+    /// machine runs one per shard it may help). The manager adds a spare of a hot shard as a
+    /// learner and removes it when the shard cools.
+    #[arg(long, value_delimiter = ',', value_name = "ADDR,...")]
+    pub spare: Vec<String>,
+    /// Most members (voters and learners) a shard may have.
+    #[arg(long, default_value_t = 5)]
+    pub max_replicas: usize,
+    /// How often the manager reads every member's load.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub interval: std::time::Duration,
+    /// A shard is hot when its reads per second per serving member reach this...
+    #[arg(long, default_value_t = 100_000.0, value_name = "READS_PER_SEC")]
+    pub hot_reads: f64,
+    /// ...or when a member's read p99 (kvd's own service time) reaches this.
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub hot_p99: std::time::Duration,
+    /// A shard with an added replica is cold when, with one member fewer, it would serve
+    /// fewer reads per second per member than this [default: a quarter of --hot-reads].
+    #[arg(long, value_name = "READS_PER_SEC")]
+    pub cold_reads: Option<f64>,
+    /// Intervals in a row a shard must be hot before a replica is added.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub up_after: u32,
+    /// Intervals in a row a shard must be cold before an added replica is removed.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub down_after: u32,
+    /// Intervals after a change of a shard during which it is left alone (so that the
+    /// change's effect shows before the next is judged).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub settle: u32,
+    /// Stop after this long [default: run until Ctrl-C].
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub duration: Option<std::time::Duration>,
+    /// Print each decision as a JSON object (one per line) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which replica group an admin command is for.

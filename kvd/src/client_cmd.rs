@@ -13,6 +13,9 @@ use crate::cli::Command;
 /// Exit code when `get` finds nothing, or `stats` could not reach every node.
 const NOT_ALL: u8 = 1;
 
+/// The membership changes `kvd stats` shows under a leader, newest first.
+const SHOWN_CHANGES: usize = 5;
+
 /// Runs one client verb and returns the process exit code.
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let code = match command {
@@ -38,6 +41,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Stats { nodes, json } => stats(&nodes, json).await?,
         Command::Admin(admin) => crate::admin_cmd::run(admin).await?,
+        Command::Manager(args) => crate::manager::run(args).await?,
         Command::Config {
             nodes,
             max_memory,
@@ -225,6 +229,9 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                         lag.join(", "),
                         s.group.elections
                     ));
+                }
+                for change in s.group.changes.iter().rev().take(SHOWN_CHANGES) {
+                    out.push_str(&format!("{:<22} {}\n", "", change.summary()));
                 }
                 if s.durability.is_durable() {
                     for line in s.durability.summary_lines() {

@@ -13,6 +13,7 @@
 //! * `sampler`: the once-a-second sysinfo thread (CPU, memory, network).
 //! * `warn_limit`: rate limits for the warnings a peer can cause.
 //! * [`cli`], [`client_cmd`] and `admin_cmd`: the command line, its client verbs, `kvd admin`.
+//! * [`manager`]: `kvd manager`, which gives hot shards read replicas on spare members.
 //!
 //! Wire types, framing and routing come from `kvshared`; nothing here re-implements them.
 
@@ -26,6 +27,7 @@ pub mod durable;
 pub mod http;
 mod latency;
 pub mod local;
+pub mod manager;
 pub mod node;
 pub mod resp;
 mod sampler;

@@ -17,6 +17,8 @@ use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
 /// Three members started with `--group` (indexes 0-2), and `joiners` more started with
 /// `--join` after them.
 struct Group {
+    /// Members started with `--group` (the first ones); the rest with `--join`.
+    voters: usize,
     addrs: Vec<String>,
     dirs: Vec<std::path::PathBuf>,
     members: Vec<Option<Kvd>>,
@@ -28,7 +30,11 @@ impl Group {
     }
 
     fn start_with_joiners(name: &str, joiners: usize) -> Group {
-        let n = 3 + joiners;
+        Group::start_shaped(name, 3, joiners)
+    }
+
+    fn start_shaped(name: &str, voters: usize, joiners: usize) -> Group {
+        let n = voters + joiners;
         let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
         let dirs: Vec<_> = (0..n)
             .map(|i| std::env::temp_dir().join(format!("kvd-group-{name}-{}-{i}", std::process::id())))
@@ -37,6 +43,7 @@ impl Group {
             let _ = std::fs::remove_dir_all(d);
         }
         let mut g = Group {
+            voters,
             addrs,
             dirs,
             members: (0..n).map(|_| None).collect(),
@@ -48,10 +55,10 @@ impl Group {
     }
 
     fn restart(&mut self, i: usize) {
-        let group = self.addrs[..3].join(",");
+        let group = self.addrs[..self.voters].join(",");
         let dir = self.dirs[i].display().to_string();
         let mut args = vec!["--shard", "0/1", "--data-dir", &dir];
-        match i < 3 {
+        match i < self.voters {
             true => args.extend(["--group", &group]),
             false => args.push("--join"),
         }
@@ -390,4 +397,137 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     let out = kvd(&["admin", "transfer-leader", "--nodes", &new, &gone]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a voter"), "{out:?}");
+}
+
+/// The shard manager, under a recording load whose reads spread over the group's members
+/// (clients' default): a burst of reads makes the shard hot and the manager adds the spare
+/// as a learner, which serves reads; when the burst ends the shard cools and the manager
+/// removes it. The history across both changes is linearizable, and the leader keeps the
+/// manager's reasons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manager_adds_and_removes_a_read_replica_and_reads_stay_linearizable() {
+    let group = Group::start_shaped("manager", 1, 1);
+    let (leader, spare) = (group.addrs[0].clone(), group.addrs[1].clone());
+    let client = Arc::new(
+        Cluster::new(
+            std::slice::from_ref(&leader),
+            ClientConfig {
+                request_timeout: Duration::from_secs(5),
+                ..ClientConfig::default()
+            },
+        )
+        .unwrap(),
+    );
+    for i in 0..200 {
+        client
+            .put(format!("k{i}").as_bytes(), format!("v{i}").as_bytes())
+            .await
+            .unwrap();
+    }
+    let manager = std::process::Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args([
+            "manager",
+            "--nodes",
+            &leader,
+            "--spare",
+            &spare,
+            "--interval",
+            "500ms",
+            "--hot-reads",
+            "100000",
+            "--cold-reads",
+            "40000",
+            "--up-after",
+            "2",
+            "--down-after",
+            "3",
+            "--settle",
+            "1",
+            "--duration",
+            "16s",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut manager = Kvd::guard(manager);
+    let decisions = {
+        let mut stdout = manager.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+            text
+        })
+    };
+    let recording = start_recording(&client, 14, 9);
+    // The burst: many batches of reads for 5 s (bounded in time), spread like the
+    // recording's reads.
+    let burst = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
+            let until = Instant::now() + Duration::from_secs(5);
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..8 {
+                let (client, keys) = (client.clone(), keys.clone());
+                tasks.spawn(async move {
+                    let ops: Vec<kvshared::client::Op<'_>> =
+                        keys.iter().map(|k| kvshared::client::Op::Get(k.as_bytes())).collect();
+                    let mut n = 0u64;
+                    while Instant::now() < until {
+                        n += client.batch(&ops).await.iter().filter(|r| r.is_ok()).count() as u64;
+                    }
+                    n
+                });
+            }
+            let mut reads = 0;
+            while let Some(n) = tasks.join_next().await {
+                reads += n.unwrap_or(0);
+            }
+            reads
+        })
+    };
+    let reads = burst.await.unwrap();
+    let recording = recording.await.unwrap();
+    let decisions = tokio::task::spawn_blocking(move || decisions.join().unwrap())
+        .await
+        .unwrap();
+    drop(manager);
+    eprintln!("{reads} reads in the burst; the manager said:\n{decisions}");
+    let actions: Vec<String> = decisions
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| {
+            format!(
+                "{} {}",
+                v["action"].as_str().unwrap_or(""),
+                v["member"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert!(actions.contains(&format!("added {spare}")), "{actions:?}");
+    assert!(actions.contains(&format!("removed {spare}")), "{actions:?}");
+    assert!(!actions.iter().any(|a| a.starts_with("failed")), "{actions:?}");
+
+    // The learner served reads while it was one.
+    let one = Cluster::new(std::slice::from_ref(&spare), ClientConfig::default()).unwrap();
+    let learner = one.stats(0).await.unwrap();
+    assert!(learner.counts.gets > 0, "the learner served no reads");
+    // The leader kept the manager's reasons.
+    let figures = client.stats(0).await.unwrap().group;
+    assert!(figures.learners.is_empty(), "{figures:?}");
+    assert!(
+        figures.changes.iter().any(|c| c.why.starts_with("shard manager: hot"))
+            && figures.changes.iter().any(|c| c.why.starts_with("shard manager: cold")),
+        "{:?}",
+        figures.changes
+    );
+    let ops = &recording.history.operations;
+    eprintln!(
+        "{} ops recorded across the manager's add and remove, {} unknown",
+        ops.len(),
+        recording.unknown
+    );
+    assert!(ops.len() > 1000, "only {} ops", ops.len());
+    assert_linearizable(&recording, "the manager's add and remove");
 }

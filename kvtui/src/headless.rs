@@ -148,13 +148,19 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
     }
 }
 
-/// The table as text, plus a line per node that is down.
+/// Membership changes `--once` prints under the table, at most.
+const CHANGE_LINES: usize = 5;
+
+/// The table as text, plus a line per node that is down and per recent membership change.
 pub fn text(view: &ClusterView) -> String {
     let mut out = table::as_text(view, Instant::now(), 180);
     for n in &view.nodes {
         if let Health::Down { error } = &n.health {
             out.push_str(&format!("{} is down: {error}\n", n.addr));
         }
+    }
+    for (shard, c) in view.recent_changes(CHANGE_LINES) {
+        out.push_str(&format!("shard {shard}: {}\n", c.summary()));
     }
     for p in view.layout_problems() {
         out.push_str(&format!("warning: {p}\n"));

@@ -204,6 +204,19 @@ impl ClusterView {
     }
 
     /// What is wrong with the node list, from the shard each node last reported.
+    /// The newest `n` membership changes the groups' leaders report (the shard manager's
+    /// and `kvd admin`'s), oldest first, with their shards.
+    pub fn recent_changes(&self, n: usize) -> Vec<(kvshared::routing::ShardId, kvshared::stats::GroupChange)> {
+        let mut changes: Vec<_> = self
+            .nodes
+            .iter()
+            .filter_map(|node| node.stats.as_ref().filter(|s| s.group.role == "leader"))
+            .flat_map(|s| s.group.changes.iter().map(|c| (s.shard, c.clone())))
+            .collect();
+        changes.sort_by_key(|(_, c)| c.unix_ms);
+        changes.split_off(changes.len().saturating_sub(n))
+    }
+
     pub fn layout_problems(&self) -> Vec<kvshared::client::LayoutProblem> {
         if !self.judge_layout {
             return Vec::new();

@@ -347,6 +347,38 @@ pub struct GroupFigures {
     /// The learners' addresses (members that follow the log but do not vote).
     #[serde(default)]
     pub learners: Vec<String>,
+    /// On the leader: the last membership changes it carried out, oldest first (at most
+    /// [`GroupChange::KEPT`]; a new leader starts an empty list).
+    #[serde(default)]
+    pub changes: Vec<GroupChange>,
+}
+
+/// One membership change a group's leader carried out, and why it was asked for.
+#[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GroupChange {
+    /// When it was done (Unix ms, the leader's clock).
+    pub unix_ms: u64,
+    /// What was done, in words (e.g. "added 10.0.0.5:7070 as a learner").
+    pub what: String,
+    /// Who asked and why, as they said it (the shard manager gives the figures that
+    /// decided it; `kvd admin` says so).
+    pub why: String,
+}
+
+impl GroupChange {
+    /// How many changes a leader keeps.
+    pub const KEPT: usize = 16;
+
+    /// One line: when (UTC), what, and why.
+    pub fn summary(&self) -> String {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.unix_ms);
+        format!(
+            "changed {}: {} ({})",
+            humantime::format_rfc3339_seconds(at),
+            self.what,
+            self.why
+        )
+    }
 }
 
 /// How far one follower is behind its leader.

@@ -36,18 +36,19 @@ pub enum RaftRpc {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum AdminRequest {
     /// Add the member at this address as a learner and answer once it has caught up.
-    AddLearner { addr: String },
+    AddLearner { addr: String, why: String },
     /// Make a learner that has caught up a voter.
-    Promote { addr: String },
+    Promote { addr: String, why: String },
     /// Remove a voter or a learner.
-    Remove { addr: String },
+    Remove { addr: String, why: String },
     /// Hand the leadership to this voter.
     TransferLeader { addr: String },
     /// Start an election now (sent by the leader that hands over to this member).
     Campaign,
-    /// A read index for reads a follower or learner is about to serve (follower reads):
-    /// answered by the leader after a read-index round.
-    ReadIndex,
+    /// A read index for reads a follower or learner (`member`, its id) is about to serve
+    /// (follower reads): answered by the leader after a read-index round, and refused to a
+    /// node that is no longer a member (a removed learner may not know it is).
+    ReadIndex { member: u64 },
 }
 
 /// What a member answers an [`AdminRequest`].

@@ -583,6 +583,8 @@ pub struct DurableShard {
     handing_over: Arc<std::sync::atomic::AtomicBool>,
     /// The commit index the leader last sent this member (openraft 0.9's metrics have none).
     leader_commit: std::sync::atomic::AtomicU64,
+    /// The membership changes this member carried out as leader (see `GroupFigures::changes`).
+    changes: parking_lot::Mutex<std::collections::VecDeque<kvshared::stats::GroupChange>>,
     /// When (ms since `epoch`) this member last heard from a leader (an append or a
     /// heartbeat), for bounded-staleness reads; 0 before the first.
     heard_from_leader_ms: std::sync::atomic::AtomicU64,
@@ -769,6 +771,7 @@ async fn confirm(raft: openraft::Raft<ShardRaft>, mut queue: tokio::sync::mpsc::
 /// (no leader known, the leader unreachable or deposed, this member too far behind within
 /// the limit) answers "not the leader", naming the leader: the client asks it instead.
 async fn follow_reads(
+    me: u64,
     raft: openraft::Raft<ShardRaft>,
     mut queue: tokio::sync::mpsc::UnboundedReceiver<ReadIndexWaiter>,
     client: kvshared::client::ClientConfig,
@@ -807,7 +810,7 @@ async fn follow_reads(
         let began = tokio::time::Instant::now();
         let asked = tokio::time::timeout(
             CONFIRM_LIMIT,
-            super::network::admin_call(&cluster, super::network::AdminRequest::ReadIndex),
+            super::network::admin_call(&cluster, super::network::AdminRequest::ReadIndex { member: me }),
         )
         .await;
         let index = match asked {
@@ -1044,7 +1047,7 @@ impl DurableShard {
         tokio::spawn(confirm(raft.clone(), confirm_queue));
         let (member_reads, member_read_queue) = tokio::sync::mpsc::unbounded_channel();
         if grouped {
-            tokio::spawn(follow_reads(raft.clone(), member_read_queue, client.clone()));
+            tokio::spawn(follow_reads(me, raft.clone(), member_read_queue, client.clone()));
         }
         let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
         tokio::spawn(count_elections(raft.clone(), elections.clone()));
@@ -1063,6 +1066,7 @@ impl DurableShard {
             handing_over,
             leader_commit: std::sync::atomic::AtomicU64::new(0),
             heard_from_leader_ms: std::sync::atomic::AtomicU64::new(0),
+            changes: Default::default(),
             snapshot_quiet: Arc::default(),
             epoch: std::time::Instant::now(),
         };
@@ -1178,10 +1182,24 @@ impl DurableShard {
     /// applied the leader's read index (see `follow_reads`); the reads may run then. `None`
     /// outside a replica group.
     pub fn member_read(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, LogError>>> {
-        if !self.grouped {
+        if !self.is_member() {
             return None;
         }
         Some(queue_for_read_index(&self.member_reads))
+    }
+
+    /// Whether this node is a member (voter or learner) of its group as its log says now: a
+    /// removed learner (the shard manager's) or one not yet added serves no reads.
+    fn is_member(&self) -> bool {
+        self.grouped
+            && self
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .get_node(&self.me)
+                .is_some()
     }
 
     /// Whether this member's store is at most `bound` behind its leader: it heard from the
@@ -1190,6 +1208,9 @@ impl DurableShard {
     /// acknowledged before the leader sent that message, which left it less than `bound` ago
     /// by this member's clock; network delay comes on top.)
     pub fn fresh_within(&self, bound: std::time::Duration) -> bool {
+        if !self.is_member() {
+            return false;
+        }
         let heard = self.heard_from_leader_ms.load(std::sync::atomic::Ordering::Relaxed);
         let now = self.epoch.elapsed().as_millis() as u64;
         heard != 0
@@ -1299,6 +1320,10 @@ impl DurableShard {
                 .collect(),
             members: sorted(membership.voter_ids().map(addr)),
             learners: sorted(membership.learner_ids().map(addr)),
+            changes: match m.state {
+                openraft::ServerState::Leader => self.changes.lock().iter().cloned().collect(),
+                _ => Vec::new(),
+            },
         }
     }
 

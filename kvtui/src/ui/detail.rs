@@ -133,6 +133,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 if !lag.is_empty() {
                     lines.push(Line::from(format!("followers: {}", lag.join("   "))));
                 }
+                for change in g.changes.iter().rev().take(3) {
+                    lines.push(Line::from(change.summary()));
+                }
             }
             let recent = n.latency.as_ref();
             lines.extend([

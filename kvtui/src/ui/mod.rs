@@ -30,6 +30,9 @@ pub fn node_color(i: usize) -> Color {
     NODE_COLORS[i % NODE_COLORS.len()]
 }
 
+/// Membership changes shown under the table, at most.
+const CHANGE_LINES: usize = 3;
+
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
@@ -40,11 +43,19 @@ pub fn draw(frame: &mut Frame, app: &App) {
     // rest (and shrink to nothing on a short screen).
     let room = area.height.saturating_sub(1 + banner_height + bench_height);
     let table_height = table::wanted_height(&app.view).min(room);
-    let [header, banner, bench_area, table_area, rest] = Layout::vertical([
+    // The groups' last membership changes (the shard manager's), a line each, under the
+    // table while there is room for charts too.
+    let changes = app.view.recent_changes(CHANGE_LINES);
+    let changes_height = match room.saturating_sub(table_height) >= 5 + changes.len() as u16 {
+        true => changes.len() as u16,
+        false => 0,
+    };
+    let [header, banner, bench_area, table_area, changes_area, rest] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(banner_height),
         Constraint::Length(bench_height),
         Constraint::Length(table_height),
+        Constraint::Length(changes_height),
         Constraint::Min(0),
     ])
     .areas(area);
@@ -69,6 +80,18 @@ pub fn draw(frame: &mut Frame, app: &App) {
         bench::render(frame, bench_area, b);
     }
     table::render(frame, table_area, app);
+    if changes_height > 0 {
+        let lines: Vec<Line> = changes
+            .iter()
+            .map(|(shard, c)| {
+                Line::styled(
+                    format!(" shard {shard}: {}", c.summary()),
+                    Style::default().fg(Color::Cyan),
+                )
+            })
+            .collect();
+        frame.render_widget(Paragraph::new(lines), changes_area);
+    }
     if rest.height >= 5 {
         match app.screen_under_help() {
             Mode::Detail => detail::render(frame, rest, app),

@@ -103,8 +103,12 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
     let state = match &n.health {
         // A replica group's member says its role.
         Health::Up => match s.map(|s| s.group.role.as_str()) {
-            // The leader stands out in its group's rows.
-            Some("leader") => "★ leader".to_string(),
+            // The leader stands out in its group's rows, with the group's size when it has
+            // more than itself (voters and learners: the shard's replicas).
+            Some("leader") => match s.map_or(0, |s| s.group.members.len() + s.group.learners.len()) {
+                0 | 1 => "★ leader".to_string(),
+                n => format!("★ leader ×{n}"),
+            },
             Some(role) if !role.is_empty() => role.to_string(),
             _ => "up".to_string(),
         },

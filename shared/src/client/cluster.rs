@@ -474,9 +474,7 @@ impl Cluster {
         let count = readers.members.read().len();
         let start = readers.next.fetch_add(1, Ordering::Relaxed);
         for k in 0..count {
-            let Some(r) = readers.members.read().get((start + k) % count).cloned() else {
-                return None;
-            };
+            let r = readers.members.read().get((start + k) % count).cloned()?;
             if r.avoid_until_ms.load(Ordering::Relaxed) > self.now_ms() {
                 continue;
             }

@@ -47,8 +47,19 @@ impl DurableShard {
         if let Err(LogError::NotLeader(leader)) = self.leadership() {
             return AdminReply::NotLeader(leader);
         }
-        if request == AdminRequest::ReadIndex {
+        if let AdminRequest::ReadIndex { member } = request {
             // Not a change: no log line. Shares the leader's own reads' rounds.
+            if self
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .get_node(&member)
+                .is_none()
+            {
+                return AdminReply::Failed("not a member of the group".into());
+            }
             return match self.confirm_leadership() {
                 Some(round) => match round.await {
                     Ok(Ok(index)) => AdminReply::ReadIndex(index),
@@ -59,16 +70,21 @@ impl DurableShard {
                 None => AdminReply::Failed("this node is not a member of a replica group".into()),
             };
         }
-        let outcome = match request {
-            AdminRequest::AddLearner { addr } => self.add_learner(addr).await,
-            AdminRequest::Promote { addr } => self.promote(&addr).await,
-            AdminRequest::Remove { addr } => self.remove(&addr).await,
-            AdminRequest::TransferLeader { addr } => self.hand_over(&addr).await,
-            AdminRequest::Campaign | AdminRequest::ReadIndex => Ok(AdminReply::Done("nothing to change".into())),
+        let (outcome, why) = match request {
+            AdminRequest::AddLearner { addr, why } => (self.add_learner(addr).await, why),
+            AdminRequest::Promote { addr, why } => (self.promote(&addr).await, why),
+            AdminRequest::Remove { addr, why } => (self.remove(&addr).await, why),
+            AdminRequest::TransferLeader { addr } => (self.hand_over(&addr).await, "kvd admin".into()),
+            AdminRequest::Campaign | AdminRequest::ReadIndex { .. } => {
+                (Ok(AdminReply::Done("nothing to change".into())), String::new())
+            }
         };
         match outcome {
             Ok(done) => {
-                tracing::info!(?done, "membership change");
+                tracing::info!(?done, %why, "membership change");
+                if let AdminReply::Done(what) = &done {
+                    self.note_change(what, &why);
+                }
                 done
             }
             Err(why) => {
@@ -76,6 +92,21 @@ impl DurableShard {
                 AdminReply::Failed(why)
             }
         }
+    }
+
+    /// Keeps a change in the leader's list (shown by `kvd stats` and kvtui).
+    fn note_change(&self, what: &str, why: &str) {
+        let mut changes = self.changes.lock();
+        if changes.len() == kvshared::stats::GroupChange::KEPT {
+            changes.pop_front();
+        }
+        changes.push_back(kvshared::stats::GroupChange {
+            unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            what: what.to_string(),
+            why: why.to_string(),
+        });
     }
 
     fn is_voter(&self, id: u64) -> bool {
