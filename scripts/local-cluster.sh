@@ -6,7 +6,7 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 Usage:
-  scripts/local-cluster.sh up N [--delay 50us] [--rate 10gbit] [--cpu 0.25]
+  scripts/local-cluster.sh up N [--delay 50us] [--rate 10gbit] [--cpu 0.25 [--uncapped I,J]]
   scripts/local-cluster.sh down
   scripts/local-cluster.sh exec I CMD [ARGS...]
   scripts/local-cluster.sh status
@@ -30,6 +30,8 @@ cpu.max where the machine has v2 with the cpu controller, else v1's cpu.cfs_quot
 100 ms period). Every process `exec I` starts joins host I's cgroup, so a host behaves like a
 machine of F cores: on a 2-core machine, 8 hosts of 0.25 add up to the machine, and more
 servers can show scaling instead of sharing both cores. `status` shows each host's quota.
+--uncapped I,J leaves those hosts without a quota (e.g. a client host that must not be the
+bottleneck).
 
 Link shaping (optional, per host egress): --delay D uses tc netem; --rate R uses netem, or tbf
 when the kernel has no netem. If the kernel has neither, `up` says so and fails.
@@ -46,6 +48,7 @@ SUBNET=${KV_NS_SUBNET:-198.18.77}
 DELAY=""
 RATE=""
 CPU=""
+UNCAPPED=""
 ARGS=()
 while (($#)); do
   case "$1" in
@@ -54,6 +57,7 @@ while (($#)); do
     --delay) DELAY=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --cpu) CPU=$2; shift 2 ;;
+    --uncapped) UNCAPPED=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     exec) ARGS+=("$@"); break ;;
     *) ARGS+=("$1"); shift ;;
@@ -163,9 +167,9 @@ cmd_up() {
     ip link set "$veth" master "$BRIDGE"
     ip link set "$veth" up
     shape "$ns"
-    [[ -z $CPU ]] || cap "$ns"
+    [[ -z $CPU || ,$UNCAPPED, == *,$i,* ]] || cap "$ns"
   done
-  echo "local-cluster: $n hosts up: $(for ((i = 0; i < n; i++)); do printf '%s=%s ' "$PREFIX$i" "$(host_addr "$i")"; done)${CPU:+(each capped at $CPU cores)}"
+  echo "local-cluster: $n hosts up: $(for ((i = 0; i < n; i++)); do printf '%s=%s ' "$PREFIX$i" "$(host_addr "$i")"; done)${CPU:+(each capped at $CPU cores${UNCAPPED:+ but $UNCAPPED})}"
 }
 
 cmd_down() {

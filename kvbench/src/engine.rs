@@ -145,6 +145,9 @@ pub struct EngineOutput {
     pub per_second: Vec<u64>,
     /// Per node, per second since start (warm-up included): batch round trips.
     pub node_timeline: Vec<Vec<Latency>>,
+    /// Per node, the measured window's batch round trips: `[reads only, with a write]`
+    /// (with `--split-reads` these are the node's reads and its writes).
+    pub node_batches: Vec<[Hist; 2]>,
     /// Times a task paused after a failure because every node was down.
     pub pauses: u64,
 }
@@ -255,6 +258,7 @@ struct TaskOutput {
     hists: [Hist; 4],
     batch_hist: Hist,
     per_node_ops: Vec<u64>,
+    node_batches: Vec<[Hist; 2]>,
     wire_ops_completed: u64,
     read_misses: u64,
     measured_read_misses: u64,
@@ -272,6 +276,7 @@ impl TaskOutput {
             hists: std::array::from_fn(|_| new_hist()),
             batch_hist: new_hist(),
             per_node_ops: vec![0; nodes],
+            node_batches: (0..nodes).map(|_| [new_hist(), new_hist()]).collect(),
             wire_ops_completed: 0,
             read_misses: 0,
             measured_read_misses: 0,
@@ -326,6 +331,7 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
         hists: out.hists,
         batch_hist: out.batch_hist,
         per_node_ops: out.per_node_ops,
+        node_batches: out.node_batches,
         wire_ops_completed: out.wire_ops_completed,
         read_misses: out.read_misses,
         measured_read_misses: out.measured_read_misses,
@@ -345,6 +351,10 @@ fn merge_task(into: &mut TaskOutput, t: TaskOutput) {
         let _ = into.hists[i].add(&t.hists[i]);
     }
     let _ = into.batch_hist.add(&t.batch_hist);
+    for (a, b) in into.node_batches.iter_mut().zip(&t.node_batches) {
+        let _ = a[0].add(&b[0]);
+        let _ = a[1].add(&b[1]);
+    }
     for (a, b) in into.per_node_ops.iter_mut().zip(&t.per_node_ops) {
         *a += b;
     }
@@ -491,6 +501,10 @@ async fn task_loop(
                         }
                     }
                     out.per_node_ops[node] += ok;
+                    let with_write = usize::from(counts[1..].iter().any(|&c| c > 0));
+                    if let Some(h) = out.node_batches.get_mut(node) {
+                        let _ = h[with_write].record(latency);
+                    }
                     let measured = live.measured.fetch_add(ok, Ordering::Relaxed) + ok;
                     if cfg.ops_limit.is_some_and(|limit| measured >= limit) {
                         live.stop_early();

@@ -103,6 +103,35 @@ pub struct NodeResult {
     pub ops: u64,
     pub ops_per_sec: f64,
     pub server: Option<ServerFigures>,
+    /// The measured window's round trips of this node's batches of reads only...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_batches_us: Option<LatencySummary>,
+    /// ...and of its batches with a write (with `--split-reads`: its writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_batches_us: Option<LatencySummary>,
+    /// Those two histograms ("read_batches", "write_batches"; HdrHistogram V2 deflate +
+    /// base64), so that `kvbench merge` can combine clients.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub histograms: BTreeMap<String, String>,
+}
+
+/// The names of a node's two batch histograms, reads only and with a write.
+const NODE_BATCH_KINDS: [&str; 2] = ["read_batches", "write_batches"];
+
+impl NodeResult {
+    /// Sets the batch summaries and histograms from `[reads only, with a write]`.
+    fn set_batches(&mut self, hists: [&hist::Hist; 2]) -> anyhow::Result<()> {
+        let summary = |h: &hist::Hist| (!h.is_empty()).then(|| LatencySummary::of(h));
+        self.read_batches_us = summary(hists[0]);
+        self.write_batches_us = summary(hists[1]);
+        self.histograms.clear();
+        for (name, h) in NODE_BATCH_KINDS.iter().zip(hists) {
+            if !h.is_empty() {
+                self.histograms.insert(name.to_string(), hist::encode(h)?);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A whole run (or several merged).
@@ -180,18 +209,20 @@ impl RunResult {
             latency_us.insert("batch".into(), LatencySummary::of(&out.batch_hist));
             histograms.insert("batch".into(), hist::encode(&out.batch_hist)?);
         }
-        let per_node = options
-            .nodes
-            .iter()
-            .zip(&out.per_node_ops)
-            .zip(servers)
-            .map(|((addr, &ops), server)| NodeResult {
+        let mut per_node = Vec::new();
+        for (i, ((addr, &ops), server)) in options.nodes.iter().zip(&out.per_node_ops).zip(servers).enumerate() {
+            let mut n = NodeResult {
                 addr: addr.clone(),
                 ops,
                 ops_per_sec: ops as f64 / secs,
                 server,
-            })
-            .collect();
+                ..NodeResult::default()
+            };
+            if let Some([reads, writes]) = out.node_batches.get(i) {
+                n.set_batches([reads, writes])?;
+            }
+            per_node.push(n);
+        }
         Ok(RunResult {
             kvbench_version: env!("CARGO_PKG_VERSION").to_string(),
             started_unix_ms,
@@ -247,7 +278,21 @@ impl RunResult {
             n.ops_per_sec = 0.0;
         }
         let mut hists: BTreeMap<String, hist::Hist> = BTreeMap::new();
+        // Per node (by address): its batch histograms, reads only and with a write.
+        let mut node_hists: BTreeMap<String, [hist::Hist; 2]> = BTreeMap::new();
         for r in results {
+            for n in &r.per_node {
+                let acc = node_hists
+                    .entry(n.addr.clone())
+                    .or_insert_with(|| [hist::new_hist(), hist::new_hist()]);
+                for (k, name) in NODE_BATCH_KINDS.iter().enumerate() {
+                    if let Some(text) = n.histograms.get(*name) {
+                        acc[k]
+                            .add(&hist::decode(text)?)
+                            .map_err(|e| anyhow::anyhow!("cannot merge {name} histograms: {e:?}"))?;
+                    }
+                }
+            }
             m.merged_runs += r.merged_runs.max(1);
             m.ops += r.ops;
             m.ops_per_sec += r.ops_per_sec;
@@ -298,6 +343,11 @@ impl RunResult {
             }
         }
         m.latency_us = hists.iter().map(|(k, h)| (k.clone(), LatencySummary::of(h))).collect();
+        for n in &mut m.per_node {
+            if let Some([reads, writes]) = node_hists.get(&n.addr) {
+                n.set_batches([reads, writes])?;
+            }
+        }
         m.histograms = hists
             .iter()
             .map(|(k, h)| Ok((k.clone(), hist::encode(h)?)))
@@ -325,6 +375,7 @@ mod tests {
                 ops,
                 ops_per_sec: ops as f64,
                 server: None,
+                ..NodeResult::default()
             }],
             per_second: vec![ops],
             latency_us: [("read".to_string(), LatencySummary::of(&h))].into(),
@@ -374,5 +425,31 @@ mod tests {
         assert!((read.max_us - 30.0).abs() < 0.1);
         // The median of the combined samples, not an average of the two medians (2 and 20).
         assert!((read.p50_us - 3.0).abs() < 0.1, "{}", read.p50_us);
+    }
+
+    #[test]
+    fn a_nodes_read_and_write_batches_merge_across_clients() {
+        let with = |reads: &[u64], writes: &[u64]| {
+            let mut r = result(1, &[1_000], "n0");
+            let (mut hr, mut hw) = (new_hist(), new_hist());
+            reads.iter().for_each(|&l| hr.record(l).unwrap());
+            writes.iter().for_each(|&l| hw.record(l).unwrap());
+            r.per_node[0].set_batches([&hr, &hw]).unwrap();
+            r
+        };
+        let a = with(&[1_000, 2_000], &[]);
+        assert!(a.per_node[0].write_batches_us.is_none());
+        let b = with(&[3_000], &[50_000, 70_000]);
+        let m = RunResult::merge(&[a, b]).unwrap();
+        let n = &m.per_node[0];
+        let (r, w) = (
+            n.read_batches_us.as_ref().unwrap(),
+            n.write_batches_us.as_ref().unwrap(),
+        );
+        assert_eq!((r.count, w.count), (3, 2));
+        assert!(
+            (r.mean_us - 2.0).abs() < 0.1 && (w.max_us - 70.0).abs() < 0.5,
+            "{r:?} {w:?}"
+        );
     }
 }

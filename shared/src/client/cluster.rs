@@ -110,7 +110,8 @@ struct NodePool {
 struct Readers {
     members: parking_lot::RwLock<Vec<Arc<Reader>>>,
     next: AtomicUsize,
-    /// When (ms since the cluster's epoch) the group was last asked for its members.
+    /// When (ms since the cluster's epoch) the group was last asked for its members (1:
+    /// when the client was made).
     asked_ms: AtomicU64,
     /// An ask is under way.
     asking: AtomicBool,
@@ -181,6 +182,9 @@ impl Cluster {
                         Some(_) => super::members(addr).map(|m| Reader::new(m.to_string())).collect(),
                         None => Vec::new(),
                     }),
+                    // First asked once the client has run for a while: a one-shot client
+                    // (a `kvd get`) costs the nodes no second connection.
+                    asked_ms: AtomicU64::new(1),
                     ..Readers::default()
                 }),
             })

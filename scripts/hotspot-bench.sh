@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# A hot spot that moves between shards, on hosts of a fixed CPU quota: one replica per
+# shard, a fixed set of replicas per shard, and the shard manager (kvd manager) adding read
+# replicas where the load is, all on the same hosts, in one session.
+set -euo pipefail
+usage() {
+  cat <<'TXT'
+Usage: scripts/hotspot-bench.sh [--cpu 0.15] [--shards 3] [--extra 3] [--tasks "32 128"]
+                                [--phase 12s] [--hot-ops 0.8] [--records 200000] [--rounds 1]
+                                [--setups "fixed1 fixedR manager"] [--check 20s]
+                                [--out docs/data/manager]
+
+Hosts (network namespaces, scripts/local-cluster.sh), every one capped at --cpu cores except
+the client host: S shard hosts, E extra hosts, one client host (kvbench and the manager).
+Every shard is a durable replica group (--group, --data-dir, fsync always) led by its
+shard host. The extra hosts are used three ways:
+
+  fixed1   not at all: one replica per shard
+  fixedR   host S+k holds a learner of shard k mod S (kvd admin add-replica --learner),
+           for the whole run: each shard has 1 + E/S replicas
+  manager  each extra host runs a spare of every shard (kvd --join); kvd manager adds a
+           spare of a hot shard as a learner and removes it when the shard cools (at most
+           1 + E members per shard)
+
+Clients spread batches of reads over each group's members (--split-reads, --reads replicas:
+linearizable follower reads). For each set-up and each task count, one run of
+`kvbench run -w hotkey --phases 0:P,1:P,...` (the hot spot on shard 0, then 1, ...; --hot-ops
+of the ops on the hot shard), 2 cycles of the phases. With --check D the manager set-up
+then records a history with `kvbench check` for D beside the same load while the manager
+adds and removes replicas (first task count only; OUT/check.txt), and its verdict goes in
+the CSV.
+
+Writes OUT/hotspot.csv (per run and shard: reads-only batch and write batch round trips,
+mean and p99, and the run's op/s), OUT/<setup>-t<T>.json (kvbench's results),
+OUT/<setup>-t<T>-timeline.png (each shard's p99 per second), OUT/manager-t<T>.log (the
+manager's decisions), and OUT/hotspot.png + .svg (hot shard read p99 and throughput per
+set-up). Root (namespaces, cgroups). About 2 minutes per run.
+TXT
+}
+CPU=0.15 SHARDS=3 EXTRA=3 TASKS="32 128" PHASE=12s HOT_OPS=0.8 RECORDS=200000 ROUNDS=1
+SETUPS="fixed1 fixedR manager" CHECK="" OUT=docs/data/manager
+while (($#)); do
+  case "$1" in
+    --cpu) CPU=$2; shift 2 ;;
+    --shards) SHARDS=$2; shift 2 ;;
+    --extra) EXTRA=$2; shift 2 ;;
+    --tasks) TASKS=$2; shift 2 ;;
+    --phase) PHASE=$2; shift 2 ;;
+    --hot-ops) HOT_OPS=$2; shift 2 ;;
+    --records) RECORDS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --setups) SETUPS=$2; shift 2 ;;
+    --check) CHECK=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+done
+((EUID == 0)) || { echo "hotspot-bench: needs root (network namespaces, cgroups)" >&2; exit 2; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN="$ROOT/target/release"
+[[ -x $BIN/kvd && -x $BIN/kvbench ]] || (cd "$ROOT" && cargo build --release --quiet)
+export KV_NS_PREFIX=kvm
+LC="$ROOT/scripts/local-cluster.sh"
+CLIENT=$((SHARDS + EXTRA))
+WORK=$(mktemp -d /tmp/kvd-hotspot.XXXXXX)
+mkdir -p "$OUT"
+TOKEN="$WORK/token"
+(umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$TOKEN")
+AUTH=(--auth-token-file "$TOKEN")
+PIDS=()
+
+say() { echo "hotspot-bench: $*" >&2; }
+stop_all() {
+  local p
+  for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]+"${PIDS[@]}"}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+cleanup() {
+  stop_all
+  "$LC" down >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$LC" up $((CLIENT + 1)) --cpu "$CPU" --uncapped "$CLIENT" >/dev/null
+addr() { echo "$("$LC" addr "$1"):$((7070 + ${2:-0}))"; }
+on() { local h=$1; shift; "$LC" exec "$h" "$@"; }
+# kvd HOST PORT_OFFSET SHARD ARGS...: a kvd on host HOST for shard SHARD, in the background.
+kvd_on() {
+  local h=$1 off=$2 shard=$3; shift 3
+  local dir="$WORK/data/h$h-s$shard"
+  mkdir -p "$dir"
+  on "$h" "$BIN/kvd" --shard "$shard/$SHARDS" --listen "$(addr "$h" "$off")" --data-dir "$dir" \
+    "${AUTH[@]}" "$@" >>"$WORK/kvd-h$h.log" 2>&1 &
+  PIDS+=($!)
+}
+wait_up() {
+  local a
+  for a in "$@"; do
+    for _ in $(seq 1 100); do
+      on "$CLIENT" "$BIN/kvd" stats --nodes "$a" --timeout 300ms "${AUTH[@]}" >/dev/null 2>&1 && continue 2
+      sleep 0.1
+    done
+    say "$a did not come up; its log:"; tail -5 "$WORK"/kvd-*.log >&2; exit 1
+  done
+}
+
+NODES=$(for s in $(seq 0 $((SHARDS - 1))); do addr "$s"; done | paste -sd,)
+[[ $PHASE =~ ^[0-9]+s$ ]] || { echo "hotspot-bench: --phase takes whole seconds (e.g. 12s)" >&2; exit 2; }
+PHASES=$(for c in 1 2; do for s in $(seq 0 $((SHARDS - 1))); do echo "$s:$PHASE"; done; done | paste -sd,)
+RUN_SECS=$((2 * SHARDS * ${PHASE%s}))
+CSV="$OUT/hotspot.csv"
+echo "setup,round,tasks,shard,replicas_max,ops_per_sec,read_batches,read_mean_us,read_p99_us,write_batches,write_mean_us,write_p99_us,kvd_cpu_percent,check" >"$CSV"
+
+for round in $(seq 1 "$ROUNDS"); do
+  for setup in $SETUPS; do
+    first=1
+    for tasks in $TASKS; do
+      say "round $round, $setup, $tasks tasks: starting $SHARDS shards on hosts of $CPU cores"
+      rm -rf "$WORK/data" "$WORK"/kvd-*.log
+      for s in $(seq 0 $((SHARDS - 1))); do kvd_on "$s" 0 "$s" --group "$(addr "$s")"; done
+      wait_up $(for s in $(seq 0 $((SHARDS - 1))); do addr "$s"; done)
+      SPARES=()
+      max=1
+      case $setup in
+        fixedR)
+          for e in $(seq 0 $((EXTRA - 1))); do
+            h=$((SHARDS + e)); s=$((e % SHARDS))
+            kvd_on "$h" 0 "$s" --join
+            wait_up "$(addr "$h")"
+            on "$CLIENT" "$BIN/kvd" admin add-replica --learner --nodes "$(addr "$s")" "${AUTH[@]}" "$(addr "$h")" \
+              >>"$WORK/admin.log" 2>&1
+          done
+          max=$((1 + (EXTRA + SHARDS - 1) / SHARDS))
+          ;;
+        manager)
+          for e in $(seq 0 $((EXTRA - 1))); do
+            h=$((SHARDS + e))
+            for s in $(seq 0 $((SHARDS - 1))); do
+              kvd_on "$h" "$s" "$s" --join
+              SPARES+=("$(addr "$h" "$s")")
+            done
+          done
+          wait_up "${SPARES[@]}"
+          max=$((1 + EXTRA))
+          ;;
+      esac
+      on "$CLIENT" "$BIN/kvbench" load --quiet --nodes "$NODES" --records "$RECORDS" "${AUTH[@]}" >/dev/null
+      if [[ $setup == manager ]]; then
+        on "$CLIENT" "$BIN/kvd" manager --nodes "$NODES" --spare "$(IFS=,; echo "${SPARES[*]}")" \
+          --max-replicas "$max" --hot-reads 60000 --interval 1s --up-after 2 --down-after 3 --settle 1 \
+          "${AUTH[@]}" >"$OUT/manager-t$tasks.log" 2>&1 &
+        PIDS+=($!)
+      fi
+      stem="$OUT/$setup-t$tasks"
+      on "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$NODES" --records "$RECORDS" -w hotkey \
+        --phases "$PHASES" --hot-ops "$HOT_OPS" --split-reads --tasks "$tasks" --warmup 0s \
+        --duration "${RUN_SECS}s" --json "$stem.json" --timeline "$stem-timeline" "${AUTH[@]}" >/dev/null
+      verdict=""
+      if [[ $setup == manager && -n $CHECK && $first == 1 ]]; then
+        # Not in the measured run: a second, shorter run of the same load with a recorded
+        # history beside it, while the manager adds and removes replicas.
+        say "checking linearizability for $CHECK while the manager works"
+        on "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$NODES" --records "$RECORDS" -w hotkey \
+          --phases "$PHASES" --hot-ops "$HOT_OPS" --split-reads --tasks "$tasks" --warmup 0s \
+          --duration "$CHECK" "${AUTH[@]}" >/dev/null 2>&1 &
+        load_pid=$!
+        if on "$CLIENT" "$BIN/kvbench" check --nodes "$NODES" --duration "$CHECK" "${AUTH[@]}" >"$OUT/check.txt" 2>&1; then
+          verdict=linearizable
+        else
+          verdict="NOT-linearizable"
+        fi
+        wait "$load_pid" || true
+        cat "$OUT/check.txt" >&2
+        grep -E " (add|remove|added|removed) " "$OUT/manager-t$tasks.log" | tail -4 >&2 || true
+      fi
+      python3 - "$stem.json" "$setup" "$round" "$tasks" "$max" "$verdict" >>"$CSV" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+setup, rnd, tasks, mx, verdict = sys.argv[2:7]
+for i, n in enumerate(d["per_node"]):
+    r, w = n.get("read_batches_us") or {}, n.get("write_batches_us") or {}
+    f = lambda h, k: "" if h.get(k) is None else f"{h[k]:.0f}"
+    print(",".join([setup, rnd, tasks, str(i), mx, f"{d['ops_per_sec']:.0f}",
+                    str(r.get("count", 0)), f(r, "mean_us"), f(r, "p99_us"),
+                    str(w.get("count", 0)), f(w, "mean_us"), f(w, "p99_us"),
+                    f"{n['server']['cpu_percent']:.0f}", verdict]))
+PY
+      tail -n "$SHARDS" "$CSV" >&2
+      stop_all
+      first=0
+    done
+  done
+done
+say "writing $OUT/hotspot.png"
+python3 -c 'import matplotlib' 2>/dev/null || pip install --quiet matplotlib >&2
+python3 - "$CSV" "$OUT" <<'PY'
+import csv, sys, statistics
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+rows = list(csv.DictReader(open(sys.argv[1])))
+setups = list(dict.fromkeys(r["setup"] for r in rows))
+tasks = sorted({int(r["tasks"]) for r in rows})
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+width = 0.8 / len(setups)
+for k, s in enumerate(setups):
+    p99, ops = [], []
+    for t in tasks:
+        sel = [r for r in rows if r["setup"] == s and int(r["tasks"]) == t]
+        # Every shard is hot in turn: the worst shard's read p99 is the hot spot's.
+        p99.append(statistics.median([max(float(r["read_p99_us"] or 0) for r in sel if r["round"] == rd)
+                                      for rd in {r["round"] for r in sel}]) / 1000 if sel else 0)
+        ops.append(statistics.median([float(r["ops_per_sec"]) for r in sel]) / 1e3 if sel else 0)
+    xs = [i + k * width for i in range(len(tasks))]
+    a1.bar(xs, p99, width, label=s)
+    a2.bar(xs, ops, width, label=s)
+for a, t in ((a1, "worst shard's read p99 (ms)"), (a2, "throughput (thousand op/s)")):
+    a.set_xticks([i + width * (len(setups) - 1) / 2 for i in range(len(tasks))], [f"{t} tasks" for t in tasks])
+    a.set_ylabel(t)
+    a.grid(alpha=0.3, axis="y")
+a1.legend()
+fig.suptitle("Moving hot spot on capped hosts: one replica, fixed replicas, shard manager")
+fig.tight_layout()
+for ext in ("png", "svg"):
+    fig.savefig(f"{sys.argv[2]}/hotspot.{ext}", dpi=110)
+PY
+say "done: $CSV"
