@@ -531,3 +531,86 @@ async fn the_manager_adds_and_removes_a_read_replica_and_reads_stay_linearizable
     assert!(ops.len() > 1000, "only {} ops", ops.len());
     assert_linearizable(&recording, "the manager's add and remove");
 }
+
+/// Follower reads over a plain connection to one follower: a linearizable read sees every
+/// write acknowledged before it (the follower waits for the leader's read index), and a
+/// bounded-stale one (`StaleReads` 300 ms) is answered from the follower's own store only
+/// while it hears from its leader: with the leader frozen, it is refused ("not the
+/// leader", nothing ran) rather than answered from a store that falls ever further behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_reads_linearizably_or_within_its_stated_staleness() {
+    use kvshared::frame::{FrameHeader, FrameKind};
+    use kvshared::wire::{BatchRequest, OpReply, ReplyView};
+
+    let group = Group::start("follower-reads");
+    let client = Arc::new(group.client());
+    client.put(b"k", b"v0").await.unwrap();
+    let leader = group.leader().await;
+    let follower = (leader + 1) % 3;
+    let addr = group.addrs[follower].clone();
+    let (mut s, mut get) = (std::net::TcpStream::connect(&addr).unwrap(), BatchRequest::new());
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    get.push_get(b"k");
+    let read = |s: &mut std::net::TcpStream, id: u64| -> (FrameKind, Option<String>) {
+        let (header, body) = common::exchange(s, &common::batch_frame(id, &get));
+        let value =
+            (header.kind == FrameKind::BatchResponse).then(|| match ReplyView::parse(&body).unwrap().result(0) {
+                OpReply::Found(v) => String::from_utf8_lossy(v).into_owned(),
+                other => format!("{other:?}"),
+            });
+        (header.kind, value)
+    };
+    // Every write acknowledged by the leader is seen by the next read on the follower.
+    for i in 1..=50u64 {
+        let v = format!("v{i}");
+        client.put(b"k", v.as_bytes()).await.unwrap();
+        assert_eq!(
+            read(&mut s, i),
+            (FrameKind::BatchResponse, Some(v)),
+            "read {i} on a follower"
+        );
+    }
+    // Bounded staleness: answered at once while the follower hears from the leader.
+    let mut frame = FrameHeader {
+        kind: FrameKind::StaleReads,
+        len: 4,
+        id: 100,
+    }
+    .encode()
+    .to_vec();
+    frame.extend_from_slice(&300u32.to_le_bytes());
+    assert_eq!(common::exchange(&mut s, &frame).0.kind, FrameKind::ConfigOk);
+    assert_eq!(read(&mut s, 101).0, FrameKind::BatchResponse);
+    // A malformed StaleReads body is refused; the connection goes on.
+    let bad = FrameHeader {
+        kind: FrameKind::StaleReads,
+        len: 2,
+        id: 102,
+    }
+    .encode()
+    .iter()
+    .copied()
+    .chain([1, 2])
+    .collect::<Vec<u8>>();
+    assert_eq!(common::exchange(&mut s, &bad).0.kind, FrameKind::ErrorResponse);
+    // The leader freezes: past the bound the follower neither answers from its store nor
+    // gets a read index, and says so.
+    let pid = group.members[leader].as_ref().unwrap().id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let began = Instant::now();
+    let (kind, value) = read(&mut s, 103);
+    let _ = std::process::Command::new("kill").args(["-CONT", &pid]).status();
+    assert_eq!(
+        kind,
+        FrameKind::NotLeader,
+        "answered {value:?} {:?} after the leader froze",
+        began.elapsed()
+    );
+}
