@@ -7,11 +7,12 @@ usage() {
   cat <<'TXT'
 Usage: scripts/hotspot-bench.sh [--cpu 0.15] [--shards 3] [--extra 3] [--tasks "32 128"]
                                 [--phase 12s] [--hot-ops 0.8] [--records 200000] [--rounds 1]
-                                [--setups "fixed1 fixedR manager"] [--check 20s]
+                                [--setups "fixed1 fixedR manager fixedR-stale manager-stale"]
+                                [--check 20s]
                                 [--out docs/data/manager]
 
-Hosts (network namespaces, scripts/local-cluster.sh), every one capped at --cpu cores except
-the client host: S shard hosts, E extra hosts, one client host (kvbench and the manager).
+Hosts (network namespaces, scripts/local-cluster.sh), every one capped at --cpu cores (over
+10 ms periods) except the client host: S shard hosts, E extra hosts, one client host (kvbench and the manager).
 Every shard is a durable replica group (--group, --data-dir, fsync always) led by its
 shard host. The extra hosts are used three ways:
 
@@ -23,7 +24,8 @@ shard host. The extra hosts are used three ways:
            1 + E members per shard)
 
 Clients spread batches of reads over each group's members (--split-reads, --reads replicas:
-linearizable follower reads). For each set-up and each task count, one run of
+linearizable follower reads; a set-up named NAME-stale is NAME with --reads stale
+--max-staleness 500ms: members answer from their own store, no read index). For each set-up and each task count, one run of
 `kvbench run -w hotkey --phases 0:P,1:P,...` (the hot spot on shard 0, then 1, ...; --hot-ops
 of the ops on the hot shard), 2 cycles of the phases. With --check D the manager set-up
 then records a history with `kvbench check` for D beside the same load while the manager
@@ -38,7 +40,7 @@ set-up). Root (namespaces, cgroups). About 2 minutes per run.
 TXT
 }
 CPU=0.15 SHARDS=3 EXTRA=3 TASKS="32 128" PHASE=12s HOT_OPS=0.8 RECORDS=200000 ROUNDS=1
-SETUPS="fixed1 fixedR manager" CHECK="" OUT=docs/data/manager
+SETUPS="fixed1 fixedR manager fixedR-stale manager-stale" CHECK="" OUT=docs/data/manager
 while (($#)); do
   case "$1" in
     --cpu) CPU=$2; shift 2 ;;
@@ -84,16 +86,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$LC" up $((CLIENT + 1)) --cpu "$CPU" --uncapped "$CLIENT" >/dev/null
+# A 10 ms quota period: with the default 100 ms, a host that uses up its quota stalls for up
+# to 85 ms, and every shard's p99 is that stall whatever the load.
+"$LC" up $((CLIENT + 1)) --cpu "$CPU" --cpu-period-us 10000 --uncapped "$CLIENT" >/dev/null
 addr() { echo "$("$LC" addr "$1"):$((7070 + ${2:-0}))"; }
 on() { local h=$1; shift; "$LC" exec "$h" "$@"; }
+# spawn HOST CMD...: CMD on host HOST in the background, as the process whose PID $! gives
+# (local-cluster.sh exec and ip netns exec both exec), so stop_all ends it and only it.
+spawn() { local h=$1; shift; exec "$LC" exec "$h" "$@"; }
 # kvd HOST PORT_OFFSET SHARD ARGS...: a kvd on host HOST for shard SHARD, in the background.
 kvd_on() {
   local h=$1 off=$2 shard=$3; shift 3
   local dir="$WORK/data/h$h-s$shard"
   mkdir -p "$dir"
-  on "$h" "$BIN/kvd" --shard "$shard/$SHARDS" --listen "$(addr "$h" "$off")" --data-dir "$dir" \
-    "${AUTH[@]}" "$@" >>"$WORK/kvd-h$h.log" 2>&1 &
+  (spawn "$h" "$BIN/kvd" --shard "$shard/$SHARDS" --listen "$(addr "$h" "$off")" --data-dir "$dir" \
+    "${AUTH[@]}" "$@" >>"$WORK/kvd-h$h.log" 2>&1) &
   PIDS+=($!)
 }
 wait_up() {
@@ -112,11 +119,14 @@ NODES=$(for s in $(seq 0 $((SHARDS - 1))); do addr "$s"; done | paste -sd,)
 PHASES=$(for c in 1 2; do for s in $(seq 0 $((SHARDS - 1))); do echo "$s:$PHASE"; done; done | paste -sd,)
 RUN_SECS=$((2 * SHARDS * ${PHASE%s}))
 CSV="$OUT/hotspot.csv"
-echo "setup,round,tasks,shard,replicas_max,ops_per_sec,read_batches,read_mean_us,read_p99_us,write_batches,write_mean_us,write_p99_us,kvd_cpu_percent,check" >"$CSV"
+echo "setup,round,tasks,shard,replicas_max,ops_per_sec,failed_ops,read_batches,read_mean_us,read_p99_us,write_batches,write_mean_us,write_p99_us,kvd_cpu_percent,check" >"$CSV"
 
 for round in $(seq 1 "$ROUNDS"); do
   for setup in $SETUPS; do
     first=1
+    base=${setup%-stale}
+    READS=(--reads replicas)
+    [[ $setup == *-stale ]] && READS=(--reads stale --max-staleness 500ms)
     for tasks in $TASKS; do
       say "round $round, $setup, $tasks tasks: starting $SHARDS shards on hosts of $CPU cores"
       rm -rf "$WORK/data" "$WORK"/kvd-*.log
@@ -124,14 +134,12 @@ for round in $(seq 1 "$ROUNDS"); do
       wait_up $(for s in $(seq 0 $((SHARDS - 1))); do addr "$s"; done)
       SPARES=()
       max=1
-      case $setup in
+      case $base in
         fixedR)
           for e in $(seq 0 $((EXTRA - 1))); do
             h=$((SHARDS + e)); s=$((e % SHARDS))
             kvd_on "$h" 0 "$s" --join
             wait_up "$(addr "$h")"
-            on "$CLIENT" "$BIN/kvd" admin add-replica --learner --nodes "$(addr "$s")" "${AUTH[@]}" "$(addr "$h")" \
-              >>"$WORK/admin.log" 2>&1
           done
           max=$((1 + (EXTRA + SHARDS - 1) / SHARDS))
           ;;
@@ -148,24 +156,32 @@ for round in $(seq 1 "$ROUNDS"); do
           ;;
       esac
       on "$CLIENT" "$BIN/kvbench" load --quiet --nodes "$NODES" --records "$RECORDS" "${AUTH[@]}" >/dev/null
-      if [[ $setup == manager ]]; then
-        on "$CLIENT" "$BIN/kvd" manager --nodes "$NODES" --spare "$(IFS=,; echo "${SPARES[*]}")" \
+      if [[ $base == fixedR ]]; then
+        # Added once the data is in, and caught up before the run (add-replica waits).
+        for e in $(seq 0 $((EXTRA - 1))); do
+          h=$((SHARDS + e)); s=$((e % SHARDS))
+          on "$CLIENT" "$BIN/kvd" admin add-replica --learner --nodes "$(addr "$s")" "${AUTH[@]}" "$(addr "$h")" \
+            >>"$WORK/admin.log" 2>&1
+        done
+      fi
+      if [[ $base == manager ]]; then
+        (spawn "$CLIENT" "$BIN/kvd" manager --nodes "$NODES" --spare "$(IFS=,; echo "${SPARES[*]}")" \
           --max-replicas "$max" --hot-reads 60000 --interval 1s --up-after 2 --down-after 3 --settle 1 \
-          "${AUTH[@]}" >"$OUT/manager-t$tasks.log" 2>&1 &
+          --duration "$((RUN_SECS + 120))s" "${AUTH[@]}" >"$OUT/manager-t$tasks.log" 2>&1) &
         PIDS+=($!)
       fi
       stem="$OUT/$setup-t$tasks"
       on "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$NODES" --records "$RECORDS" -w hotkey \
-        --phases "$PHASES" --hot-ops "$HOT_OPS" --split-reads --tasks "$tasks" --warmup 0s \
-        --duration "${RUN_SECS}s" --json "$stem.json" --timeline "$stem-timeline" "${AUTH[@]}" >/dev/null
+        --phases "$PHASES" --hot-ops "$HOT_OPS" --split-reads "${READS[@]}" --tasks "$tasks" --warmup 0s \
+        --duration "${RUN_SECS}s" --json "$stem.json" --timeline "$stem-timeline" --allow-failures "${AUTH[@]}" >/dev/null
       verdict=""
       if [[ $setup == manager && -n $CHECK && $first == 1 ]]; then
         # Not in the measured run: a second, shorter run of the same load with a recorded
         # history beside it, while the manager adds and removes replicas.
         say "checking linearizability for $CHECK while the manager works"
-        on "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$NODES" --records "$RECORDS" -w hotkey \
+        (spawn "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$NODES" --records "$RECORDS" -w hotkey \
           --phases "$PHASES" --hot-ops "$HOT_OPS" --split-reads --tasks "$tasks" --warmup 0s \
-          --duration "$CHECK" "${AUTH[@]}" >/dev/null 2>&1 &
+          --duration "$CHECK" "${AUTH[@]}" >/dev/null 2>&1) &
         load_pid=$!
         if on "$CLIENT" "$BIN/kvbench" check --nodes "$NODES" --duration "$CHECK" "${AUTH[@]}" >"$OUT/check.txt" 2>&1; then
           verdict=linearizable
@@ -183,7 +199,7 @@ setup, rnd, tasks, mx, verdict = sys.argv[2:7]
 for i, n in enumerate(d["per_node"]):
     r, w = n.get("read_batches_us") or {}, n.get("write_batches_us") or {}
     f = lambda h, k: "" if h.get(k) is None else f"{h[k]:.0f}"
-    print(",".join([setup, rnd, tasks, str(i), mx, f"{d['ops_per_sec']:.0f}",
+    print(",".join([setup, rnd, tasks, str(i), mx, f"{d['ops_per_sec']:.0f}", str(d["failed_ops"]),
                     str(r.get("count", 0)), f(r, "mean_us"), f(r, "p99_us"),
                     str(w.get("count", 0)), f(w, "mean_us"), f(w, "p99_us"),
                     f"{n['server']['cpu_percent']:.0f}", verdict]))

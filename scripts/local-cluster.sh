@@ -6,7 +6,8 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 Usage:
-  scripts/local-cluster.sh up N [--delay 50us] [--rate 10gbit] [--cpu 0.25 [--uncapped I,J]]
+  scripts/local-cluster.sh up N [--delay 50us] [--rate 10gbit]
+                                [--cpu 0.25 [--uncapped I,J] [--cpu-period-us 100000]]
   scripts/local-cluster.sh down
   scripts/local-cluster.sh exec I CMD [ARGS...]
   scripts/local-cluster.sh status
@@ -27,11 +28,13 @@ only inside the namespaces this script made, and nothing else is ever addressed.
 
 CPU (optional): --cpu F gives each host a CPU quota of F cores (a cgroup per host: cgroup v2's
 cpu.max where the machine has v2 with the cpu controller, else v1's cpu.cfs_quota_us, over a
-100 ms period). Every process `exec I` starts joins host I's cgroup, so a host behaves like a
+100 ms period unless --cpu-period-us says otherwise). Every process `exec I` starts joins host I's cgroup, so a host behaves like a
 machine of F cores: on a 2-core machine, 8 hosts of 0.25 add up to the machine, and more
 servers can show scaling instead of sharing both cores. `status` shows each host's quota.
 --uncapped I,J leaves those hosts without a quota (e.g. a client host that must not be the
-bottleneck).
+bottleneck). --cpu-period-us P (default 100000) is the quota's period: a host that uses up
+its quota stalls until the period ends, up to (1 - F) x P, which shows in tail latency;
+a period of 10000 makes the stalls ten times shorter (and the kernel's accounting busier).
 
 Link shaping (optional, per host egress): --delay D uses tc netem; --rate R uses netem, or tbf
 when the kernel has no netem. If the kernel has neither, `up` says so and fails.
@@ -49,6 +52,7 @@ DELAY=""
 RATE=""
 CPU=""
 UNCAPPED=""
+PERIOD_US=100000
 ARGS=()
 while (($#)); do
   case "$1" in
@@ -58,6 +62,7 @@ while (($#)); do
     --rate) RATE=$2; shift 2 ;;
     --cpu) CPU=$2; shift 2 ;;
     --uncapped) UNCAPPED=$2; shift 2 ;;
+    --cpu-period-us) PERIOD_US=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     exec) ARGS+=("$@"); break ;;
     *) ARGS+=("$1"); shift ;;
@@ -117,16 +122,16 @@ cap() {
   local ns=$1 version dir quota
   read -r version dir <<<"$(cgroup_root)"
   [[ -n $version ]] || die "--cpu needs a cgroup cpu controller (v2 cpu.max or v1 cpu.cfs_quota_us); none is mounted"
-  quota=$(awk -v f="$CPU" 'BEGIN { printf "%d", f * 100000 }')
+  quota=$(awk -v f="$CPU" -v p="$PERIOD_US" 'BEGIN { printf "%d", f * p }')
   local group="$dir/kvd-$ns"
   [[ -e $group ]] && die "a cgroup $group exists and was not made by this script; not touching it (use --prefix)"
   mkdir "$group"
   echo "cgroup $ns $group $version" >>"$STATE"
   if [[ $version == v2 ]]; then
     echo "+cpu" >"$dir/cgroup.subtree_control" 2>/dev/null || true
-    echo "$quota 100000" >"$group/cpu.max"
+    echo "$quota $PERIOD_US" >"$group/cpu.max"
   else
-    echo 100000 >"$group/cpu.cfs_period_us"
+    echo "$PERIOD_US" >"$group/cpu.cfs_period_us"
     echo "$quota" >"$group/cpu.cfs_quota_us"
   fi
 }
@@ -141,6 +146,8 @@ cmd_up() {
     awk -v f="$CPU" -v c="$(nproc)" 'BEGIN { exit !(f + 0 >= 0.01 && f + 0 <= c) }' ||
       die "--cpu must be a number of cores from 0.01 to $(nproc) (e.g. 0.25)"
   fi
+  [[ $PERIOD_US =~ ^[0-9]+$ && $PERIOD_US -ge 1000 && $PERIOD_US -le 1000000 ]] ||
+    die "--cpu-period-us must be from 1000 to 1000000 (microseconds)"
   need_root
   [[ -z $(hosts_made) ]] || die "hosts with prefix $PREFIX are already up (see status); run down first"
   for ((i = 0; i < n; i++)); do

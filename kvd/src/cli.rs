@@ -332,7 +332,9 @@ pub struct ManagerArgs {
     /// A shard is hot when its reads per second per serving member reach this...
     #[arg(long, default_value_t = 100_000.0, value_name = "READS_PER_SEC")]
     pub hot_reads: f64,
-    /// ...or when a member's read p99 (kvd's own service time) reaches this.
+    /// ...or when a member's read p99 (kvd's own service time) reaches this while the shard
+    /// serves at least --cold-reads per member (a slow member with little to do waits on
+    /// something another replica would not fix).
     #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub hot_p99: std::time::Duration,
     /// A shard with an added replica is cold when, with one member fewer, it would serve

@@ -519,6 +519,16 @@ fn a_replica_group_shows_a_row_per_member_with_its_role() {
             let mut s = stats(0, 10_000 + gets, gets, 0, 0);
             s.shard.count = 1;
             s.group.role = role.into();
+            if role == "leader" {
+                // Three voters and a learner the shard manager added, and why.
+                s.group.members = vec!["10.0.0.1:7070".into(), "10.0.0.2:7070".into(), "10.0.0.3:7070".into()];
+                s.group.learners = vec!["10.0.0.9:7070".into()];
+                s.group.changes = vec![kvshared::stats::GroupChange {
+                    unix_ms: 1_795_508_639_411,
+                    what: "10.0.0.9:7070 has caught up as a learner".into(),
+                    why: "shard manager: hot for 3 intervals".into(),
+                }];
+            }
             app.view.apply(Sample {
                 node,
                 at,
@@ -530,8 +540,14 @@ fn a_replica_group_shows_a_row_per_member_with_its_role() {
     let text = screen(&app, 200, 40);
     assert_eq!(
         cell(&text, "10.0.0.2:7070", "STATE"),
-        "★ leader",
-        "the leader is marked:\n{text}"
+        "★ leader ×4",
+        "the leader is marked, with its group's size:\n{text}"
+    );
+    assert!(
+        text.contains(
+            "shard 0/1: changed 2026-11-24T08:23:59Z: 10.0.0.9:7070 has caught up as a learner (shard manager: hot for 3 intervals)"
+        ),
+        "the change and its reason are shown:\n{text}"
     );
     assert_eq!(cell(&text, "10.0.0.1:7070", "STATE"), "follower", "{text}");
     assert_eq!(cell(&text, "TOTAL", "OP/S"), "1.0k", "only the leader's ops:\n{text}");

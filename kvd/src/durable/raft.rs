@@ -768,8 +768,9 @@ async fn confirm(raft: openraft::Raft<ShardRaft>, mut queue: tokio::sync::mpsc::
 /// see every write acknowledged before they arrived: the leader's read index is at least
 /// the commit index when its round began, which was after the reads arrived here (Raft's
 /// read index, served by a follower, section 6.4 of Ongaro's thesis). A round that fails
-/// (no leader known, the leader unreachable or deposed, this member too far behind within
-/// the limit) answers "not the leader", naming the leader: the client asks it instead.
+/// (no leader known, the leader unreachable, deposed or slow to answer, this member more
+/// than `MEMBER_READ_MAX_BEHIND` entries behind or slow to apply) answers "not the leader",
+/// naming the leader: the client asks another member, or the leader.
 async fn follow_reads(
     me: u64,
     raft: openraft::Raft<ShardRaft>,
@@ -807,9 +808,8 @@ async fn follow_reads(
             continue;
         };
         leader = Some((addr.clone(), cluster.clone()));
-        let began = tokio::time::Instant::now();
         let asked = tokio::time::timeout(
-            CONFIRM_LIMIT,
+            MEMBER_READ_ASK_LIMIT,
             super::network::admin_call(&cluster, super::network::AdminRequest::ReadIndex { member: me }),
         )
         .await;
@@ -829,12 +829,20 @@ async fn follow_reads(
                 continue;
             }
         };
+        // A member far behind (a learner catching up) would keep the reads waiting: the
+        // client is better served by another member at once.
+        let applied = raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
+        if applied.saturating_add(MEMBER_READ_MAX_BEHIND) < index {
+            for w in waiting {
+                let _ = w.send(Err(LogError::NotLeader(Some(addr.clone()))));
+            }
+            continue;
+        }
         // Waiting to apply is this member's own business: the next round may begin.
         let raft = raft.clone();
         tokio::spawn(async move {
-            let left = CONFIRM_LIMIT.saturating_sub(began.elapsed());
             let applied = raft
-                .wait(Some(left))
+                .wait(Some(MEMBER_READ_APPLY_LIMIT))
                 .applied_index_at_least(Some(index), "apply the read index")
                 .await;
             let outcome = match applied {
@@ -881,6 +889,14 @@ fn queue_for_read_index(
     }
     rx
 }
+
+/// Follower reads: how long a member waits for its leader's read index, how far behind it
+/// may be and still wait to apply it (log entries), and how long it waits to apply it. All
+/// well under the clients' stall detection (1 s of silence on a connection), so that a
+/// slow member is refused and passed by, not taken for a dead one.
+const MEMBER_READ_ASK_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
+const MEMBER_READ_MAX_BEHIND: u64 = 64;
+const MEMBER_READ_APPLY_LIMIT: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Longest a read-index round may take.
 const CONFIRM_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);

@@ -126,6 +126,9 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
             break;
         }
         let spares = clients.stats_of(&args.spare).await;
+        // Spares serving some shard now, by the leaders' last word: a new replica goes to
+        // the spare machine that serves the fewest.
+        let in_use: Vec<String> = shards.iter().flat_map(|s| s.added.iter().cloned()).collect();
         for shard in shards.iter_mut() {
             if shard.change.as_ref().is_some_and(|c| c.is_finished())
                 && let Some(handle) = shard.change.take()
@@ -161,7 +164,7 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
             if shard.change.is_some() {
                 continue;
             }
-            let spare = free_spare(&spares, shard.index, &shard.members);
+            let spare = free_spare(&spares, shard.index, &shard.members, &in_use);
             match policy.decide(&mut shard.state, &load, spare.is_some()) {
                 Decision::Hold => {}
                 Decision::Add(why) => {
@@ -235,15 +238,24 @@ fn shard_load(stats: &[(String, Option<NodeStats>)], leader: &NodeStats, added: 
 
 /// A spare of shard `shard` that is not in its group now, as the leader says (`members`):
 /// one started with `--join`, or removed earlier (which may not know it was, and is added
-/// back from where its log stands).
-fn free_spare(spares: &[(String, Option<NodeStats>)], shard: usize, members: &[String]) -> Option<String> {
+/// back from where its log stands). Of those, the one on the machine (address without its
+/// port) with the fewest spares `in_use`: replicas of different shards spread over the
+/// spare machines.
+fn free_spare(
+    spares: &[(String, Option<NodeStats>)],
+    shard: usize,
+    members: &[String],
+    in_use: &[String],
+) -> Option<String> {
+    let machine = |addr: &str| addr.rsplit_once(':').map_or(addr, |(host, _)| host).to_string();
     spares
         .iter()
-        .find(|(addr, s)| {
+        .filter(|(addr, s)| {
             s.as_ref()
                 .is_some_and(|s| s.shard.index as usize == shard && !s.group.role.is_empty())
                 && !members.contains(addr)
         })
+        .min_by_key(|(addr, _)| in_use.iter().filter(|u| machine(u) == machine(addr)).count())
         .map(|(addr, _)| addr.clone())
 }
 

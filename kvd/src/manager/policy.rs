@@ -8,7 +8,9 @@ use std::time::Duration;
 pub struct Policy {
     /// A shard is hot when its reads per serving member reach this...
     pub hot_reads_per_member: f64,
-    /// ...or when its worst member's read p99 (server side) reaches this.
+    /// ...or when its worst member's read p99 (server side) reaches this while it serves at
+    /// least `cold_reads_per_member` per member (a slow member with little to do is not
+    /// helped by another: its reads wait on something else).
     pub hot_read_p99: Duration,
     /// A shard with an added replica is cold when, with one member fewer, its reads per
     /// member would stay under this and its read p99 is under half of `hot_read_p99`.
@@ -71,8 +73,8 @@ impl Policy {
     pub fn decide(&self, state: &mut ShardState, load: &ShardLoad, spare_free: bool) -> Decision {
         let p99_ms = load.read_p99_us / 1000.0;
         let hot_p99_ms = self.hot_read_p99.as_secs_f64() * 1000.0;
-        let hot =
-            load.reads_per_member() >= self.hot_reads_per_member || (load.reads_per_sec > 0.0 && p99_ms >= hot_p99_ms);
+        let busy = load.reads_per_member() >= self.cold_reads_per_member;
+        let hot = load.reads_per_member() >= self.hot_reads_per_member || (busy && p99_ms >= hot_p99_ms);
         let fewer = load.reads_per_sec / load.members.saturating_sub(1).max(1) as f64;
         let cold = load.added > 0 && fewer < self.cold_reads_per_member && p99_ms < hot_p99_ms / 2.0;
         if state.settling > 0 {
@@ -96,8 +98,8 @@ impl Policy {
                 ..ShardState::default()
             };
             return Decision::Add(format!(
-                "hot for {} intervals (at least {:.0} reads/s per member or read p99 {hot_p99_ms:.0} ms): {figures}",
-                self.up_after, self.hot_reads_per_member
+                "hot for {} intervals (at least {:.0} reads/s per member, or read p99 {hot_p99_ms:.0} ms at {:.0}): {figures}",
+                self.up_after, self.hot_reads_per_member, self.cold_reads_per_member
             ));
         }
         if state.cold_streak >= self.down_after {
@@ -202,14 +204,21 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_shard_is_hot_even_at_few_reads_and_no_spare_means_no_add() {
+    fn a_slow_busy_shard_is_hot_a_slow_idle_one_is_not_and_no_spare_means_no_add() {
         let p = policy();
         let mut s = ShardState::default();
-        let slow = ShardLoad {
+        let idle = ShardLoad {
             reads_per_sec: 1e3,
             members: 1,
             read_p99_us: 80_000.0,
             ..ShardLoad::default()
+        };
+        for _ in 0..5 {
+            assert_eq!(p.decide(&mut s, &idle, true), Decision::Hold);
+        }
+        let slow = ShardLoad {
+            reads_per_sec: 30e3,
+            ..idle
         };
         for _ in 0..5 {
             assert_eq!(p.decide(&mut s, &slow, false), Decision::Hold);
