@@ -165,43 +165,40 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
                 continue;
             }
             let spare = free_spare(&spares, shard.index, &shard.members, &in_use);
-            match policy.decide(&mut shard.state, &load, spare.is_some()) {
-                Decision::Hold => {}
-                Decision::Add(why) => {
-                    let Some(addr) = spare else { continue };
-                    let line = decision(shard.index, "add", &addr, &why);
-                    print(&line, args.json)?;
-                    let mut g = Group::of(shard.index, shard.members.clone(), config.clone());
-                    let request = AdminRequest::AddLearner {
-                        addr: addr.clone(),
-                        why: format!("shard manager: {why}"),
-                    };
-                    shard.change = Some(tokio::spawn(async move {
-                        let outcome = g.send(request).await;
-                        ChangeOutcome {
-                            line: finished(line, "added", outcome),
-                        }
-                    }));
+            let by_manager = |why: &str| format!("shard manager: {why}");
+            let (line, done, request) = match policy.decide(&mut shard.state, &load, spare.is_some()) {
+                Decision::Hold => continue,
+                Decision::Add(why) => match spare {
+                    Some(addr) => (
+                        decision(shard.index, "add", &addr, &why),
+                        "added",
+                        AdminRequest::AddLearner {
+                            why: by_manager(&why),
+                            addr,
+                        },
+                    ),
+                    None => continue,
+                },
+                Decision::Remove(why) => match shard.added.last() {
+                    Some(addr) => (
+                        decision(shard.index, "remove", addr, &why),
+                        "removed",
+                        AdminRequest::Remove {
+                            addr: addr.clone(),
+                            why: by_manager(&why),
+                        },
+                    ),
+                    None => continue,
+                },
+            };
+            print(&line, args.json)?;
+            let mut g = Group::of(shard.index, shard.members.clone(), config.clone());
+            shard.change = Some(tokio::spawn(async move {
+                let outcome = g.send(request).await;
+                ChangeOutcome {
+                    line: finished(line, done, outcome),
                 }
-                Decision::Remove(why) => {
-                    let Some(addr) = shard.added.last().cloned() else {
-                        continue;
-                    };
-                    let line = decision(shard.index, "remove", &addr, &why);
-                    print(&line, args.json)?;
-                    let mut g = Group::of(shard.index, shard.members.clone(), config.clone());
-                    let request = AdminRequest::Remove {
-                        addr: addr.clone(),
-                        why: format!("shard manager: {why}"),
-                    };
-                    shard.change = Some(tokio::spawn(async move {
-                        let outcome = g.send(request).await;
-                        ChangeOutcome {
-                            line: finished(line, "removed", outcome),
-                        }
-                    }));
-                }
-            }
+            }));
         }
     }
     // Changes under way are let finish: a half-made change is the leader's to finish, but

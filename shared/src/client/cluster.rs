@@ -376,20 +376,23 @@ impl Cluster {
                 .unwrap_or_else(|| pool.addr.clone()),
             false => pool.addr.clone(),
         };
-        let c = &self.config;
-        let conn = Arc::new(
-            Connection::open(
-                &addr,
-                c.pipeline,
-                c.max_frame,
-                c.connect_timeout,
-                c.auth.as_ref(),
-                c.tls.as_ref(),
-            )
-            .await?,
-        );
+        let conn = Arc::new(self.open(&addr).await?);
         *guard = Some((member, conn.clone()));
         Ok(conn)
+    }
+
+    /// A new connection to `addr`, with this client's limits, token and TLS.
+    async fn open(&self, addr: &str) -> Result<Connection, ClientError> {
+        let c = &self.config;
+        Connection::open(
+            addr,
+            c.pipeline,
+            c.max_frame,
+            c.connect_timeout,
+            c.auth.as_ref(),
+            c.tls.as_ref(),
+        )
+        .await
     }
 
     /// The next connection slot of `node`'s pool, round-robin.
@@ -505,17 +508,7 @@ impl Cluster {
             return Ok(conn.clone());
         }
         let c = &self.config;
-        let conn = Arc::new(
-            Connection::open(
-                &r.addr,
-                c.pipeline,
-                c.max_frame,
-                c.connect_timeout,
-                c.auth.as_ref(),
-                c.tls.as_ref(),
-            )
-            .await?,
-        );
+        let conn = Arc::new(self.open(&r.addr).await?);
         if let ReadFrom::Stale(bound) = c.reads {
             let ms = u32::try_from(bound.as_millis()).unwrap_or(u32::MAX).max(1);
             let reply = conn
