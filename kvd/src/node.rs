@@ -344,7 +344,7 @@ impl Node {
             return Some(LogWait::deferred(
                 gate,
                 DeferredRead {
-                    body: owned_body(batch, 0..batch.len() as u32),
+                    body: copied_body(batch),
                     store: self.store.clone(),
                     counters: self.counters.clone(),
                     timing: (began, self.latencies.clone()),
@@ -352,20 +352,33 @@ impl Node {
             ));
         }
         let mut logged = Vec::new();
-        self.store.ops_to_log(batch, &mut scratch.written, &mut logged);
+        // A replica group's leader may not yet have applied a write a follower has already
+        // applied (and served to a reader: both learn the commit, each applies on its own),
+        // so its reads do not run on its store as it is now: a batch of reads only runs
+        // once a read-index round that began after it arrived is done, which waits until
+        // this leader has applied everything committed when the round began; in a batch
+        // with a write, its reads go through the log with the writes, in batch order.
+        let grouped = log.is_grouped();
+        self.store.ops_to_log(batch, &mut scratch.written, &mut logged, grouped);
         if logged.is_empty() {
+            if let Some(gate) = log.confirm_leadership() {
+                return Some(LogWait::deferred(
+                    gate,
+                    DeferredRead {
+                        body: copied_body(batch),
+                        store: self.store.clone(),
+                        counters: self.counters.clone(),
+                        timing: (began, self.latencies.clone()),
+                    },
+                ));
+            }
+            // A group of one: nobody else applies anything, its store holds every commit.
             self.store.execute(batch, out, room, scratch, tally);
             self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
-            // In a replica group the reads, run here, are answered once a majority confirms
-            // (after they ran) that this member still leads.
-            return log.confirm_leadership().map(LogWait::confirming);
+            return None;
         }
         self.store.execute_except(batch, &logged, out, room, scratch, tally);
         self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
-        // The reads run here need no read-index round of their own: the entry with this
-        // batch's writes was made after they ran, and its commit needs a majority still in
-        // this leader's term, which no majority would be had a newer leader acknowledged
-        // anything (see docs/REPLICATION.md). A round would only add a way to fail.
         let confirm = None;
         let mut logged_kinds = [0; KINDS];
         for &i in &logged {
@@ -497,9 +510,18 @@ fn owned_body(batch: &BatchView<'_>, positions: impl Iterator<Item = u32>) -> Re
     Ok(body)
 }
 
-/// Reads a follower runs once it has applied the leader's read index.
+/// A copy of a batch's frame body, as received (ill-formed ops too: they are answered as such
+/// when the batch runs).
+fn copied_body(batch: &BatchView<'_>) -> AlignedVec {
+    let mut body = AlignedVec::new();
+    body.extend_from_slice(batch.body());
+    body
+}
+
+/// Reads that run once this member has applied a read index: a follower's (the leader's
+/// index), or a replica group leader's (its own).
 struct DeferredRead {
-    body: Result<AlignedVec, String>,
+    body: AlignedVec,
     store: Arc<Store>,
     counters: Arc<Counters>,
     timing: (Instant, Arc<OpLatencies>),
@@ -507,8 +529,7 @@ struct DeferredRead {
 
 impl DeferredRead {
     fn run(self, out: &mut BatchResponse, max_reply: usize) -> Result<(), LogError> {
-        let body = self.body.map_err(LogError::Failed)?;
-        let batch = BatchView::parse(&body).map_err(|e| LogError::Failed(e.to_string()))?;
+        let batch = BatchView::parse(&self.body).map_err(|e| LogError::Failed(e.to_string()))?;
         let mut tally = Counts::default();
         let mut room = CappedRoom::new(batch.len(), max_reply);
         self.store
@@ -521,9 +542,9 @@ impl DeferredRead {
 }
 
 /// A batch that waits for the log (see [`Node::execute`]): for its logged ops' entry to be
-/// applied, and in a replica group for a majority to confirm that this member still leads
-/// (for the reads it ran), or on a follower for the leader's read index (for the reads it
-/// will run); or a member's refusal because another leads.
+/// applied, or in a replica group for a read index before its reads run (the leader's own
+/// round, or on a follower the leader's answer); or a member's refusal because another
+/// leads.
 pub struct LogWait {
     answer: Option<oneshot::Receiver<LogAnswer>>,
     outcome: Option<LogAnswer>,
@@ -552,24 +573,16 @@ impl LogWait {
         }
     }
 
-    /// Reads that ran, waiting for the leadership check.
-    fn confirming(confirm: oneshot::Receiver<Result<u64, LogError>>) -> LogWait {
+    /// Reads waiting to run until this member has applied a read index (`gate`).
+    fn deferred(gate: oneshot::Receiver<Result<u64, LogError>>, read: DeferredRead) -> LogWait {
         LogWait {
             answer: None,
             outcome: None,
-            confirm: Some(confirm),
+            confirm: Some(gate),
             confirmed: None,
             positions: Vec::new(),
             timing: None,
-            deferred: None,
-        }
-    }
-
-    /// A follower's reads, waiting for this member to apply the leader's read index.
-    fn deferred(gate: oneshot::Receiver<Result<u64, LogError>>, read: DeferredRead) -> LogWait {
-        LogWait {
             deferred: Some(read),
-            ..LogWait::confirming(gate)
         }
     }
 

@@ -480,6 +480,7 @@ pub struct OpRef<'a> {
 /// A validated, received batch request. Borrowing the frame, it reads ops in place.
 pub struct BatchView<'a> {
     archived: &'a ArchivedBatchRequest,
+    body: &'a [u8],
 }
 
 impl<'a> BatchView<'a> {
@@ -495,7 +496,12 @@ impl<'a> BatchView<'a> {
                 archived.value_ends.len()
             )));
         }
-        Ok(BatchView { archived })
+        Ok(BatchView { archived, body })
+    }
+
+    /// The frame body it was parsed from (to keep a copy of the batch for later).
+    pub fn body(&self) -> &'a [u8] {
+        self.body
     }
 
     /// Ops in the batch.

@@ -1184,9 +1184,10 @@ impl DurableShard {
         Err(LogError::NotLeader(leader))
     }
 
-    /// For reads already run on this member: answers `Ok` once a majority has confirmed,
-    /// after they ran, that this member still leads (read index), so they could not have
-    /// missed a write another leader acknowledged. `None` for a group of one.
+    /// For reads not yet run on this leader: answers the read index once a majority has
+    /// confirmed, after they arrived, that this member still leads, and this member has
+    /// applied everything committed when that round began (openraft's
+    /// `ensure_linearizable`); the reads may run then. `None` for a group of one.
     pub fn confirm_leadership(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, LogError>>> {
         if !self.grouped {
             return None;
@@ -1202,6 +1203,11 @@ impl DurableShard {
             return None;
         }
         Some(queue_for_read_index(&self.member_reads))
+    }
+
+    /// Whether this shard's log has other members than this one (a replica group).
+    pub fn is_grouped(&self) -> bool {
+        self.grouped
     }
 
     /// Whether this node is a member (voter or learner) of its group as its log says now: a

@@ -285,7 +285,15 @@ impl Store {
     /// key that an earlier op of the batch writes (so it sees that write, in batch order).
     /// The other reads may run at once against the store, which holds only committed writes.
     /// Keys are told apart by hash; a collision only sends a read through the log for nothing.
-    pub fn ops_to_log(&self, batch: &BatchView<'_>, written: &mut HashSet<u64>, logged: &mut Vec<u32>) {
+    /// With `reads_too` (a batch with a write on a replica group's leader) every read of an
+    /// owned key goes through the log as well, once the batch has a write.
+    pub fn ops_to_log(
+        &self,
+        batch: &BatchView<'_>,
+        written: &mut HashSet<u64>,
+        logged: &mut Vec<u32>,
+        reads_too: bool,
+    ) {
         logged.clear();
         written.clear();
         for i in 0..batch.len() {
@@ -297,9 +305,13 @@ impl Store {
             if op.kind != OpKind::Get {
                 written.insert(hash);
                 logged.push(i as u32);
-            } else if written.contains(&hash) {
+            } else if written.contains(&hash) || reads_too {
                 logged.push(i as u32);
             }
+        }
+        if reads_too && written.is_empty() {
+            // Reads only: none goes through the log.
+            logged.clear();
         }
     }
 
