@@ -341,15 +341,7 @@ impl Node {
             let Some(gate) = log.member_read() else {
                 return Some(LogWait::refused(not_leader));
             };
-            return Some(LogWait::deferred(
-                gate,
-                DeferredRead {
-                    body: copied_body(batch),
-                    store: self.store.clone(),
-                    counters: self.counters.clone(),
-                    timing: (began, self.latencies.clone()),
-                },
-            ));
+            return Some(self.read_after(gate, batch, began));
         }
         let mut logged = Vec::new();
         // A replica group's leader may not yet have applied a write a follower has already
@@ -362,15 +354,7 @@ impl Node {
         self.store.ops_to_log(batch, &mut scratch.written, &mut logged, grouped);
         if logged.is_empty() {
             if let Some(gate) = log.confirm_leadership() {
-                return Some(LogWait::deferred(
-                    gate,
-                    DeferredRead {
-                        body: copied_body(batch),
-                        store: self.store.clone(),
-                        counters: self.counters.clone(),
-                        timing: (began, self.latencies.clone()),
-                    },
-                ));
+                return Some(self.read_after(gate, batch, began));
             }
             // A group of one: nobody else applies anything, its store holds every commit.
             self.store.execute(batch, out, room, scratch, tally);
@@ -403,6 +387,25 @@ impl Node {
             timing: Some((began, logged_kinds, self.latencies.clone())),
             deferred: None,
         })
+    }
+
+    /// `batch` (reads only), to run from a copy once `gate` answers a read index that this
+    /// member has applied.
+    fn read_after(
+        &self,
+        gate: oneshot::Receiver<Result<u64, LogError>>,
+        batch: &BatchView<'_>,
+        began: Instant,
+    ) -> LogWait {
+        LogWait::deferred(
+            gate,
+            DeferredRead {
+                body: copied_body(batch),
+                store: self.store.clone(),
+                counters: self.counters.clone(),
+                timing: (began, self.latencies.clone()),
+            },
+        )
     }
 
     /// Applies a change of settings at run time (flush first, then the cap). A durable node
