@@ -46,6 +46,16 @@ pub const MAX_CAPACITY: usize = 1 << 32;
 pub const MAX_THREADS: usize = 1024;
 /// Most internal map shards.
 pub const MAX_MAP_SHARDS: usize = 1 << 20;
+/// Most connections `--max-conns` may allow (each is a file descriptor and buffers).
+pub const MAX_CONNS: usize = 1_000_000;
+/// Longest `--idle-timeout`, `--read-timeout` or `--write-timeout` (a deadline past it would
+/// overflow the clock's arithmetic, and means "never" anyway).
+pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+/// Smallest `--max-memory`: below it the store's own index does not fit.
+pub const MIN_MAX_MEMORY: u64 = 1 << 20;
+/// Share of the machine's memory `--capacity` may preallocate when no `--max-memory` says
+/// otherwise.
+pub const CAPACITY_SHARE_OF_HOST: f64 = 0.5;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -58,18 +68,26 @@ pub struct ServeArgs {
     /// Tokio worker threads [default: the number of CPUs].
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Most client connections served at once; one more is told "max connections reached"
-    /// and closed.
+    /// Most client connections served at once, over every front (binary, RESP, HTTP); one
+    /// more is told "max connections reached" and closed. Lowered, with a warning, to what
+    /// the open-file limit (ulimit -n) allows.
     #[arg(long, default_value_t = 1024)]
     pub max_conns: usize,
-    /// Close a connection that sends no request for this long (0 = never). A connection
-    /// with a request in flight is not idle.
+    /// Close a connection that sends no request for this long (0 = never; at most 30d). A
+    /// connection with a request in flight is not idle.
     #[arg(long, default_value = "300s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub idle_timeout: std::time::Duration,
-    /// A request frame that has begun must arrive whole within this long, or the
-    /// connection is closed (a client trickling bytes holds no buffer).
+    /// A request that has begun must arrive whole within this long, or the connection is
+    /// closed (a client trickling bytes holds no buffer), on every front; an HTTP
+    /// connection's next request headers too (so an idle keep-alive connection is closed
+    /// after this long). At most 30d.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub read_timeout: std::time::Duration,
+    /// A client that reads none of its replies for this long is disconnected (one that
+    /// pipelines requests and never reads would otherwise hold its connection and buffers
+    /// for ever), on every front. At most 30d.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub write_timeout: std::time::Duration,
     /// Largest frame body in bytes (at most 1 GiB). A request with a larger length prefix is
     /// refused unread; a reply is kept within it (values past it are answered `TooLarge`).
     #[arg(long, default_value_t = DEFAULT_MAX_FRAME)]
@@ -201,12 +219,7 @@ impl ServeArgs {
                 }
             }
         }
-        if self.read_timeout.is_zero() {
-            return Err("--read-timeout must be more than 0".into());
-        }
-        if self.max_conns == 0 {
-            return Err("--max-conns must be at least 1".into());
-        }
+        self.validate_limits()?;
         if self.threads.is_some_and(|t| t == 0 || t > MAX_THREADS) {
             return Err(format!("--threads must be between 1 and {MAX_THREADS}"));
         }
@@ -217,6 +230,75 @@ impl ServeArgs {
             return Err(format!(
                 "--capacity {} is more keys than one node can index (at most {MAX_CAPACITY})",
                 self.capacity
+            ));
+        }
+        Ok(())
+    }
+
+    /// The connection limits and deadlines, and the memory cap.
+    fn validate_limits(&self) -> Result<(), String> {
+        for (flag, value) in [
+            ("--idle-timeout", self.idle_timeout),
+            ("--read-timeout", self.read_timeout),
+            ("--write-timeout", self.write_timeout),
+        ] {
+            if value > MAX_TIMEOUT {
+                return Err(format!("{flag} {value:?} is too long: at most 30d"));
+            }
+            if value.is_zero() && flag != "--idle-timeout" {
+                return Err(format!("{flag} must be more than 0"));
+            }
+        }
+        if !(1..=MAX_CONNS).contains(&self.max_conns) {
+            return Err(format!("--max-conns must be between 1 and {MAX_CONNS}"));
+        }
+        if let Some(max) = self.max_memory
+            && max < MIN_MAX_MEMORY
+        {
+            return Err(format!(
+                "--max-memory {max} bytes is too small to hold anything: at least 1mib (sizes like 100mb, 2gb)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a `--capacity` whose index, over `map_shards`, would not fit this machine (see
+    /// [`ServeArgs::check_capacity`]), before anything is allocated.
+    pub fn capacity_fits(&self, map_shards: usize) -> Result<(), String> {
+        if self.capacity == 0 {
+            return Ok(());
+        }
+        let index = crate::store::Store::preallocated_bytes(map_shards, self.capacity);
+        let host = sysinfo::System::new().map_or(0, |mut system| {
+            system.refresh_memory();
+            system.total_memory()
+        });
+        self.check_capacity(index, host)
+    }
+
+    /// Refuses a `--capacity` whose preallocated index (`index_bytes`) would not fit: in
+    /// `--max-memory` if given, else in half of the machine's memory (`host_bytes`; 0 when
+    /// unknown, which checks nothing).
+    pub fn check_capacity(&self, index_bytes: usize, host_bytes: u64) -> Result<(), String> {
+        let gib = |b: f64| b / f64::from(1u32 << 30);
+        let index = index_bytes as f64;
+        if let Some(max) = self.max_memory {
+            if index > max as f64 {
+                return Err(format!(
+                    "--capacity {} preallocates a {:.2} GiB index, more than --max-memory ({:.2} GiB): lower --capacity or raise --max-memory",
+                    self.capacity,
+                    gib(index),
+                    gib(max as f64)
+                ));
+            }
+            return Ok(());
+        }
+        if host_bytes > 0 && index > host_bytes as f64 * CAPACITY_SHARE_OF_HOST {
+            return Err(format!(
+                "--capacity {} preallocates a {:.2} GiB index, more than half of this machine's {:.2} GiB of memory: lower --capacity (or give --max-memory to say how much this node may use)",
+                self.capacity,
+                gib(index),
+                gib(host_bytes as f64)
             ));
         }
         Ok(())

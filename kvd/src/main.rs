@@ -5,10 +5,8 @@ use clap::Parser;
 use kvd::cli::{Cli, ServeArgs};
 use std::sync::Arc;
 
-use kvd::http::HttpServer;
+use kvd::edge::Server;
 use kvd::node::{GroupMember, NodeConfig};
-use kvd::resp::RespServer;
-use kvd::server::Server;
 use kvd::store::MemoryLimit;
 use kvshared::cli::{exit_code, init_logging};
 use kvshared::client::{ClientConfig, Cluster};
@@ -43,14 +41,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
         .max(1);
+    let map_shards = args.map_shards.unwrap_or((8 * threads).max(16));
+    args.capacity_fits(map_shards).map_err(anyhow::Error::msg)?;
     let config = NodeConfig {
         shard: args.shard,
-        map_shards: args.map_shards.unwrap_or((8 * threads).max(16)),
+        map_shards,
         capacity: args.capacity,
         max_conns: args.max_conns,
         max_frame: args.max_frame,
         idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
         read_timeout: args.read_timeout,
+        write_timeout: args.write_timeout,
         max_buffer_memory: args.max_buffer_memory as usize,
         auth: args.auth.token()?,
         insecure_no_auth: args.insecure_no_auth,
@@ -85,46 +86,39 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the runtime")?;
     rt.block_on(async {
-        let server = Server::bind(&args.listen, config)
+        let mut server = Server::bind(&args.listen, config)
             .await
             .with_context(|| format!("cannot start on {}", args.listen))?;
-        let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
         let cluster = match args.nodes.is_empty() {
             true => None,
             false => Some(Arc::new(Cluster::new(&args.nodes, client_config.clone())?)),
         };
-        let mut fronts = Vec::new();
         if let Some(resp_addr) = &args.resp {
-            let resp = RespServer::bind(resp_addr, server.node(), cluster.clone())
+            let bound = server
+                .serve_resp(resp_addr, cluster.clone())
                 .await
                 .with_context(|| format!("cannot serve RESP on {resp_addr}"))?;
-            tracing::info!("kvd shard {} speaks RESP on {}", args.shard, resp.local_addr()?);
-            fronts.push(tokio::spawn(resp.run(stop.subscribe())));
+            tracing::info!("kvd shard {} speaks RESP on {bound}", args.shard);
         }
         if let Some(http_addr) = &args.http {
-            let http = HttpServer::bind(http_addr, server.node(), cluster.clone())
+            let bound = server
+                .serve_http(http_addr, cluster.clone())
                 .await
                 .with_context(|| format!("cannot serve HTTP on {http_addr}"))?;
-            tracing::info!("kvd shard {} serves HTTP on {}", args.shard, http.local_addr()?);
-            fronts.push(tokio::spawn(http.run(stop.subscribe())));
+            tracing::info!("kvd shard {} serves HTTP on {bound}", args.shard);
         }
         // The ready line comes last, once every front is bound: scripts wait for it.
         let addr = server.local_addr()?;
         if let Some(cert) = &args.tls_cert {
-            tracing::info!("serving TLS only, with the certificate in {}", cert.display());
+            tracing::info!(
+                "serving TLS only, on every front, with the certificate in {}",
+                cert.display()
+            );
         }
         tracing::info!("kvd shard {} listening on {addr}", args.shard);
-        // On a signal the RESP and HTTP fronts stop first (what they started finishes
-        // through the node), then the binary protocol drains and the node closes its log.
-        server
-            .run(async {
-                shutdown_signal().await;
-                let _ = stop.send(());
-                for front in fronts {
-                    let _ = front.await;
-                }
-            })
-            .await;
+        // On a signal every front drains (answers what it read, refuses the rest, within
+        // the grace period), then the node closes its log.
+        server.run(shutdown_signal()).await;
         tracing::info!("kvd stopped");
         Ok(())
     })

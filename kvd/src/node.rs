@@ -4,16 +4,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kvshared::auth::AuthToken;
+use kvshared::frame::AlignedVec;
 use kvshared::frame::DEFAULT_MAX_FRAME;
-use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
 use kvshared::latency::LatencyStats;
 use kvshared::routing::ShardId;
 use kvshared::stats::{Counts, GroupFigures, NodeStats, RecentLoad};
 use kvshared::tls::TlsServer;
-use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, OpKind, ReplyView, encode_frame};
+use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, OpKind, ReplyView, encode_body};
 use tokio::sync::oneshot;
 
-use crate::budget::BufferBudget;
 use crate::counters::Counters;
 use crate::durable::log::FsyncPolicy;
 use crate::durable::raft::{DurableShard, LogAnswer, LogError};
@@ -21,12 +20,13 @@ use crate::durable::{DurableConfig, GroupConfig, SnapshotEvery};
 use crate::latency::{KINDS, OpLatencies};
 use crate::sampler::Sampler;
 use crate::store::{CappedRoom, MemoryLimit, ReplyRoom, Scratch, Store};
-use crate::warn_limit::WarnLimit;
 
 /// Default `--idle-timeout`.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default `--read-timeout`.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `--write-timeout`.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The file in a data directory that says which shard it holds.
 const SHARD_FILE: &str = "shard";
@@ -79,8 +79,10 @@ pub struct NodeConfig {
     pub max_frame: u32,
     /// Close a connection that sends no request for this long (`None`: never).
     pub idle_timeout: Option<Duration>,
-    /// A frame that has begun must arrive whole within this long.
+    /// A request that has begun must arrive whole within this long.
     pub read_timeout: Duration,
+    /// A peer that reads none of its replies for this long loses its connection.
+    pub write_timeout: Duration,
     /// Bytes all connections together may hold in buffers beyond a small allowance each.
     pub max_buffer_memory: usize,
     /// The token clients must present first (`None`: no token).
@@ -130,6 +132,7 @@ impl Default for NodeConfig {
             max_frame: DEFAULT_MAX_FRAME,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             read_timeout: DEFAULT_READ_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
             max_buffer_memory: DEFAULT_MAX_BUFFER_MEMORY,
             auth: None,
             insecure_no_auth: false,
@@ -160,13 +163,6 @@ pub struct Node {
     latencies: Arc<OpLatencies>,
     /// The shard's log, with `--data-dir`: batches with writes go through it.
     durable: Option<DurableShard>,
-    /// What the connections' buffers may hold together.
-    pub(crate) buffers: BufferBudget,
-    /// How many warnings peers may cause.
-    pub(crate) warnings: WarnLimit,
-    /// Protected mode: no token, bound beyond loopback, and not told `--insecure-no-auth`;
-    /// only loopback peers are served.
-    pub(crate) protected: bool,
     sampler: Sampler,
     started: Instant,
     /// The cumulative figures where the current load window began, and the last window's
@@ -214,9 +210,6 @@ impl Node {
             counters: Arc::new(Counters::default()),
             latencies: Arc::new(OpLatencies::default()),
             durable: None,
-            buffers: BufferBudget::new(config.max_buffer_memory),
-            warnings: WarnLimit::default(),
-            protected: false,
             sampler: Sampler::start(config.sample_period),
             started: Instant::now(),
             window: parking_lot::Mutex::new(LoadWindow {
@@ -506,10 +499,8 @@ fn owned_body(batch: &BatchView<'_>, positions: impl Iterator<Item = u32>) -> Re
             part.push(op.kind, op.key, op.value);
         }
     }
-    let mut frame = AlignedVec::new();
-    encode_frame(FrameKind::BatchRequest, 0, &part, &mut frame).map_err(|e| e.to_string())?;
     let mut body = AlignedVec::new();
-    body.extend_from_slice(frame.get(HEADER_LEN..).unwrap_or_default());
+    encode_body(&part, &mut body).map_err(|e| e.to_string())?;
     Ok(body)
 }
 
@@ -708,11 +699,8 @@ mod tests {
     use kvshared::wire::OpReply;
 
     fn run(node: &Node, req: &BatchRequest) -> Vec<String> {
-        let mut frame = AlignedVec::new();
-        encode_frame(FrameKind::BatchRequest, 1, req, &mut frame).unwrap();
-        let body = &frame[HEADER_LEN..];
-        let mut aligned: AlignedVec = AlignedVec::new();
-        aligned.extend_from_slice(body);
+        let mut aligned = AlignedVec::new();
+        encode_body(req, &mut aligned).unwrap();
         let batch = BatchView::parse(&aligned).unwrap();
         let mut out = BatchResponse::default();
         let mut scratch = Scratch::default();
@@ -722,10 +710,8 @@ mod tests {
             block_on_log(&mut wait);
             wait.finish(&mut out, 1 << 20).unwrap().unwrap();
         }
-        let mut reply = AlignedVec::new();
-        encode_frame(FrameKind::BatchResponse, 1, &out, &mut reply).unwrap();
-        let mut body: AlignedVec = AlignedVec::new();
-        body.extend_from_slice(&reply[HEADER_LEN..]);
+        let mut body = AlignedVec::new();
+        encode_body(&out, &mut body).unwrap();
         let view = ReplyView::parse(&body).unwrap();
         (0..view.len())
             .map(|i| match view.result(i) {

@@ -43,9 +43,16 @@ async fn exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Splits a server's output into frames, checking each is well formed.
+/// Splits a server's output into frames, checking each is well formed. Bytes that began
+/// like another front's protocol (RESP, HTTP) are answered in that protocol instead, one
+/// line naming the port; that answer is checked and no frames are returned.
 fn frames(mut out: &[u8]) -> Vec<(FrameHeader, AlignedVec)> {
     let mut v = Vec::new();
+    if out.starts_with(b"-ERR this is kvd's binary port") || out.starts_with(b"HTTP/1.1 400 Bad Request") {
+        let text = String::from_utf8_lossy(out);
+        assert!(text.contains("this is kvd's binary port"), "{text}");
+        return v;
+    }
     while out.len() >= HEADER_LEN {
         let header: [u8; HEADER_LEN] = out[..HEADER_LEN].try_into().unwrap();
         let h = FrameHeader::decode(&header, u32::MAX).expect("server sent a bad header");
@@ -240,8 +247,16 @@ fn a_peer_of_another_version_is_told_so() {
             e.message
         );
 
-        // Something that is not our protocol at all, e.g. HTTP.
-        let replies = frames(&exchange(node.addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await);
+        // Another front's protocol, e.g. HTTP, is told where that is served.
+        let out = exchange(node.addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 400 Bad Request"), "{text}");
+        assert!(
+            text.contains("this kvd does not serve HTTP (start it with --http ADDR)"),
+            "{text}"
+        );
+        // Something that is no protocol at all gets a binary error frame.
+        let replies = frames(&exchange(node.addr, b"\x00\x01garbage that is no protocol\r\n").await);
         assert_eq!(parse_error_reply(&replies[0].1).unwrap().code, ErrorCode::BadFrame);
         good_client_still_works(node.addr).await;
     });

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{batch_frame, exchange, kvd, read_reply, rss_bytes, start, start_logging};
+use common::{Netns, batch_frame, exchange, kvd, read_reply, rss_bytes, self_signed, start, start_logging, token_file};
 use kvshared::client::{ClientConfig, Cluster, Op, Outcome};
 use kvshared::frame::{FrameHeader, FrameKind};
 use kvshared::wire::{BatchRequest, OpReply, ReplyView};
@@ -239,13 +239,6 @@ fn bad_frames_cannot_flood_or_stall_the_log() {
     drop(server);
 }
 
-/// A token file for a test, in Cargo's temporary directory for integration tests.
-fn token_file(name: &str, token: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    std::fs::write(&path, format!("{token}\n")).unwrap();
-    path.display().to_string()
-}
-
 /// With `--auth-token-file`, a client gets in only with the same token: without one it is
 /// told what to configure, with a wrong one it is refused, and a peer without the token
 /// cannot make the node read more than a token's worth (a 64 MiB announcement is answered
@@ -300,36 +293,13 @@ fn a_token_keeps_out_everyone_without_it() {
     drop(server);
 }
 
-/// Runs `ip` with `args`; false if it failed (e.g. not root).
-fn ip(args: &[&str]) -> bool {
-    std::process::Command::new("ip")
-        .args(args)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A network namespace made for one test, removed when dropped.
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        ip(&["netns", "del", &self.0]);
-    }
-}
-
 /// Protected mode: bound beyond loopback with no token, kvd serves loopback clients and
 /// tells a client from another address how to configure it; `--insecure-no-auth` turns
 /// that off. Another address needs a host: the test makes one in a network namespace
 /// (10.77.0.1 on its loopback device; root and iproute2 needed, which `.ci/run` has).
 #[test]
 fn protected_mode_serves_only_loopback_clients_without_a_token() {
-    let ns = Netns(format!("kvd-protected-{}", std::process::id()));
-    assert!(
-        ip(&["netns", "add", &ns.0]),
-        "cannot make a network namespace (run as root, with iproute2)"
-    );
-    assert!(ip(&["-n", &ns.0, "link", "set", "lo", "up"]));
-    assert!(ip(&["-n", &ns.0, "addr", "add", "10.77.0.1/32", "dev", "lo"]));
+    let ns = Netns::with_address("kvd-protected", "10.77.0.1");
     let in_ns = |args: &[&str]| {
         std::process::Command::new("ip")
             .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_kvd")])
@@ -377,16 +347,6 @@ fn protected_mode_serves_only_loopback_clients_without_a_token() {
         }
         drop(server);
     }
-}
-
-/// A self-signed certificate for 127.0.0.1 and its key, as PEM files.
-fn self_signed(name: &str) -> (String, String) {
-    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-    std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
-    (cert.display().to_string(), key.display().to_string())
 }
 
 /// With `--tls-cert`/`--tls-key`, kvd speaks only TLS: a client with `--tls-ca` (and the

@@ -256,31 +256,37 @@ fn buffers_are_bounded_and_stalled_commands_are_closed() {
         "--max-buffer-memory",
         "1mib",
         "--read-timeout",
-        "1s",
+        "3s",
     ]);
     // Each connection announces a 590,000-byte value and sends most of it.
     let mut header = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$590000\r\n".to_vec();
     header.extend(std::iter::repeat_n(b'x', 500_000));
     let mut conns = Vec::new();
-    let mut refused = 0;
     for _ in 0..6 {
         let mut s = TcpStream::connect(&resp[0]).unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
         let _ = s.write_all(&header);
+        conns.push(s);
+    }
+    // A command without room waits for it (at most 1 s, as on every front), then is
+    // refused; the ones that got room hold it until --read-timeout (3 s) closes them.
+    let mut refused = 0;
+    for s in &mut conns {
+        s.set_read_timeout(Some(Duration::from_millis(2000))).unwrap();
         let mut answer = [0u8; 256];
-        if let Ok(n) = s.read(&mut answer) {
+        if let Ok(n) = s.read(&mut answer)
+            && n > 0
+        {
             let text = String::from_utf8_lossy(&answer[..n]);
             assert!(text.contains("buffer memory is full"), "{text}");
             refused += 1;
         }
-        conns.push(s);
     }
     assert!(
         refused >= 3,
         "only {refused} of 6 large commands were refused with a 1 MiB budget"
     );
     assert_eq!(redis_cli(&resp[0], &["PING"]), "PONG");
-    // The stalled ones are closed after --read-timeout (1 s).
+    // The stalled ones are closed after --read-timeout (3 s).
     let mut s = TcpStream::connect(&resp[0]).unwrap();
     s.write_all(b"*2\r\n$3\r\nGET\r\n").unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

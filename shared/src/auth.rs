@@ -22,6 +22,25 @@ pub const TOKEN_ENV: &str = "KV_AUTH_TOKEN";
 pub const MAX_TOKEN_LEN: usize = 1024;
 /// Shortest token accepted: a short secret can be guessed.
 pub const MIN_TOKEN_LEN: usize = 16;
+/// Largest token file read (a token and surrounding white space).
+pub const MAX_TOKEN_FILE: u64 = 64 * 1024;
+
+/// Warns when users other than the owner may read the token file.
+fn warn_if_readable_by_others(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path)
+            && meta.permissions().mode() & 0o044 != 0
+        {
+            tracing::warn!(
+                "the token file {} may be read by other users of this machine (mode {:o}): chmod 600 it",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            );
+        }
+    }
+}
 
 /// Why a token could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -59,12 +78,16 @@ impl AuthToken {
         Ok(AuthToken(token.into()))
     }
 
-    /// Reads the token from `path`.
+    /// Reads the token from `path`: at most [`MAX_TOKEN_FILE`] bytes (a path such as
+    /// `/dev/zero` is refused, not read for ever). A file that other users may read is
+    /// taken with a warning, as ssh warns of a readable key.
     pub fn from_file(path: &Path) -> Result<AuthToken, AuthError> {
-        let bytes = std::fs::read(path).map_err(|source| AuthError::Read {
+        let read = |source| AuthError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let bytes = crate::files::read_bounded(path, MAX_TOKEN_FILE).map_err(read)?;
+        warn_if_readable_by_others(path);
         AuthToken::new(&bytes, &path.display().to_string())
     }
 

@@ -37,7 +37,9 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 7: `NodeStats` carries the last window's load (`RecentLoad`).
 /// 8: the `StaleReads` frame; followers and learners serve reads; a group's figures carry
 /// the shard manager's decisions.
-pub const VERSION: u8 = 8;
+/// 9: `Counts` carries per-front auth failures, read and write timeouts, and connections
+/// that spoke another front's protocol.
+pub const VERSION: u8 = 9;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

@@ -11,6 +11,7 @@
 //! * [`units`]: human-readable numbers (1.2M op/s, 734 KB/s) for every tool's output.
 //! * [`history`]: recorded histories and the linearizability checker (no network code).
 //! * [`tls`]: TLS set-up for servers (certificate and key) and clients (a CA file).
+//! * [`files`]: reading small files an operator names, with a bound on their size.
 //! * [`client`]: the async cluster client (pools, pipelining, routing, merging, timeouts).
 //! * `cli` (feature `cli`): the flags every tool shares, logging setup, exit statuses.
 //!
@@ -22,6 +23,7 @@ pub mod auth;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
+pub mod files;
 pub mod frame;
 pub mod history;
 pub mod latency;

@@ -123,7 +123,12 @@ counters! {
     io / Io : Error, "Connections that ended in the middle of a frame or with an I/O error.";
     reply_too_large / ReplyTooLarge : Error, "Found values left out of a reply that reached the frame limit (answered TooLarge).";
     out_of_memory / OutOfMemory : Error, "Ops refused for lack of memory (a write at --max-memory with nothing to evict, or an allocation that failed).";
-    auth_failed / AuthFailed : Error, "Connections closed for a wrong token, or for a request before the token.";
+    auth_failed / AuthFailed : Error, "Requests refused for a wrong token, or for want of one, on every front together.";
+    auth_failed_resp / AuthFailedResp : Error, "The RESP front's share of auth_failed (AUTH or HELLO with a wrong token, or a command before it).";
+    auth_failed_http / AuthFailedHttp : Error, "The HTTP front's share of auth_failed (a request without the right Authorization: Bearer token).";
+    conns_read_timeout / ConnsReadTimeout : Error, "Connections closed because a request that had begun did not arrive whole within --read-timeout.";
+    conns_write_timeout / ConnsWriteTimeout : Error, "Connections closed because the peer read none of its replies for --write-timeout.";
+    wrong_protocol / WrongProtocol : Error, "Connections that spoke another front's protocol (or plaintext to a TLS port), told the right port and closed.";
     protected_refused / ProtectedRefused : Connections, "Non-loopback connections refused in protected mode (no token, no --insecure-no-auth).";
     log_suppressed / LogSuppressed : Error, "Warnings caused by peers that were counted but not logged (rate limits).";
     log_lines_dropped / LogLinesDropped : Error, "Log lines dropped because stderr could not keep up (the log never blocks serving).";

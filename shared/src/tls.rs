@@ -33,14 +33,26 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Largest certificate, CA or key file read (a chain of a few certificates is a few KiB).
+pub const MAX_PEM_FILE: u64 = 1 << 20;
+
+/// The bytes of a PEM file, read with a bound on its size.
+fn pem_bytes(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+    crate::files::read_bounded(path, MAX_PEM_FILE).map_err(|e| TlsError::Read {
+        what,
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
 fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let read = |reason: String| TlsError::Read {
         what,
         path: path.display().to_string(),
         reason,
     };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| read(e.to_string()))?
+    let bytes = pem_bytes(what, path)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| read(e.to_string()))?;
     if certs.is_empty() {
@@ -79,7 +91,8 @@ impl TlsServer {
 /// private key in `key` (both PEM).
 pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
     let chain = certificates("certificate file", cert)?;
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::Read {
+    let key_pem = pem_bytes("key file", key)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Read {
         what: "key file",
         path: key.display().to_string(),
         reason: e.to_string(),
@@ -161,5 +174,10 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("no PEM certificate"), "{e}");
+        let e = acceptor(Path::new("/dev/zero"), Path::new("/dev/zero"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("/dev/zero") && e.contains("larger than"), "{e}");
     }
 }

@@ -460,6 +460,28 @@ where
     Ok(())
 }
 
+/// Serialises `value` as a frame body alone (no header) into `out`, reusing its memory: a
+/// body to keep, log or validate without sending it (a log entry, a batch a RESP pipeline
+/// runs through the same validated view as a received frame).
+pub fn encode_body<T>(value: &T, out: &mut AlignedVec) -> Result<(), WireError>
+where
+    T: for<'a> rkyv::Serialize<
+            rkyv::api::high::HighSerializer<AlignedVec, rkyv::ser::allocator::ArenaHandle<'a>, rancor::BoxedError>,
+        >,
+{
+    let mut buf = std::mem::take(out);
+    buf.clear();
+    let buf = rkyv::api::high::to_bytes_in::<_, rancor::BoxedError>(value, buf).map_err(unencodable)?;
+    if buf.len() > MAX_FRAME_LIMIT as usize {
+        return Err(WireError::shape(format!(
+            "a body of {} bytes is over the frame limit",
+            buf.len()
+        )));
+    }
+    *out = buf;
+    Ok(())
+}
+
 /// Encodes a frame with an empty body (e.g. a stats request).
 pub fn encode_empty_frame(kind: FrameKind, id: u64, out: &mut AlignedVec) {
     out.clear();

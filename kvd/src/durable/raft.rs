@@ -24,9 +24,9 @@ use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
+use kvshared::frame::AlignedVec;
 use kvshared::stats::{Counts, Durability};
-use kvshared::wire::{BatchResponse, BatchView, encode_frame};
+use kvshared::wire::{BatchResponse, BatchView, encode_body};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta,
@@ -343,9 +343,9 @@ impl StateMachine {
             &mut tally,
         );
         self.counters.add_counts(0, &tally);
-        let mut frame = AlignedVec::new();
-        match encode_frame(FrameKind::BatchResponse, 0, &self.response, &mut frame) {
-            Ok(()) => frame.get(HEADER_LEN..).unwrap_or_default().to_vec(),
+        let mut body = AlignedVec::new();
+        match encode_body(&self.response, &mut body) {
+            Ok(()) => body.to_vec(),
             Err(_) => Vec::new(),
         }
     }
@@ -1423,9 +1423,9 @@ mod tests {
     use kvshared::wire::{BatchRequest, OpKind, OpReply, ReplyView};
 
     fn body(req: &BatchRequest) -> Vec<u8> {
-        let mut frame = AlignedVec::new();
-        encode_frame(FrameKind::BatchRequest, 1, req, &mut frame).unwrap();
-        frame[HEADER_LEN..].to_vec()
+        let mut body = AlignedVec::new();
+        encode_body(req, &mut body).unwrap();
+        body.to_vec()
     }
 
     fn aligned(bytes: &[u8]) -> AlignedVec {
@@ -1478,8 +1478,7 @@ mod tests {
             &mut Counts::default(),
         );
         let mut reply = AlignedVec::new();
-        encode_frame(FrameKind::BatchResponse, 0, &out, &mut reply).unwrap();
-        let reply = aligned(&reply[HEADER_LEN..]);
+        encode_body(&out, &mut reply).unwrap();
         match ReplyView::parse(&reply).unwrap().result(0) {
             OpReply::Found(v) => Some(String::from_utf8(v.to_vec()).unwrap()),
             _ => None,

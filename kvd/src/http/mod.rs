@@ -1,146 +1,186 @@
-//! The HTTP front (`kvd --http ADDR`, axum): `GET /metrics` (Prometheus), `GET /stats` (the
-//! JSON of `kvd stats --json`), `GET|PUT|DELETE /kv/{key}` and `GET /healthz`. Keys go
-//! through the same pipeline as RESP commands, so through `Node::execute` (and to their
-//! owner with `--nodes`). Errors are JSON: `{"error": "..."}`. Docs: docs/HTTP.md.
+//! The HTTP front (`kvd --http ADDR`, axum over hyper's HTTP/1.1): `GET /metrics`
+//! (Prometheus), `GET /stats` (the JSON of `kvd stats --json`), `GET|PUT|DELETE /kv/{key}`
+//! and `GET /healthz`. Keys go through the same pipeline as RESP commands, so through
+//! `Node::execute` (and to their owner with `--nodes`). Errors are JSON:
+//! `{"error": "..."}`. Docs: docs/HTTP.md.
+//!
+//! The edge accepts, limits and opens the connection; here hyper gets it with the edge's
+//! deadlines as its own knobs (a request's headers within `--read-timeout`, which also
+//! closes an idle keep-alive connection; a body within `--read-timeout` of its request,
+//! paid from the buffer budget as it arrives) and drains it on shutdown.
 
+mod body;
 mod metrics;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Request, State};
-use axum::http::{StatusCode, header};
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use kvshared::client::Cluster;
 use kvshared::stats::Counts;
 use kvshared::wire::OpReply;
-use tokio::net::TcpListener;
-use tokio::sync::broadcast;
 
-use crate::node::Node;
+use crate::edge::budget::Held;
+use crate::edge::conn::{Conn, Input};
+use crate::edge::{Edge, Front, PRE_AUTH_BYTES, Peer};
 use crate::resp::pipeline::Pipeline;
 
+/// What every request's handler shares.
 struct Shared {
-    node: Arc<Node>,
+    edge: Arc<Edge>,
     cluster: Option<Arc<Cluster>>,
-    /// Bound beyond loopback with no token and without `--insecure-no-auth`: only loopback
-    /// peers are served (as the binary protocol's protected mode).
-    protected: bool,
 }
 
-/// A bound HTTP listener.
-pub struct HttpServer {
-    listener: TcpListener,
-    app: Router,
+/// The routes, over `edge`'s node; `cluster` (from `--nodes`) forwards keys of other shards.
+pub(crate) fn router(edge: Arc<Edge>, cluster: Option<Arc<Cluster>>) -> Router {
+    let shared = Arc::new(Shared { edge, cluster });
+    let guarded = Router::new()
+        .route("/metrics", get(metrics_page))
+        .route("/stats", get(stats))
+        .route("/kv/{*key}", get(get_key).put(put_key).delete(delete_key))
+        .route_layer(middleware::from_fn_with_state(shared.clone(), admit));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(guarded)
+        .fallback(not_found)
+        .with_state(shared)
 }
 
-impl HttpServer {
-    /// Binds `addr`; `cluster` (from `--nodes`) forwards keys of other shards.
-    pub async fn bind(addr: &str, node: Arc<Node>, cluster: Option<Arc<Cluster>>) -> std::io::Result<HttpServer> {
-        let listener = TcpListener::bind(addr).await?;
-        let limit = node.config.max_frame as usize;
-        let beyond_loopback = !listener.local_addr()?.ip().to_canonical().is_loopback();
-        let protected = beyond_loopback && node.config.auth.is_none() && !node.config.insecure_no_auth;
-        let shared = Arc::new(Shared {
-            node,
-            cluster,
-            protected,
-        });
-        let guarded = Router::new()
-            .route("/metrics", get(metrics_page))
-            .route("/stats", get(stats))
-            .route("/kv/{*key}", get(get_key).put(put_key).delete(delete_key))
-            .route_layer(middleware::from_fn_with_state(shared.clone(), admit));
-        let app = Router::new()
-            .route("/healthz", get(healthz))
-            .merge(guarded)
-            .layer(DefaultBodyLimit::max(limit))
-            .with_state(shared);
-        Ok(HttpServer { listener, app })
+/// Serves one connection (opened by the edge) until the client leaves, its keep-alive
+/// idles out, or shutdown (which lets the request in progress finish).
+pub(crate) async fn serve(mut conn: Conn, app: Router) {
+    let config = &conn.edge.node.config;
+    let headers_within = config
+        .idle_timeout
+        .map_or(config.read_timeout, |idle| idle.min(config.read_timeout));
+    // The first bytes (checked by the edge for another front's protocol) come within the
+    // time a request's headers have, as every later request's do.
+    match tokio::time::timeout(headers_within, conn.wait_for_input(None::<std::future::Ready<()>>)).await {
+        Ok(Input::Ready) => {}
+        Ok(_) => return,
+        Err(_) => {
+            conn.tally.conns_idle_closed += 1;
+            return;
+        }
     }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// Serves until `shutdown` fires.
-    pub async fn run(self, mut shutdown: broadcast::Receiver<()>) {
-        let app = self.app.into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(self.listener, app).with_graceful_shutdown(async move {
-            let _ = shutdown.recv().await;
-        });
-        if let Err(e) = served.await {
-            tracing::warn!(error = %e, "the HTTP front stopped");
+    let mut shutdown = conn.take_shutdown();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(headers_within)
+        .max_buf_size(PRE_AUTH_BYTES.max(8192))
+        .keep_alive(true);
+    let served = builder.serve_connection(TokioIo::new(conn), TowerToHyperService::new(app));
+    tokio::pin!(served);
+    let signal = async {
+        match shutdown.as_mut() {
+            Some(rx) => {
+                let _ = rx.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        result = served.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "HTTP connection ended");
+            }
+        }
+        () = signal => {
+            served.as_mut().graceful_shutdown();
+            let _ = served.await;
         }
     }
 }
 
 /// Everything but /healthz: with `--auth-token-file`, the token as `Authorization: Bearer
-/// TOKEN` (Prometheus sends it with `authorization: {credentials_file: ...}`); in protected
-/// mode, loopback peers only.
-async fn admit(
-    State(s): State<Arc<Shared>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if let Some(token) = &s.node.config.auth {
+/// TOKEN` (the scheme in any case, RFC 7235; Prometheus sends it with
+/// `authorization: {credentials_file: ...}`). Protected mode is the edge's, per listener.
+async fn admit(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    if s.edge.needs_token() {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-        if !presented.is_some_and(|p| token.matches(p)) {
-            return json_error(
+            .and_then(|v| bearer(v.as_bytes()));
+        let mut peer = Peer::new(Front::Http.first_id(), "http".into(), Front::Http);
+        let right = match presented {
+            Some(token) => s.edge.check_token(&mut peer, token),
+            None => {
+                s.edge
+                    .auth_failed(&mut peer, "refused an HTTP request without the token");
+                false
+            }
+        };
+        if !right {
+            let mut refusal = json_error(
                 StatusCode::UNAUTHORIZED,
                 "this node wants its token: Authorization: Bearer TOKEN",
             );
+            refusal.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"kvd\""),
+            );
+            return refusal;
         }
-    } else if s.protected && !peer.ip().to_canonical().is_loopback() {
-        return json_error(
-            StatusCode::FORBIDDEN,
-            "protected mode: kvd has no token and was not told --insecure-no-auth, so only this host is served",
-        );
     }
     next.run(request).await
+}
+
+/// The credentials of an `Authorization: Bearer ...` value.
+fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(6)?;
+    (scheme.eq_ignore_ascii_case(b"bearer") && rest.first() == Some(&b' ')).then(|| rest[1..].trim_ascii())
 }
 
 fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message.into() }))).into_response()
 }
 
+async fn not_found() -> Response {
+    json_error(
+        StatusCode::NOT_FOUND,
+        "no such path: kvd serves /metrics, /stats, /healthz and /kv/{key}",
+    )
+}
+
 async fn metrics_page(State(s): State<Arc<Shared>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        metrics::render(&s.node.stats()),
+        metrics::render(&s.edge.node.stats()),
     )
         .into_response()
 }
 
 async fn stats(State(s): State<Arc<Shared>>) -> Response {
-    axum::Json(s.node.stats()).into_response()
+    axum::Json(s.edge.node.stats()).into_response()
 }
 
 async fn healthz(State(s): State<Arc<Shared>>) -> Response {
-    let shard = s.node.config.shard.to_string();
+    let shard = s.edge.node.config.shard.to_string();
     axum::Json(serde_json::json!({ "status": "serving", "shard": shard, "role": "standalone" })).into_response()
 }
 
-/// Runs one op through the shared pipeline and maps its answer.
+/// Runs one op through the shared pipeline and maps its answer; found values are paid from
+/// the buffer budget until the response is sent.
 async fn one_op(
     s: &Shared,
-    add: impl FnOnce(&mut Pipeline, &Node, bool),
-    map: impl FnOnce(OpReply<'_>) -> Response,
+    add: impl FnOnce(&mut Pipeline, &crate::node::Node, bool),
+    map: impl FnOnce(OpReply<'_>, Held) -> Response,
 ) -> Response {
+    let node = &s.edge.node;
     let mut p = Pipeline::default();
-    add(&mut p, &s.node, s.cluster.is_some());
+    add(&mut p, node, s.cluster.is_some());
     let mut tally = Counts::default();
-    p.execute(&s.node, s.cluster.as_deref(), &mut tally).await;
-    s.node.counters.add_counts(0, &tally);
+    let taken = p.execute(node, s.cluster.as_deref(), &s.edge.budget, &mut tally).await;
+    let held = Held::adopt(s.edge.budget.clone(), taken);
+    node.counters.add_counts(Front::Http.first_id(), &tally);
     match p.outcome(0) {
         Ok(OpReply::WrongShard { owner, nodes }) => json_error(
             StatusCode::MISDIRECTED_REQUEST,
@@ -152,7 +192,7 @@ async fn one_op(
         ),
         Ok(OpReply::TooLarge) => json_error(StatusCode::PAYLOAD_TOO_LARGE, "the value does not fit in a reply"),
         Ok(OpReply::Malformed(why)) => json_error(StatusCode::BAD_REQUEST, why),
-        Ok(reply) => map(reply),
+        Ok(reply) => map(reply, held),
         Err(e) => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             e.trim_start_matches("ERR ").to_string(),
@@ -164,19 +204,28 @@ async fn get_key(State(s): State<Arc<Shared>>, Path(key): Path<String>) -> Respo
     one_op(
         &s,
         |p, node, fwd| p.get(node, fwd, key.as_bytes()),
-        |r| match r {
-            OpReply::Found(v) => ([(header::CONTENT_TYPE, "application/octet-stream")], v.to_vec()).into_response(),
+        |r, held| match r {
+            OpReply::Found(v) => (
+                [(header::CONTENT_TYPE, "application/octet-stream")],
+                Body::new(body::Guarded::new(v.to_vec(), held)),
+            )
+                .into_response(),
             _ => json_error(StatusCode::NOT_FOUND, format!("no key {key:?}")),
         },
     )
     .await
 }
 
-async fn put_key(State(s): State<Arc<Shared>>, Path(key): Path<String>, body: Bytes) -> Response {
+async fn put_key(State(s): State<Arc<Shared>>, Path(key): Path<String>, request: Body) -> Response {
+    let config = &s.edge.node.config;
+    let value = match body::collect(request, &s.edge.budget, config.max_frame as usize, config.read_timeout).await {
+        Ok(value) => value,
+        Err(refused) => return refused.into_response(),
+    };
     one_op(
         &s,
-        |p, node, fwd| p.set(node, fwd, key.as_bytes(), &body, false),
-        |_| StatusCode::NO_CONTENT.into_response(),
+        |p, node, fwd| p.set(node, fwd, key.as_bytes(), &value.bytes, false),
+        |_, _| StatusCode::NO_CONTENT.into_response(),
     )
     .await
 }
@@ -185,10 +234,25 @@ async fn delete_key(State(s): State<Arc<Shared>>, Path(key): Path<String>) -> Re
     one_op(
         &s,
         |p, node, fwd| p.count(node, fwd, &[key.as_bytes()], true),
-        |r| match r {
+        |r, _| match r {
             OpReply::Deleted => StatusCode::NO_CONTENT.into_response(),
             _ => json_error(StatusCode::NOT_FOUND, format!("no key {key:?}")),
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"BEARER  abc "), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"Basic abc"), None);
+        assert_eq!(bearer(b"Bearerabc"), None);
+        assert_eq!(bearer(b"Bear"), None);
+    }
 }

@@ -3,13 +3,12 @@
 
 use kvshared::wire::OpKind;
 
-use super::connection::Args;
+use super::info::REDIS_VERSION;
+use super::parse::Args;
 use super::pipeline::Pipeline;
 use super::reply;
+use crate::edge::conn::Auth;
 use crate::node::Node;
-
-/// The Redis version kvd reports where tools ask (the commands it answers behave as 7.0's).
-pub const REDIS_VERSION: &str = "7.0.0";
 
 /// Commands answered (for `COMMAND COUNT`).
 const COMMANDS: &[&str] = &[
@@ -22,19 +21,26 @@ pub struct Session {
     id: u64,
     peer: String,
     name: Vec<u8>,
-    authenticated: bool,
 }
 
 impl Session {
-    /// A new connection's session; `open` when the node needs no token.
-    pub fn new(id: u64, peer: String, open: bool) -> Session {
+    /// A new connection's session.
+    pub fn new(id: u64, peer: String) -> Session {
         Session {
             id,
             peer,
             name: Vec::new(),
-            authenticated: open,
         }
     }
+}
+
+/// What a command may use: the node, whether other shards' keys are forwarded, the
+/// connection's session and its standing with the token.
+pub struct Ctx<'a> {
+    pub node: &'a Node,
+    pub forward: bool,
+    pub session: &'a mut Session,
+    pub auth: Auth<'a>,
 }
 
 fn is(arg: &[u8], name: &str) -> bool {
@@ -47,13 +53,15 @@ fn wrong_args(p: &mut Pipeline, name: &[u8]) {
 }
 
 /// Adds one command to the pipeline; true when the connection closes after the replies.
-pub fn dispatch(node: &Node, forward: bool, s: &mut Session, args: &Args<'_>, p: &mut Pipeline) -> bool {
+pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
     let name = args.get(0);
     let n = args.len();
-    if !s.authenticated && !is(name, "AUTH") && !is(name, "HELLO") && !is(name, "QUIT") {
+    if !ctx.auth.admitted() && !is(name, "AUTH") && !is(name, "HELLO") && !is(name, "QUIT") {
+        ctx.auth.refused();
         p.immediate(|o| reply::error(o, "NOAUTH Authentication required."));
         return false;
     }
+    let (node, forward) = (ctx.node, ctx.forward);
     match name {
         _ if is(name, "GET") => match n {
             2 => p.get(node, forward, args.get(1)),
@@ -108,14 +116,14 @@ pub fn dispatch(node: &Node, forward: bool, s: &mut Session, args: &Args<'_>, p:
             p.immediate(|o| reply::integer(o, keys));
         }
         _ if is(name, "INFO") => {
-            let text = super::info::info(node, args.get(1), s.id);
+            let text = super::info::info(node, args.get(1), ctx.session.id);
             p.immediate(|o| reply::bulk(o, text.as_bytes()));
         }
         _ if is(name, "CONFIG") => config(node, args, p),
         _ if is(name, "COMMAND") => command(args, p),
-        _ if is(name, "CLIENT") => client(s, args, p),
-        _ if is(name, "AUTH") => auth(node, s, args.get(n.saturating_sub(1)), n, p),
-        _ if is(name, "HELLO") => hello(node, s, args, p),
+        _ if is(name, "CLIENT") => client(ctx.session, args, p),
+        _ if is(name, "AUTH") => auth(ctx, args.get(n.saturating_sub(1)), n, p),
+        _ if is(name, "HELLO") => hello(ctx, args, p),
         _ => {
             let shown = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
             let rest: Vec<String> = args
@@ -259,27 +267,27 @@ fn client(s: &mut Session, args: &Args<'_>, p: &mut Pipeline) {
 }
 
 /// AUTH [user] token: the node's `--auth-token-file` token.
-fn auth(node: &Node, s: &mut Session, token: &[u8], n: usize, p: &mut Pipeline) {
+fn auth(ctx: &mut Ctx<'_>, token: &[u8], n: usize, p: &mut Pipeline) {
     if !(2..=3).contains(&n) {
         return wrong_args(p, b"auth");
     }
-    match &node.config.auth {
-        None => p.immediate(|o| {
+    if !ctx.auth.needs_token() {
+        return p.immediate(|o| {
             reply::error(
                 o,
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
             )
-        }),
-        Some(t) if t.matches(token) => {
-            s.authenticated = true;
-            p.immediate(|o| reply::simple(o, "OK"));
-        }
-        Some(_) => p.immediate(|o| reply::error(o, "WRONGPASS invalid username-password pair or user is disabled.")),
+        });
+    }
+    if ctx.auth.present(token) {
+        p.immediate(|o| reply::simple(o, "OK"));
+    } else {
+        p.immediate(|o| reply::error(o, "WRONGPASS invalid username-password pair or user is disabled."));
     }
 }
 
 /// HELLO [protover [AUTH user token] [SETNAME name]]: RESP2 only.
-fn hello(node: &Node, s: &mut Session, args: &Args<'_>, p: &mut Pipeline) {
+fn hello(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     let version = args.get(1);
     if !version.is_empty() && version != b"2" {
         return p.immediate(|o| {
@@ -292,28 +300,23 @@ fn hello(node: &Node, s: &mut Session, args: &Args<'_>, p: &mut Pipeline) {
     let mut i = 2;
     while i < args.len() {
         if is(args.get(i), "AUTH") && i + 2 < args.len() + 1 {
-            let token = args.get(i + 2);
-            match &node.config.auth {
-                Some(t) if t.matches(token) => s.authenticated = true,
-                None => {}
-                Some(_) => {
-                    return p.immediate(|o| {
-                        reply::error(o, "WRONGPASS invalid username-password pair or user is disabled.")
-                    });
-                }
+            if ctx.auth.needs_token() && !ctx.auth.present(args.get(i + 2)) {
+                return p
+                    .immediate(|o| reply::error(o, "WRONGPASS invalid username-password pair or user is disabled."));
             }
             i += 3;
         } else if is(args.get(i), "SETNAME") {
-            s.name = args.get(i + 1).to_vec();
+            ctx.session.name = args.get(i + 1).to_vec();
             i += 2;
         } else {
             return p.immediate(|o| reply::error(o, "ERR syntax error in HELLO"));
         }
     }
-    if !s.authenticated {
+    if !ctx.auth.admitted() {
+        ctx.auth.refused();
         return p.immediate(|o| reply::error(o, "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"));
     }
-    let id = s.id as i64;
+    let id = ctx.session.id as i64;
     p.immediate(|o| {
         reply::array(o, 14);
         for (k, v) in [("server", "redis"), ("version", REDIS_VERSION)] {

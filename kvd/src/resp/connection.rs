@@ -1,206 +1,276 @@
 //! One RESP client connection: read, run every complete command of the read as one
-//! pipeline, write all replies with one write.
+//! pipeline, write all replies with one write. The edge's connection decides when to wait,
+//! how long a begun command may take, how much may be buffered, and the drain.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use kvshared::client::Cluster;
-use kvshared::stats::{Counter, Counts};
+use kvshared::stats::Counter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::sync::broadcast;
+use tokio::time::Instant;
 
-use super::commands::{Session, dispatch};
-use super::parse::{Parsed, parse};
+use super::commands::{Ctx, Session, dispatch};
+use super::parse::{Args, Parsed, parse};
 use super::pipeline::Pipeline;
 use super::reply;
-use crate::budget::FREE_PER_CONNECTION;
+use crate::edge::conn::{Conn, End, Input, Stage};
 use crate::node::Node;
 
 /// Most commands run as one pipeline (the rest of a read waits for the next round).
 const MAX_PIPELINE: usize = 4096;
 /// Bytes read at a time.
 const READ_CHUNK: usize = 16 * 1024;
+/// A read buffer grown past this by a large command is freed once the command is done.
+const KEEP_BUFFER_BYTES: usize = 1 << 20;
 
-/// The arguments of one command, as ranges of the read buffer.
-pub struct Args<'a> {
-    buf: &'a [u8],
-    ranges: &'a [Range<usize>],
+/// One RESP connection's state between reads.
+struct Resp {
+    conn: Conn,
+    node: Arc<Node>,
+    cluster: Option<Arc<Cluster>>,
+    session: Session,
+    /// Bytes read and not yet run; commands start at `start`.
+    buf: Vec<u8>,
+    start: usize,
+    out: Vec<u8>,
+    ranges: Vec<Range<usize>>,
+    pipeline: Pipeline,
+    /// When the command at `start`, begun but incomplete, must have arrived whole.
+    deadline: Option<Instant>,
 }
 
-impl<'a> Args<'a> {
-    /// Argument `i` (0 is the command name), empty past the end.
-    pub fn get(&self, i: usize) -> &'a [u8] {
-        self.ranges
-            .get(i)
-            .and_then(|r| self.buf.get(r.clone()))
-            .unwrap_or_default()
-    }
-
-    /// How many arguments, the name included.
-    pub fn len(&self) -> usize {
-        self.ranges.len()
-    }
-
-    /// Whether there is none (not even a name).
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
-    }
-
-    /// Arguments `from..`.
-    pub fn rest(&self, from: usize) -> impl Iterator<Item = &'a [u8]> + '_ {
-        (from..self.len()).map(|i| self.get(i))
-    }
+/// What one round of commands ended with.
+enum Round {
+    /// Read more.
+    More,
+    /// Close after the replies (QUIT, a protocol error, or the drain is over).
+    Close,
 }
 
 /// Serves one RESP connection until the client leaves, QUIT, a protocol error, the idle
 /// timeout or shutdown.
-pub async fn serve(
-    node: Arc<Node>,
-    cluster: Option<Arc<Cluster>>,
-    mut stream: TcpStream,
-    id: u64,
-    mut shutdown: broadcast::Receiver<()>,
-) {
-    node.counters.add(id, Counter::ConnsOpened, 1);
-    let _ = stream.set_nodelay(true);
-    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-    let mut session = Session::new(id, peer, node.config.auth.is_none());
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut start = 0usize;
-    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut ranges: Vec<Range<usize>> = Vec::new();
-    let mut pipeline = Pipeline::default();
-    let mut tally = Counts::default();
-    let max_bulk = node.config.max_frame as usize;
-    let idle = node.config.idle_timeout;
-    // Read-buffer bytes beyond the free allowance, taken from --max-buffer-memory (as the
-    // binary protocol does): a peer announcing large commands on many connections cannot make
-    // the node hold more than the budget.
-    let mut held = 0usize;
-    loop {
-        pipeline.clear();
-        out.clear();
-        let mut close = false;
+pub(crate) async fn serve(conn: Conn, cluster: Option<Arc<Cluster>>) {
+    let session = Session::new(conn.peer.id, conn.peer.addr.clone());
+    let mut r = Resp {
+        node: conn.edge.node.clone(),
+        conn,
+        cluster,
+        session,
+        buf: Vec::with_capacity(READ_CHUNK),
+        start: 0,
+        out: Vec::with_capacity(READ_CHUNK),
+        ranges: Vec::new(),
+        pipeline: Pipeline::default(),
+        deadline: None,
+    };
+    let end = r.run().await;
+    let _ = r.conn.writer.flush().await;
+    let _ = r.conn.writer.shutdown().await;
+    if let End::Failed(why) = end {
+        tracing::debug!(peer = %r.conn.peer.addr, %why, "RESP connection ended");
+    }
+}
+
+impl Resp {
+    async fn run(&mut self) -> End {
         loop {
-            match parse(&buf[start..], max_bulk, &mut ranges) {
-                Ok(Parsed::Command { consumed }) => {
-                    let args = Args {
-                        buf: &buf[start..start + consumed],
-                        ranges: &ranges,
-                    };
-                    if !args.is_empty() {
-                        close = dispatch(&node, cluster.is_some(), &mut session, &args, &mut pipeline);
-                    }
-                    start += consumed;
-                    if close || pipeline.len() >= MAX_PIPELINE {
-                        break;
-                    }
-                }
-                Ok(Parsed::Incomplete) => break,
-                Err(e) => {
-                    tally.malformed_body += 1;
-                    pipeline.immediate(|o| reply::error(o, &format!("ERR Protocol error: {e}")));
-                    close = true;
-                    break;
-                }
+            match self.round().await {
+                Ok(Round::More) => {}
+                Ok(Round::Close) => return End::Clean,
+                Err(e) => return End::Failed(e),
             }
-        }
-        if !pipeline.is_empty() {
-            pipeline.run(&node, cluster.as_deref(), &mut tally, &mut out).await;
-            tally.bytes_out += out.len() as u64;
-            if stream.write_all(&out).await.is_err() {
-                break;
-            }
-            node.counters.add_counts(id, &tally);
-            tally = Counts::default();
-        }
-        if close {
-            break;
-        }
-        if start == buf.len() {
-            buf.clear();
-            start = 0;
-            if held > 0 {
-                buf = Vec::with_capacity(READ_CHUNK);
-                node.buffers.give(std::mem::take(&mut held));
-            }
-        } else if start > 0 {
-            buf.drain(..start);
-            start = 0;
-        }
-        if pipeline.len() >= MAX_PIPELINE {
-            continue;
-        }
-        // A command still incomplete past the frame limit is refused (its bulk lengths were
-        // each within the limit, but not all of them together).
-        if buf.len() > max_bulk.saturating_add(64 * 1024) {
-            out.clear();
-            reply::error(&mut out, "ERR Protocol error: request too large (--max-frame)");
-            let _ = stream.write_all(&out).await;
-            node.counters.add(id, Counter::FrameTooLarge, 1);
-            break;
-        }
-        let wanted = buf.len() + READ_CHUNK;
-        if wanted > buf.capacity() {
-            let mut allowed = FREE_PER_CONNECTION + held;
-            if wanted > allowed {
-                // Beyond the free allowance, growth is paid from the budget, in doublings
-                // (a big command costs a few budget operations).
-                let step = (wanted * 2).saturating_sub(allowed);
-                if !node.buffers.try_take(step) {
-                    out.clear();
-                    reply::error(
-                        &mut out,
-                        "ERR Protocol error: the node's buffer memory is full (--max-buffer-memory); try again later",
-                    );
-                    let _ = stream.write_all(&out).await;
-                    node.counters.add(id, Counter::BufferBudgetClosed, 1);
-                    break;
-                }
-                held += step;
-                allowed += step;
-            }
-            let target = (buf.capacity() * 2).max(wanted).min(allowed);
-            buf.reserve_exact(target - buf.len());
-        }
-        // A command that has begun must arrive whole within --read-timeout; between commands
-        // the idle timeout applies.
-        let limit = if buf.is_empty() {
-            idle
-        } else {
-            Some(node.config.read_timeout)
-        };
-        let read = async {
-            match limit {
-                Some(limit) => tokio::time::timeout(limit, stream.read_buf(&mut buf)).await.ok(),
-                None => Some(stream.read_buf(&mut buf).await),
-            }
-        };
-        let read = tokio::select! {
-            r = read => r,
-            _ = shutdown.recv() => break,
-        };
-        match read {
-            None if buf.is_empty() => {
-                node.counters.add(id, Counter::ConnsIdleClosed, 1);
-                break;
-            }
-            None => {
-                // A partial command stalled past --read-timeout.
-                tally.io += 1;
-                break;
-            }
-            Some(Ok(0)) => break,
-            Some(Ok(n)) => tally.bytes_in += n as u64,
-            Some(Err(_)) => {
-                tally.io += 1;
-                break;
+            self.compact();
+            if let Some(end) = self.read_more().await {
+                return end;
             }
         }
     }
-    let _ = stream.shutdown().await;
-    node.buffers.give(held);
-    node.counters.add_counts(id, &tally);
-    node.counters.add(id, Counter::ConnsClosed, 1);
+
+    /// Runs every complete command buffered (at most [`MAX_PIPELINE`]) as one pipeline, or
+    /// refuses them during shutdown, and writes the replies.
+    async fn round(&mut self) -> Result<Round, String> {
+        self.pipeline.clear();
+        self.out.clear();
+        let stage = if self.start < self.buf.len() {
+            self.conn.stage()
+        } else {
+            Stage::Serve
+        };
+        if stage == Stage::Over {
+            return Ok(Round::Close);
+        }
+        let close = self.parse_commands(stage);
+        if !self.pipeline.is_empty() {
+            let budget = self.conn.edge.budget.clone();
+            let taken = self
+                .pipeline
+                .run(
+                    &self.node,
+                    self.cluster.as_deref(),
+                    &budget,
+                    &mut self.conn.tally,
+                    &mut self.out,
+                )
+                .await;
+            self.conn.hold(taken);
+            self.send().await?;
+        }
+        Ok(if close { Round::Close } else { Round::More })
+    }
+
+    /// Adds the complete commands at `start` to the pipeline (or, while refusing, answers
+    /// each "shutting down"); true when the connection closes after their replies.
+    fn parse_commands(&mut self, stage: Stage) -> bool {
+        let max_bulk = self.conn.request_limit();
+        loop {
+            let rest = &self.buf[self.start..];
+            match parse(rest, max_bulk, &mut self.ranges) {
+                Ok(Parsed::Command { consumed }) => {
+                    let args = Args::new(&rest[..consumed], &self.ranges);
+                    let close = match (args.is_empty(), stage) {
+                        (true, _) => false,
+                        (false, Stage::Serve) => {
+                            let mut ctx = Ctx {
+                                node: &self.node,
+                                forward: self.cluster.is_some(),
+                                session: &mut self.session,
+                                auth: self.conn.auth(),
+                            };
+                            dispatch(&mut ctx, &args, &mut self.pipeline)
+                        }
+                        (false, _) => {
+                            self.pipeline
+                                .immediate(|o| reply::error(o, "ERR kvd is shutting down; the command was not run"));
+                            false
+                        }
+                    };
+                    self.start += consumed;
+                    self.deadline = None;
+                    if close || self.pipeline.len() >= MAX_PIPELINE {
+                        return close;
+                    }
+                }
+                Ok(Parsed::Incomplete) => return false,
+                Err(e) => {
+                    self.conn.tally.malformed_body += 1;
+                    self.pipeline
+                        .immediate(|o| reply::error(o, &format!("ERR Protocol error: {e}")));
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Writes the replies of one round and gives back the budget their values took.
+    async fn send(&mut self) -> Result<(), String> {
+        self.conn.tally.bytes_out += self.out.len() as u64;
+        self.conn.writer.write_all(&self.out).await.map_err(|e| e.to_string())?;
+        self.conn.writer.flush().await.map_err(|e| e.to_string())?;
+        self.conn.publish();
+        if self.out.capacity() > KEEP_BUFFER_BYTES {
+            self.out = Vec::with_capacity(READ_CHUNK);
+        }
+        if !self.conn.settle(self.buf.capacity() + self.out.capacity()) {
+            self.out = Vec::with_capacity(READ_CHUNK);
+        }
+        Ok(())
+    }
+
+    /// Drops the commands already run from the read buffer (and a buffer a large command
+    /// grew, once it is empty).
+    fn compact(&mut self) {
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+            if self.buf.capacity() > KEEP_BUFFER_BYTES {
+                self.buf = Vec::with_capacity(READ_CHUNK);
+                self.conn.settle(self.buf.capacity() + self.out.capacity());
+            }
+        } else if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+    }
+
+    /// Reads more bytes: between commands, waits as the edge says (idle, shutdown, the
+    /// drain); inside a command, until the deadline set when it began. `Some`: the end.
+    async fn read_more(&mut self) -> Option<End> {
+        if self.pipeline.len() >= MAX_PIPELINE && self.start < self.buf.len() {
+            return None; // More complete commands are buffered: run them first.
+        }
+        if self.buf.is_empty() && self.conn.reader.buffer().is_empty() {
+            match self.conn.wait_for_input(None::<std::future::Ready<()>>).await {
+                Input::Ready => {}
+                Input::Woken => return None,
+                Input::End(end) => return Some(end),
+            }
+        }
+        let deadline = *self.deadline.get_or_insert_with(|| self.conn.request_deadline());
+        if let Some(end) = self.make_room(deadline).await {
+            return Some(end);
+        }
+        match tokio::time::timeout_at(deadline, self.conn.reader.read_buf(&mut self.buf)).await {
+            Ok(Ok(0)) => Some(End::Clean),
+            Ok(Ok(n)) => {
+                self.conn.tally.bytes_in += n as u64;
+                None
+            }
+            Ok(Err(e)) => {
+                self.conn.tally.io += 1;
+                Some(End::Failed(e.to_string()))
+            }
+            Err(_) => Some(End::Failed(self.conn.read_timed_out())),
+        }
+    }
+
+    /// Makes room in the read buffer for the next read: a command may be as large as the
+    /// connection's request limit (a few KiB before the token), and growth beyond the free
+    /// allowance is paid from the node's budget. `Some`: refused, the connection ends.
+    async fn make_room(&mut self, deadline: Instant) -> Option<End> {
+        let limit = self.conn.request_limit();
+        let most = if self.conn.auth().admitted() {
+            limit.saturating_add(64 * 1024)
+        } else {
+            limit
+        };
+        if self.buf.len() >= most {
+            let (why, counter) = if self.conn.auth().admitted() {
+                (
+                    "ERR Protocol error: request too large (--max-frame)",
+                    Counter::FrameTooLarge,
+                )
+            } else {
+                self.conn.auth().refused();
+                (
+                    "NOAUTH Authentication required (a command before AUTH is limited to a few KiB).",
+                    Counter::FrameTooLarge,
+                )
+            };
+            return Some(self.refuse(why, counter).await);
+        }
+        let wanted = (self.buf.len() + READ_CHUNK).min(most);
+        if wanted > self.buf.capacity() {
+            let target = (self.buf.capacity() * 2).max(wanted).min(most);
+            if !self.conn.room_for(target + self.out.capacity(), deadline).await {
+                let why = "ERR Protocol error: the node's buffer memory is full (--max-buffer-memory); try again later";
+                return Some(self.refuse(why, Counter::BufferBudgetClosed).await);
+            }
+            self.buf.reserve_exact(target - self.buf.len());
+        }
+        None
+    }
+
+    /// Answers `why` and ends the connection, counting `counter` (the budget's refusals
+    /// are counted where they happen).
+    async fn refuse(&mut self, why: &str, counter: Counter) -> End {
+        if counter != Counter::BufferBudgetClosed {
+            *self.conn.tally.get_mut(counter) += 1;
+        }
+        self.out.clear();
+        reply::error(&mut self.out, why);
+        let _ = self.conn.writer.write_all(&self.out).await;
+        self.conn.close_after_error().await;
+        End::Failed(why.to_string())
+    }
 }

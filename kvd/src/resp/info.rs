@@ -4,8 +4,10 @@
 
 use std::fmt::Write;
 
-use super::commands::REDIS_VERSION;
 use crate::node::Node;
+
+/// The Redis version kvd reports where tools ask (the commands it answers behave as 7.0's).
+pub const REDIS_VERSION: &str = "7.0.0";
 
 /// The INFO text for `section` (empty, `all`, `default` or `everything`: every section).
 pub fn info(node: &Node, section: &[u8], client_id: u64) -> String {

@@ -42,6 +42,42 @@ pub enum ProtocolError {
     Quotes,
 }
 
+/// The arguments of one parsed command, as ranges of the read buffer.
+pub struct Args<'a> {
+    buf: &'a [u8],
+    ranges: &'a [Range<usize>],
+}
+
+impl<'a> Args<'a> {
+    /// The arguments at `ranges` of `buf` (as [`parse`] left them).
+    pub fn new(buf: &'a [u8], ranges: &'a [Range<usize>]) -> Args<'a> {
+        Args { buf, ranges }
+    }
+
+    /// Argument `i` (0 is the command name), empty past the end.
+    pub fn get(&self, i: usize) -> &'a [u8] {
+        self.ranges
+            .get(i)
+            .and_then(|r| self.buf.get(r.clone()))
+            .unwrap_or_default()
+    }
+
+    /// How many arguments, the name included.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Whether there is none (not even a name).
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Arguments `from..`.
+    pub fn rest(&self, from: usize) -> impl Iterator<Item = &'a [u8]> + '_ {
+        (from..self.len()).map(|i| self.get(i))
+    }
+}
+
 /// What [`parse`] found at the start of the buffer.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed {

@@ -7,14 +7,15 @@
 use std::ops::Range;
 
 use kvshared::client::{ClientError, Cluster, Op, Outcome};
-use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
+use kvshared::frame::AlignedVec;
 use kvshared::routing::{key_hash, owner_node};
 use kvshared::stats::Counts;
-use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, encode_frame};
+use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, encode_body};
 
 use super::reply;
+use crate::edge::budget::{BufferBudget, ReplyAllowance};
 use crate::node::Node;
-use crate::store::{CappedRoom, Scratch};
+use crate::store::Scratch;
 
 /// Where one op of the pipeline runs: in this node's batch, or forwarded.
 #[derive(Clone, Copy)]
@@ -53,7 +54,6 @@ pub struct Pipeline {
     response: BatchResponse,
     remote_results: Vec<Result<Outcome, ClientError>>,
     local_error: Option<String>,
-    frame: AlignedVec,
     body: AlignedVec,
     scratch: Scratch,
 }
@@ -165,14 +165,31 @@ impl Pipeline {
     }
 
     /// Runs the ops (this node's through [`Node::execute`], the others' through `cluster`)
-    /// and appends every reply, in command order, to `out`.
-    pub async fn run(&mut self, node: &Node, cluster: Option<&Cluster>, tally: &mut Counts, out: &mut Vec<u8>) {
-        self.execute(node, cluster, tally).await;
+    /// and appends every reply, in command order, to `out`. Found values are paid from
+    /// `budget` beyond a small allowance; returns the bytes taken (the caller holds them
+    /// until the replies are sent).
+    pub async fn run(
+        &mut self,
+        node: &Node,
+        cluster: Option<&Cluster>,
+        budget: &BufferBudget,
+        tally: &mut Counts,
+        out: &mut Vec<u8>,
+    ) -> usize {
+        let taken = self.execute(node, cluster, budget, tally).await;
         self.write_replies(out);
+        taken
     }
 
-    /// Runs the ops; their results are then read with [`Pipeline::outcome`].
-    pub async fn execute(&mut self, node: &Node, cluster: Option<&Cluster>, tally: &mut Counts) {
+    /// Runs the ops; their results are then read with [`Pipeline::outcome`]. Returns the
+    /// bytes taken from `budget` for found values.
+    pub async fn execute(
+        &mut self,
+        node: &Node,
+        cluster: Option<&Cluster>,
+        budget: &BufferBudget,
+        tally: &mut Counts,
+    ) -> usize {
         let remote: Vec<Op<'_>> = self
             .remote
             .iter()
@@ -193,18 +210,20 @@ impl Pipeline {
                 _ => Vec::new(),
             }
         };
+        let mut room = ReplyAllowance::new(budget, self.local.len(), node.config.max_frame as usize);
         let local = run_local(
             node,
             &self.local,
-            &mut self.frame,
             &mut self.body,
             &mut self.response,
             &mut self.scratch,
+            &mut room,
             tally,
         );
         let (local_error, remote_results) = tokio::join!(local, forwarded);
         self.local_error = local_error;
         self.remote_results = remote_results;
+        room.taken()
     }
 
     /// Op `i`'s result after [`Pipeline::execute`]: what the store (here or at the owner)
@@ -288,30 +307,27 @@ impl Pipeline {
 async fn run_local(
     node: &Node,
     batch: &BatchRequest,
-    frame: &mut AlignedVec,
     body: &mut AlignedVec,
     response: &mut BatchResponse,
     scratch: &mut Scratch,
+    room: &mut ReplyAllowance<'_>,
     tally: &mut Counts,
 ) -> Option<String> {
     if batch.is_empty() {
         return None;
     }
     // The batch goes through the same validated view as a binary-protocol frame.
-    if let Err(e) = encode_frame(FrameKind::BatchRequest, 0, batch, frame) {
+    if let Err(e) = encode_body(batch, body) {
         return Some(format!("ERR {e}"));
     }
-    body.clear();
-    body.extend_from_slice(frame.get(HEADER_LEN..).unwrap_or_default());
     let view = match BatchView::parse(body) {
         Ok(view) => view,
         Err(e) => return Some(format!("ERR {e}")),
     };
     tally.batches += 1;
     let max_reply = node.config.max_frame as usize;
-    let mut room = CappedRoom::new(view.len(), max_reply);
     // In memory the batch is done here; with a data dir its writes wait for the log.
-    let mut log = node.execute(&view, response, &mut room, scratch, tally)?;
+    let mut log = node.execute(&view, response, room, scratch, tally)?;
     log.wait().await;
     match log.finish(response, max_reply) {
         Some(Ok(())) => None,

@@ -139,7 +139,26 @@ pub struct Store {
     fault: Option<stale::StaleReads>,
 }
 
+/// How many map shards a store has, and how many entries each one's table is made for, to
+/// hold `capacity` keys without growing.
+fn table_sizes(map_shards: usize, capacity: usize) -> (usize, usize) {
+    let n = map_shards.max(1).next_power_of_two();
+    // Keys fall on map shards at random: room for four standard deviations more than the
+    // mean, so that no shard's table grows just before the cluster holds `capacity` keys.
+    let mean = capacity.div_ceil(n);
+    let per_shard = if mean == 0 { 0 } else { mean + 4 * mean.isqrt() + 4 };
+    (n, per_shard)
+}
+
 impl Store {
+    /// Bytes a store made for `capacity` keys over `map_shards` takes before it holds
+    /// anything (its tables' slots), to refuse a `--capacity` the machine cannot hold before
+    /// trying to allocate it.
+    pub fn preallocated_bytes(map_shards: usize, capacity: usize) -> usize {
+        let (n, per_shard) = table_sizes(map_shards, capacity);
+        Table::bytes_for(per_shard).saturating_mul(n)
+    }
+
     /// A store for node `me` with `map_shards` internal shards (rounded up to a power of two),
     /// preallocated for about `capacity` keys in total. Memory that cannot be had is an
     /// error (`OutOfMemory`), not an abort.
@@ -155,12 +174,7 @@ impl Store {
         capacity: usize,
         limit: Option<MemoryLimit>,
     ) -> std::io::Result<Store> {
-        let n = map_shards.max(1).next_power_of_two();
-        // Keys fall on map shards at random: room for four standard deviations more than
-        // the mean, so that no shard's table grows just before the cluster holds
-        // `capacity` keys.
-        let mean = capacity.div_ceil(n);
-        let per_shard = if mean == 0 { 0 } else { mean + 4 * mean.isqrt() + 4 };
+        let (n, per_shard) = table_sizes(map_shards, capacity);
         let mut shards = Vec::with_capacity(n);
         let usage = Usage::new(None);
         for i in 0..n {

@@ -203,6 +203,14 @@ impl Table {
         Table::default()
     }
 
+    /// Bytes of the slot array of a table made with room for `items` entries.
+    pub(super) fn bytes_for(items: usize) -> usize {
+        match items {
+            0 => 0,
+            _ => slots_for(items).saturating_mul(std::mem::size_of::<Slot>()),
+        }
+    }
+
     /// An empty table with room for `items` entries before it grows.
     pub(super) fn with_capacity(items: usize) -> Result<Table, NoMemory> {
         let mut t = Table::new();

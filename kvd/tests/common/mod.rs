@@ -68,13 +68,15 @@ fn start_with(listen: &str, args: &[&str], log: &str, stall: bool) -> (Kvd, Stri
 }
 
 fn start_full(listen: &str, args: &[&str], log: &str, stall: bool) -> (Kvd, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kvd"))
-        .args(["--listen", listen])
-        .args(args)
-        .env("RUST_LOG", log)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kvd"));
+    command.args(["--listen", listen]).args(args).env("RUST_LOG", log);
+    start_command(command, stall)
+}
+
+/// Starts a kvd by `command` (e.g. inside a network namespace); returns it, the address of
+/// its ready line, and what it logged before that line.
+pub fn start_command(mut command: Command, stall: bool) -> (Kvd, String, String) {
+    let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     // Guard the child first, so a failed start does not leave it running.
     let guard = Kvd(child, None);
@@ -161,4 +163,62 @@ pub fn batch_frame(id: u64, batch: &BatchRequest) -> AlignedVec {
     let mut out = AlignedVec::new();
     encode_frame(FrameKind::BatchRequest, id, batch, &mut out).unwrap();
     out
+}
+
+/// Runs `ip` with `args`; false if it failed (e.g. not root).
+pub fn ip(args: &[&str]) -> bool {
+    Command::new("ip").args(args).status().is_ok_and(|s| s.success())
+}
+
+/// A network namespace made for one test, removed when dropped.
+pub struct Netns(pub String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        ip(&["netns", "del", &self.0]);
+    }
+}
+
+impl Netns {
+    /// A namespace whose loopback device also carries `addr` (a host address other than
+    /// 127.0.0.1, so that a client in it connecting to `addr` is "another host" to kvd).
+    pub fn with_address(name: &str, addr: &str) -> Netns {
+        let ns = Netns(format!("{name}-{}", std::process::id()));
+        assert!(
+            ip(&["netns", "add", &ns.0]),
+            "cannot make a network namespace (run as root, with iproute2)"
+        );
+        assert!(ip(&["-n", &ns.0, "link", "set", "lo", "up"]));
+        assert!(ip(&["-n", &ns.0, "addr", "add", &format!("{addr}/32"), "dev", "lo"]));
+        ns
+    }
+
+    /// `program args` run inside the namespace.
+    pub fn command(&self, program: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0, program])
+            .args(args)
+            .env_remove("KV_NODES");
+        c
+    }
+}
+
+/// A token file for a test, in Cargo's temporary directory for integration tests, readable
+/// by its owner only.
+pub fn token_file(name: &str, token: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.display().to_string()
+}
+
+/// A self-signed certificate for 127.0.0.1 and its key, as PEM files.
+pub fn self_signed(name: &str) -> (String, String) {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    (cert.display().to_string(), key.display().to_string())
 }

@@ -7,6 +7,7 @@
 //! therefore cannot make the node hold more than the budget in buffers, however many
 //! connections it opens: past it, reading waits for room and then gives up with a reason.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kvshared::wire::BatchResponse;
@@ -15,6 +16,13 @@ use crate::store::ReplyRoom;
 
 /// Buffer bytes each connection holds without asking the budget.
 pub const FREE_PER_CONNECTION: usize = 256 << 10;
+
+/// How often a request waiting for room in the budget looks again...
+pub(crate) const BUDGET_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
+/// ...and how long it waits at most (less if `--read-timeout` is shorter) before it is
+/// refused: room frees as other requests are answered, within milliseconds on a healthy
+/// node.
+pub(crate) const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Bytes the connections of one node may hold in buffers beyond their free allowance.
 #[derive(Debug)]
@@ -52,6 +60,55 @@ impl BufferBudget {
     #[cfg(test)]
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Bytes held from a budget, given back when dropped (for what is not a connection's own
+/// buffer: an HTTP request's body, a response's value).
+pub(crate) struct Held {
+    budget: Arc<BufferBudget>,
+    bytes: usize,
+}
+
+impl Held {
+    /// Nothing held yet.
+    pub fn new(budget: Arc<BufferBudget>) -> Held {
+        Held { budget, bytes: 0 }
+    }
+
+    /// `bytes` already taken from `budget` (e.g. by a [`ReplyAllowance`]).
+    pub fn adopt(budget: Arc<BufferBudget>, bytes: usize) -> Held {
+        Held { budget, bytes }
+    }
+
+    /// Makes what is held cover `total` bytes beyond the free allowance, waiting for room
+    /// until `deadline` (at most [`BUDGET_WAIT`]). False: no room came.
+    pub async fn grow_to(&mut self, total: usize, deadline: tokio::time::Instant) -> bool {
+        let need = total.saturating_sub(FREE_PER_CONNECTION).saturating_sub(self.bytes);
+        if need == 0 {
+            return true;
+        }
+        // Whole steps, so that a large body costs a few budget operations, not one a chunk.
+        let step = need.max(REPLY_STEP);
+        let deadline = deadline.min(tokio::time::Instant::now() + BUDGET_WAIT);
+        loop {
+            for want in [step, need] {
+                if self.budget.try_take(want) {
+                    self.bytes += want;
+                    return true;
+                }
+            }
+            if tokio::time::Instant::now() + BUDGET_RETRY > deadline {
+                return false;
+            }
+            tokio::time::sleep(BUDGET_RETRY).await;
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.give(self.bytes);
     }
 }
 

@@ -1,0 +1,632 @@
+//! The edge's rules hold on every front (binary, RESP, HTTP), against the real binary: the
+//! outside probe's findings of issue 26, one test each. Peers on "another host" are made in
+//! network namespaces (root and iproute2, which `.ci/run` has); the rest is 127.0.0.1.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Kvd, Netns, free_port, kvd, rss_bytes, self_signed, start_at, start_command, token_file};
+use kvshared::frame::{FrameHeader, FrameKind};
+use kvshared::wire::BatchRequest;
+
+const KVD: &str = env!("CARGO_BIN_EXE_kvd");
+
+/// A kvd with all three fronts on free 127.0.0.1 ports.
+struct Fronts {
+    server: Kvd,
+    binary: String,
+    resp: String,
+    http: String,
+}
+
+fn start_fronts(extra: &[&str]) -> Fronts {
+    let resp = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut args = vec!["--resp", &resp, "--http", &http];
+    args.extend(extra);
+    let (server, binary) = start_at("127.0.0.1:0", &args);
+    Fronts {
+        server,
+        binary,
+        resp,
+        http,
+    }
+}
+
+/// The node's counters, read with `kvd stats --json` (with the token file, if any).
+fn counters(binary: &str, token: Option<&str>) -> serde_json::Value {
+    let mut c = Command::new(KVD);
+    c.args(["stats", "--nodes", binary, "--json"]).env_remove("KV_NODES");
+    if let Some(t) = token {
+        c.env("KV_AUTH_TOKEN_FILE", t);
+    }
+    let out = c.output().unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    json[0]["stats"].clone()
+}
+
+/// `redis-cli args` against `addr`: its stdout and stderr together.
+fn redis_cli(addr: &str, args: &[&str]) -> String {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let out = Command::new("timeout")
+        .args(["10", "redis-cli", "-h", host, "-p", port])
+        .args(args)
+        .output()
+        .expect("redis-cli (Debian's redis-tools) is needed");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `curl -s` with `args`: the body, then the status code on a line of its own.
+fn curl(args: &[&str]) -> (String, u16) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl is needed");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (body.to_string(), code.trim().parse().unwrap_or(0))
+}
+
+/// Reads from `s` until EOF, an error, or `within`: what arrived, and whether the server
+/// closed the connection.
+fn read_until_closed(s: &mut TcpStream, within: Duration) -> (Vec<u8>, bool) {
+    let until = Instant::now() + within;
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    while Instant::now() < until {
+        s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        match s.read(&mut chunk) {
+            Ok(0) => return (got, true),
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return (got, true),
+        }
+    }
+    (got, false)
+}
+
+/// Finding 1: protected mode is decided per listener from its own address, and holds on
+/// RESP and HTTP: a peer on another host cannot run SET, GET or INFO, the refusals are
+/// counted, and kvd says so at start. A loopback client is served on every front.
+#[test]
+fn protected_mode_holds_on_every_front_bound_beyond_loopback() {
+    let ns = Netns::with_address("kvd-edge-protected", "10.77.0.2");
+    let command = ns.command(
+        KVD,
+        &[
+            "--listen",
+            "127.0.0.1:7311",
+            "--resp",
+            "0.0.0.0:7312",
+            "--http",
+            "0.0.0.0:7313",
+        ],
+    );
+    let (_server, _addr, before) = start_command(command, false);
+    assert!(before.contains("protected mode on the resp port"), "{before}");
+    assert!(before.contains("protected mode on the http port"), "{before}");
+    assert!(!before.contains("protected mode on the binary port"), "{before}");
+    let in_ns = |program: &str, args: &[&str]| {
+        let out = ns.command(program, args).output().unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    for command in [&["set", "remote", "v"][..], &["get", "k"], &["info"]] {
+        let said = in_ns("redis-cli", &[&["-h", "10.77.0.2", "-p", "7312"], command].concat());
+        assert!(
+            said.contains("DENIED") && said.contains("protected mode"),
+            "{command:?}: {said}"
+        );
+    }
+    let said = in_ns(
+        "curl",
+        &[
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            "http://10.77.0.2:7313/kv/remote",
+            "-X",
+            "PUT",
+            "-d",
+            "v",
+        ],
+    );
+    assert!(said.ends_with("403") && said.contains("protected mode"), "{said}");
+    // Loopback clients are served on every front; the remote SET never ran.
+    let local = in_ns("redis-cli", &["-h", "127.0.0.1", "-p", "7312", "exists", "remote"]);
+    assert_eq!(local.trim(), "0", "{local}");
+    let local = in_ns("curl", &["-s", "http://127.0.0.1:7313/healthz"]);
+    assert!(local.contains("serving"), "{local}");
+    let stats = in_ns(KVD, &["stats", "--nodes", "127.0.0.1:7311", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&stats).unwrap_or_else(|e| panic!("{e}: {stats}"));
+    let refused = json[0]["stats"]["protected_refused"].as_u64().unwrap();
+    assert!(refused >= 4, "protected_refused = {refused}");
+}
+
+/// Finding 2: with --tls-cert, every front speaks TLS only: RESP over TLS (as Redis's
+/// tls-port) and HTTPS are served; plaintext on either is told to use TLS, in its own
+/// protocol.
+#[test]
+fn tls_is_spoken_on_every_front() {
+    let (cert, key) = self_signed("edge-tls");
+    let token = token_file("edge-tls-token", "0123456789abcdef0123456789abcdef");
+    let f = start_fronts(&["--tls-cert", &cert, "--tls-key", &key, "--auth-token-file", &token]);
+    let t = "0123456789abcdef0123456789abcdef";
+    let tls = ["--tls", "--cacert", &cert, "-a", t, "--no-auth-warning"];
+    assert_eq!(
+        redis_cli(&f.resp, &[&tls[..], &["set", "k", "v"]].concat()).trim(),
+        "OK"
+    );
+    assert_eq!(redis_cli(&f.resp, &[&tls[..], &["get", "k"]].concat()).trim(), "v");
+    let plain = redis_cli(&f.resp, &["-a", t, "--no-auth-warning", "get", "k"]);
+    assert!(plain.contains("TLS only") && !plain.contains("\nv"), "{plain}");
+
+    let bearer = format!("Authorization: Bearer {t}");
+    let url = format!("https://{}/kv/k", f.http);
+    let (body, code) = curl(&["--cacert", &cert, "-H", &bearer, &url]);
+    assert_eq!((body.as_str(), code), ("v", 200));
+    let (body, code) = curl(&["-H", &bearer, &format!("http://{}/kv/k", f.http)]);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("TLS only"), "{body}");
+    drop(f);
+}
+
+/// Finding 3: before the token a connection may make the node hold only a few KiB, on every
+/// front: 24 clients per front announcing 64 MiB and sending 1 MiB each hold almost
+/// nothing, and a client with the token then stores and reads a 60 MB value.
+#[test]
+fn without_the_token_a_connection_holds_almost_nothing_on_every_front() {
+    let token = token_file("edge-preauth-token", "0123456789abcdef0123456789abcdef");
+    let f = start_fronts(&["--auth-token-file", &token, "--max-buffer-memory", "256mib"]);
+    let before = rss_bytes(f.server.id());
+    let megabyte = vec![b'x'; 1 << 20];
+    let binary_header = FrameHeader {
+        kind: FrameKind::BatchRequest,
+        len: 64 << 20,
+        id: 1,
+    }
+    .encode()
+    .to_vec();
+    let resp_header = b"*2\r\n$4\r\nAUTH\r\n$67108864\r\n".to_vec();
+    let http_header = b"PUT /kv/x HTTP/1.1\r\nhost: a\r\ncontent-length: 67108864\r\n\r\n".to_vec();
+    let mut conns = Vec::new();
+    for (addr, header) in [
+        (&f.binary, &binary_header),
+        (&f.resp, &resp_header),
+        (&f.http, &http_header),
+    ] {
+        for _ in 0..24 {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+            let _ = s.write_all(header);
+            let _ = s.write_all(&megabyte);
+            conns.push(s);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let during = rss_bytes(f.server.id());
+    assert!(
+        during < before + (48 << 20),
+        "72 unauthenticated 64 MiB announcements hold {} MiB",
+        (during.saturating_sub(before)) >> 20
+    );
+    // Each was answered with a refusal, in its protocol.
+    let mut answers = String::new();
+    for s in conns.iter_mut().skip(24).step_by(24) {
+        let (said, _) = read_until_closed(s, Duration::from_secs(3));
+        answers.push_str(&String::from_utf8_lossy(&said));
+    }
+    assert!(answers.contains("-ERR Protocol error"), "{answers}");
+    assert!(answers.contains("401 Unauthorized"), "{answers}");
+    drop(conns);
+
+    let client = redis::Client::open(format!("redis://:{}@{}/", "0123456789abcdef0123456789abcdef", f.resp)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let value = vec![7u8; 60_000_000];
+    let _: () = redis::cmd("SET").arg("big").arg(&value).query(&mut con).unwrap();
+    let back: Vec<u8> = redis::cmd("GET").arg("big").query(&mut con).unwrap();
+    assert_eq!(back.len(), value.len());
+}
+
+/// Finding 4: a RESP command that has begun must arrive whole within --read-timeout; one
+/// byte at a time does not keep it open (the deadline used to restart on every byte).
+#[test]
+fn a_trickled_resp_command_is_closed_at_the_read_deadline() {
+    let f = start_fronts(&["--read-timeout", "1s"]);
+    let mut s = TcpStream::connect(&f.resp).unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let finished = Arc::new(AtomicBool::new(false));
+    let done = finished.clone();
+    let trickle = std::thread::spawn(move || {
+        for b in b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n" {
+            if writer.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+    let (said, closed) = read_until_closed(&mut s, Duration::from_secs(10));
+    assert!(closed, "the trickling connection was never closed");
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the whole command trickled in (4.5 s) before the 1 s deadline closed it: {said:?}"
+    );
+    let _ = trickle.join();
+    assert!(counters(&f.binary, None)["conns_read_timeout"].as_u64().unwrap() >= 1);
+}
+
+/// Finding 5a: HTTP bodies are paid from the buffer budget as they arrive and must arrive
+/// whole within --read-timeout: stalled uploads cannot hold the node's memory, and the
+/// budget is back once they are refused.
+#[test]
+fn stalled_http_uploads_are_bounded_and_then_freed() {
+    let f = start_fronts(&["--max-buffer-memory", "64mib", "--read-timeout", "2s"]);
+    let before = rss_bytes(f.server.id());
+    let header = b"PUT /kv/up HTTP/1.1\r\nhost: a\r\ncontent-length: 62914560\r\n\r\n";
+    let chunk = vec![b'u'; 8 << 20];
+    let mut uploads = Vec::new();
+    for _ in 0..12 {
+        let mut s = TcpStream::connect(&f.http).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+        let _ = s.write_all(header);
+        let _ = s.write_all(&chunk);
+        uploads.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    let during = rss_bytes(f.server.id());
+    assert!(
+        during < before + (110 << 20),
+        "12 stalled 60 MiB uploads hold {} MiB with a 64 MiB budget",
+        (during.saturating_sub(before)) >> 20
+    );
+    let mut codes = Vec::new();
+    for s in &mut uploads {
+        let (said, _) = read_until_closed(s, Duration::from_secs(6));
+        let text = String::from_utf8_lossy(&said);
+        codes.push(text.split(' ').nth(1).unwrap_or("none").to_string());
+    }
+    assert!(
+        codes.iter().all(|c| c == "408" || c == "503"),
+        "each stalled upload is refused (timeout or no room): {codes:?}"
+    );
+    drop(uploads);
+    let big = vec![b'v'; 30 << 20];
+    let path = std::env::temp_dir().join(format!("kvd-edge-upload-{}", std::process::id()));
+    std::fs::write(&path, &big).unwrap();
+    let (body, code) = curl(&[
+        "-X",
+        "PUT",
+        "--data-binary",
+        &format!("@{}", path.display()),
+        &format!("http://{}/kv/up", f.http),
+    ]);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(code, 204, "the budget is free again: {body}");
+}
+
+/// Finding 5b: HTTP connections count against --max-conns with the other fronts', idle
+/// keep-alive connections and slowloris headers are closed after --read-timeout, and then
+/// new clients are served.
+#[test]
+fn http_connections_are_limited_and_slow_ones_closed() {
+    let f = start_fronts(&["--max-conns", "8", "--read-timeout", "1s"]);
+    let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&f.http).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let (body, code) = curl(&[&format!("http://{}/healthz", f.http)]);
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("max connections"), "{body}");
+    let said = redis_cli(&f.resp, &["ping"]);
+    assert!(
+        said.contains("max number of clients"),
+        "one limit for every front: {said}"
+    );
+    // The silent ones are closed after --read-timeout; then clients are served again.
+    for mut s in idle {
+        let (_, closed) = read_until_closed(&mut s, Duration::from_secs(5));
+        assert!(closed, "an idle HTTP connection was kept");
+    }
+    let (_, code) = curl(&[&format!("http://{}/healthz", f.http)]);
+    assert_eq!(code, 200);
+    // A keep-alive connection that goes quiet after a request is closed too.
+    let mut s = TcpStream::connect(&f.http).unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+    let (said, closed) = read_until_closed(&mut s, Duration::from_secs(5));
+    assert!(closed && String::from_utf8_lossy(&said).contains("200 OK"), "{said:?}");
+    // Headers sent a byte at a time do not keep a connection.
+    let mut s = TcpStream::connect(&f.http).unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let finished = Arc::new(AtomicBool::new(false));
+    let done = finished.clone();
+    let slow = std::thread::spawn(move || {
+        for b in b"GET /healthz HTTP/1.1\r\nx-slow: aaaaaaaaaaaaaaaaaa\r\n\r\n" {
+            if writer.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+    let (_, closed) = read_until_closed(&mut s, Duration::from_secs(10));
+    assert!(
+        closed && !finished.load(Ordering::SeqCst),
+        "slowloris headers kept the connection"
+    );
+    let _ = slow.join();
+}
+
+/// Finding 6: a client that pipelines requests and never reads is disconnected after
+/// --write-timeout (counted), on the binary and the RESP port, instead of holding every
+/// connection slot; then a new client is served.
+#[test]
+fn clients_that_never_read_are_disconnected_on_every_front() {
+    let f = start_fronts(&["--write-timeout", "1s", "--max-conns", "24"]);
+    let value = "v".repeat(4096);
+    assert_eq!(redis_cli(&f.resp, &["set", "big", &value]).trim(), "OK");
+    let mut gets = BatchRequest::new();
+    for _ in 0..1024 {
+        gets.push_get(b"big");
+    }
+    let frame = common::batch_frame(1, &gets);
+    let resp_gets = b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n".repeat(2000);
+    let mut hogs = Vec::new();
+    for i in 0..20 {
+        let (addr, request): (&String, &[u8]) = if i % 2 == 0 {
+            (&f.binary, &frame)
+        } else {
+            (&f.resp, &resp_gets)
+        };
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+        for _ in 0..10 {
+            if s.write_all(request).is_err() {
+                break;
+            }
+        }
+        hogs.push(s);
+    }
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let stats = counters(&f.binary, None);
+        if stats["conns_write_timeout"].as_u64().unwrap_or(0) >= 20 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "not every reader-less client was closed: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(redis_cli(&f.resp, &["ping"]).trim(), "PONG");
+    let put = kvd(&["put", "--nodes", &f.binary, "k", "v"]);
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    drop(hogs);
+}
+
+/// Finding 7a: SIGTERM finishes within the grace period although a RESP client reads none
+/// of its replies and an HTTP upload is stalled.
+#[test]
+fn shutdown_is_bounded_whatever_the_clients_do() {
+    let mut f = start_fronts(&[]);
+    assert_eq!(redis_cli(&f.resp, &["set", "big", &"v".repeat(4096)]).trim(), "OK");
+    let mut hog = TcpStream::connect(&f.resp).unwrap();
+    hog.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+    let _ = hog.write_all(&b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n".repeat(20_000));
+    let mut upload = TcpStream::connect(&f.http).unwrap();
+    upload
+        .write_all(b"PUT /kv/u HTTP/1.1\r\nhost: a\r\ncontent-length: 10000000\r\n\r\nabc")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let term = Command::new("kill")
+        .args(["-TERM", &f.server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = f.server.try_wait().unwrap() {
+            assert!(status.success(), "kvd exited with {status}");
+            break;
+        }
+        assert!(Instant::now() < until, "kvd was still running 20 s after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop((hog, upload));
+}
+
+/// Finding 7b: under pipelined RESP load, SIGTERM answers every command the node read:
+/// served during the drain, then "shutting down" (not run). No batch of commands ends
+/// part-answered, and every client hears of the shutdown before the connection closes.
+#[test]
+fn shutdown_under_resp_load_answers_every_command_read() {
+    let mut f = start_fronts(&[]);
+    let clients: Vec<_> = (0..8)
+        .map(|c| {
+            let addr = f.resp.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let batch: Vec<u8> = (0..64)
+                    .flat_map(|i| format!("*3\r\n$3\r\nSET\r\n$6\r\nk{c}-{i:03}\r\n$3\r\nval\r\n").into_bytes())
+                    .collect();
+                let (mut served, mut refused) = (0u64, 0u64);
+                let until = Instant::now() + Duration::from_secs(20);
+                while Instant::now() < until {
+                    if s.write_all(&batch).is_err() {
+                        return (served, refused, "the write failed before any refusal".to_string());
+                    }
+                    let mut reader = std::io::BufReader::new(&s);
+                    for i in 0..64 {
+                        let mut line = String::new();
+                        match std::io::BufRead::read_line(&mut reader, &mut line) {
+                            Ok(n) if n > 0 && line == "+OK\r\n" => served += 1,
+                            Ok(n) if n > 0 && line.contains("shutting down") => refused += 1,
+                            other => return (served, refused, format!("reply {i} of a batch: {other:?} {line:?}")),
+                        }
+                    }
+                    if refused > 0 {
+                        return (served, refused, String::new());
+                    }
+                }
+                (served, refused, "no shutdown seen".to_string())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &f.server.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut total = 0;
+    for c in clients {
+        let (served, refused, problem) = c.join().unwrap();
+        assert!(problem.is_empty(), "{problem} (served {served}, refused {refused})");
+        total += served;
+    }
+    assert!(total > 1000, "only {total} commands served before the shutdown");
+    assert!(f.server.wait().unwrap().success());
+}
+
+/// Finding 8: start-up flags that pass parsing but cannot work are refused at once, in one
+/// line naming the flag or file, instead of eating memory or panicking after the ready line.
+#[test]
+fn impossible_settings_are_refused_at_start() {
+    let (cert, key) = self_signed("edge-flags");
+    for (args, says) in [
+        (&["--auth-token-file", "/dev/zero"][..], "/dev/zero"),
+        (&["--tls-cert", "/dev/zero", "--tls-key", &key][..], "/dev/zero"),
+        (&["--tls-cert", &cert, "--tls-key", "/dev/zero"][..], "/dev/zero"),
+        (&["--capacity", "4294967296"][..], "--capacity"),
+        (&["--capacity", "300000000", "--max-memory", "1gb"][..], "--capacity"),
+        (&["--max-conns", "18446744073709551615"][..], "--max-conns"),
+        (&["--read-timeout", "500000000000y"][..], "--read-timeout"),
+        (&["--read-timeout", "1000d"][..], "--read-timeout"),
+        (&["--write-timeout", "0s"][..], "--write-timeout"),
+        (&["--idle-timeout", "90d"][..], "--idle-timeout"),
+        (&["--max-memory", "1b"][..], "--max-memory"),
+    ] {
+        let out = Command::new("timeout")
+            .args(["20", KVD, "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // A token file others may read is taken, with a warning naming it.
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("edge-readable-token");
+    std::fs::write(&path, "0123456789abcdef0123456789abcdef\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let path = path.display().to_string();
+    let mut command = Command::new(KVD);
+    command
+        .args(["--listen", "127.0.0.1:0", "--auth-token-file", &path])
+        .env("RUST_LOG", "info");
+    let (_server, _, before) = start_command(command, false);
+    assert!(
+        before.contains("may be read by other users") && before.contains(&path),
+        "{before}"
+    );
+}
+
+/// Finding 9: failed authentications are counted on every front, in stats and /metrics.
+#[test]
+fn failed_authentication_is_counted_per_front() {
+    let token = token_file("edge-count-token", "0123456789abcdef0123456789abcdef");
+    let wrong = token_file("edge-count-wrong", "fedcba9876543210fedcba9876543210");
+    let f = start_fronts(&["--auth-token-file", &token]);
+    for _ in 0..3 {
+        let said = redis_cli(&f.resp, &["-a", "not-the-token", "--no-auth-warning", "ping"]);
+        assert!(said.contains("WRONGPASS") || said.contains("NOAUTH"), "{said}");
+    }
+    for header in ["Authorization: Bearer nope", "X-Nothing: 1"] {
+        let (_, code) = curl(&["-H", header, &format!("http://{}/stats", f.http)]);
+        assert_eq!(code, 401);
+    }
+    let out = kvd(&["put", "--nodes", &f.binary, "--auth-token-file", &wrong, "k", "v"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stats = counters(&f.binary, Some(&token));
+    assert_eq!(stats["auth_failed_http"], 2, "{stats}");
+    // redis-cli runs AUTH, then the command (refused: NOAUTH): two per try.
+    assert_eq!(stats["auth_failed_resp"], 6, "{stats}");
+    let binary = stats["auth_failed"].as_u64().unwrap() - 8;
+    assert!(
+        binary >= 1,
+        "every front's together, the binary port's wrong token too: {stats}"
+    );
+    let (metrics, code) = curl(&[
+        "-H",
+        "authorization: bearer 0123456789abcdef0123456789abcdef",
+        &format!("http://{}/metrics", f.http),
+    ]);
+    assert_eq!(code, 200, "the bearer scheme in lower case is accepted");
+    assert!(
+        metrics.contains("kvd_auth_failed_resp_total{shard=\"0/1\"} 6"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("kvd_auth_failed_http_total{shard=\"0/1\"} 2"),
+        "{metrics}"
+    );
+}
+
+/// Finding 10: a client on the wrong port is told at once, in its own protocol, where its
+/// protocol is served (it used to wait 5-10 s for a reply).
+#[test]
+fn the_wrong_port_names_the_right_one_at_once() {
+    let f = start_fronts(&[]);
+    let asked = Instant::now();
+    let said = redis_cli(&f.binary, &["get", "k"]);
+    assert!(
+        said.contains(&format!("RESP (Redis) is served on {}", f.resp)),
+        "{said}"
+    );
+    let out = kvd(&["get", "--nodes", &f.resp, "--timeout", "60s", "k"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("binary protocol is served on {}", f.binary)),
+        "{err}"
+    );
+    let (body, code) = curl(&[&format!("http://{}/metrics", f.binary)]);
+    assert_eq!(code, 400);
+    assert!(body.contains(&format!("HTTP is served on {}", f.http)), "{body}");
+    let said = redis_cli(&f.http, &["ping"]);
+    assert!(said.contains("this is kvd's http port"), "{said}");
+    let (body, code) = curl(&[&format!("http://{}/healthz", f.resp)]);
+    assert_eq!(code, 400, "{body}");
+    // Each tool would otherwise wait for its own timeout (redis-cli 10 s, kvd 60 s here).
+    assert!(
+        asked.elapsed() < Duration::from_secs(25),
+        "five wrong-port tries took {:?}: someone waited for a timeout",
+        asked.elapsed()
+    );
+    let stats = counters(&f.binary, None);
+    assert!(stats["wrong_protocol"].as_u64().unwrap() >= 5, "{stats}");
+    // A kvd without an HTTP front says how to start one.
+    let (_server, binary) = start_at("127.0.0.1:0", &[]);
+    let (body, _) = curl(&[&format!("http://{binary}/metrics")]);
+    assert!(body.contains("start it with --http ADDR"), "{body}");
+}
