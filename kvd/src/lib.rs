@@ -5,6 +5,7 @@
 //! * [`edge`]: every listener and connection, whatever the protocol: binding, protected
 //!   mode, TLS, the token, limits, deadlines, the buffer budget, rate-limited warnings and
 //!   the drain on shutdown. The fronts below only parse and dispatch.
+//! * [`server`]: a node and its listeners, each wired to its front.
 //! * `binary`: the binary protocol's front: frame in, execute, frame out.
 //! * [`resp`] and [`http`]: the RESP and HTTP fronts.
 //! * [`store`]: the sharded map and batch execution (knows nothing of sockets).
@@ -32,6 +33,7 @@ pub mod manager;
 pub mod node;
 pub mod resp;
 mod sampler;
+pub mod server;
 pub mod store;
 
 #[cfg(test)]

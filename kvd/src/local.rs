@@ -6,8 +6,8 @@ use kvshared::routing::ShardId;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::edge::Server;
 use crate::node::NodeConfig;
+use crate::server::Server;
 
 /// One kvd running inside this process on the current tokio runtime.
 pub struct LocalNode {

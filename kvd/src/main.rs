@@ -5,8 +5,8 @@ use clap::Parser;
 use kvd::cli::{Cli, ServeArgs};
 use std::sync::Arc;
 
-use kvd::edge::Server;
 use kvd::node::{GroupMember, NodeConfig};
+use kvd::server::Server;
 use kvd::store::MemoryLimit;
 use kvshared::cli::{exit_code, init_logging};
 use kvshared::client::{ClientConfig, Cluster};

@@ -276,7 +276,24 @@ fn a_trickled_resp_command_is_closed_at_the_read_deadline() {
 /// budget is back once they are refused.
 #[test]
 fn stalled_http_uploads_are_bounded_and_then_freed() {
-    let f = start_fronts(&["--max-buffer-memory", "64mib", "--read-timeout", "2s"]);
+    let f = start_fronts(&[
+        "--max-buffer-memory",
+        "64mib",
+        "--read-timeout",
+        "2s",
+        "--max-frame",
+        "62914560",
+    ]);
+    let (body, code) = curl(&[
+        "-X",
+        "PUT",
+        "-H",
+        "content-length: 62914561",
+        "--data-binary",
+        "x",
+        &format!("http://{}/kv/over", f.http),
+    ]);
+    assert_eq!(code, 413, "a body over --max-frame is refused from its length: {body}");
     let before = rss_bytes(f.server.id());
     let header = b"PUT /kv/up HTTP/1.1\r\nhost: a\r\ncontent-length: 62914560\r\n\r\n";
     let chunk = vec![b'u'; 8 << 20];
@@ -371,13 +388,30 @@ fn http_connections_are_limited_and_slow_ones_closed() {
 }
 
 /// Finding 6: a client that pipelines requests and never reads is disconnected after
-/// --write-timeout (counted), on the binary and the RESP port, instead of holding every
+/// --write-timeout (counted), on the binary, RESP and HTTP ports, instead of holding every
 /// connection slot; then a new client is served.
 #[test]
 fn clients_that_never_read_are_disconnected_on_every_front() {
     let f = start_fronts(&["--write-timeout", "1s", "--max-conns", "24"]);
     let value = "v".repeat(4096);
     assert_eq!(redis_cli(&f.resp, &["set", "big", &value]).trim(), "OK");
+    let huge = "h".repeat(24 << 20);
+    let mut put = Command::new("redis-cli")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            f.resp.rsplit_once(':').unwrap().1,
+            "-x",
+            "set",
+            "huge",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    put.stdin.take().unwrap().write_all(huge.as_bytes()).unwrap();
+    assert!(put.wait().unwrap().success());
     let mut gets = BatchRequest::new();
     for _ in 0..1024 {
         gets.push_get(b"big");
@@ -400,10 +434,15 @@ fn clients_that_never_read_are_disconnected_on_every_front() {
         }
         hogs.push(s);
     }
+    // HTTP: two gets of a 24 MB value, pipelined, never read.
+    let mut s = TcpStream::connect(&f.http).unwrap();
+    s.write_all(&b"GET /kv/huge HTTP/1.1\r\nhost: a\r\n\r\n".repeat(2))
+        .unwrap();
+    hogs.push(s);
     let until = Instant::now() + Duration::from_secs(15);
     loop {
         let stats = counters(&f.binary, None);
-        if stats["conns_write_timeout"].as_u64().unwrap_or(0) >= 20 {
+        if stats["conns_write_timeout"].as_u64().unwrap_or(0) >= 21 {
             break;
         }
         assert!(
@@ -418,8 +457,8 @@ fn clients_that_never_read_are_disconnected_on_every_front() {
     drop(hogs);
 }
 
-/// Finding 7a: SIGTERM finishes within the grace period although a RESP client reads none
-/// of its replies and an HTTP upload is stalled.
+/// Finding 7a: SIGTERM finishes within the grace period although a RESP and a binary
+/// client read none of their replies and an HTTP upload is stalled.
 #[test]
 fn shutdown_is_bounded_whatever_the_clients_do() {
     let mut f = start_fronts(&[]);
@@ -431,6 +470,15 @@ fn shutdown_is_bounded_whatever_the_clients_do() {
     upload
         .write_all(b"PUT /kv/u HTTP/1.1\r\nhost: a\r\ncontent-length: 10000000\r\n\r\nabc")
         .unwrap();
+    let mut gets = BatchRequest::new();
+    for _ in 0..1024 {
+        gets.push_get(b"big");
+    }
+    let mut binary_hog = TcpStream::connect(&f.binary).unwrap();
+    binary_hog.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+    for _ in 0..10 {
+        let _ = binary_hog.write_all(&common::batch_frame(1, &gets));
+    }
     std::thread::sleep(Duration::from_millis(300));
     let term = Command::new("kill")
         .args(["-TERM", &f.server.id().to_string()])
@@ -446,7 +494,7 @@ fn shutdown_is_bounded_whatever_the_clients_do() {
         assert!(Instant::now() < until, "kvd was still running 20 s after SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     }
-    drop((hog, upload));
+    drop((hog, upload, binary_hog));
 }
 
 /// Finding 7b: under pipelined RESP load, SIGTERM answers every command the node read:
@@ -629,4 +677,52 @@ fn the_wrong_port_names_the_right_one_at_once() {
     let (_server, binary) = start_at("127.0.0.1:0", &[]);
     let (body, _) = curl(&[&format!("http://{binary}/metrics")]);
     assert!(body.contains("start it with --http ADDR"), "{body}");
+}
+
+/// Idle connections are closed on every front: after --idle-timeout on the binary and RESP
+/// ports, and after --read-timeout (the time a request's headers have) on HTTP.
+#[test]
+fn idle_connections_are_closed_on_every_front() {
+    let f = start_fronts(&["--idle-timeout", "1s", "--read-timeout", "1s"]);
+    let mut resp = TcpStream::connect(&f.resp).unwrap();
+    resp.write_all(b"PING\r\n").unwrap();
+    let mut http = TcpStream::connect(&f.http).unwrap();
+    http.write_all(b"GET /healthz HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+    let mut binary = TcpStream::connect(&f.binary).unwrap();
+    for (name, s, says) in [
+        ("binary", &mut binary, ""),
+        ("resp", &mut resp, "+PONG"),
+        ("http", &mut http, "200 OK"),
+    ] {
+        let (said, closed) = read_until_closed(s, Duration::from_secs(8));
+        assert!(closed, "the idle {name} connection was kept");
+        assert!(String::from_utf8_lossy(&said).contains(says), "{name}: {said:?}");
+    }
+    assert!(counters(&f.binary, None)["conns_idle_closed"].as_u64().unwrap() >= 2);
+}
+
+/// Warnings a peer can cause are rate-limited on every front: 300 wrong tokens on one RESP
+/// connection and 300 on one HTTP connection write a few lines, and the rest are counted.
+#[test]
+fn peers_cannot_flood_the_log_through_resp_or_http() {
+    let token = token_file("edge-flood-token", "0123456789abcdef0123456789abcdef");
+    let f = start_fronts(&["--auth-token-file", &token]);
+    let mut resp = TcpStream::connect(&f.resp).unwrap();
+    resp.write_all(&b"*2\r\n$4\r\nAUTH\r\n$5\r\nwrong\r\n".repeat(300))
+        .unwrap();
+    let mut http = TcpStream::connect(&f.http).unwrap();
+    http.write_all(&b"GET /stats HTTP/1.1\r\nhost: a\r\nauthorization: Bearer wrong\r\n\r\n".repeat(300))
+        .unwrap();
+    for (s, answers) in [(&mut resp, "WRONGPASS"), (&mut http, "401 Unauthorized")] {
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut said = Vec::new();
+        while String::from_utf8_lossy(&said).matches(answers).count() < 300 {
+            assert!(Instant::now() < until, "not every wrong token was answered");
+            let (more, _) = read_until_closed(s, Duration::from_millis(200));
+            said.extend(more);
+        }
+    }
+    let stats = counters(&f.binary, Some(&token));
+    assert_eq!(stats["auth_failed"], 600, "{stats}");
+    assert!(stats["log_suppressed"].as_u64().unwrap() >= 600 - 6, "{stats}");
 }

@@ -3,8 +3,8 @@
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-use kvd::edge::Server;
 use kvd::node::NodeConfig;
+use kvd::server::Server;
 use tokio::sync::watch;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

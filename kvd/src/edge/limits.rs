@@ -12,7 +12,7 @@
 pub(crate) const RESERVED_FDS: u64 = 160;
 
 /// How many connections the node may serve: `wanted`, or fewer when the file limit is lower.
-pub(crate) fn connection_slots(wanted: usize) -> usize {
+pub fn connection_slots(wanted: usize) -> usize {
     let limit = match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => limit,
         Err(e) => {

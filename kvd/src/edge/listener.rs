@@ -3,16 +3,17 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use kvshared::client::Cluster;
 use kvshared::stats::Counter;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 
+use super::conn::Conn;
 use super::front::Front;
 use super::open::{open, refuse};
 use super::refusal::Refusal;
@@ -28,49 +29,15 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// whose handshake is dropped waits a whole second to try again.
 const LISTEN_BACKLOG: u32 = 4096;
 
-/// Which front serves a listener's connections, as configured: keys of other shards are
-/// forwarded through the cluster client (`--nodes`) on RESP and HTTP.
-pub(crate) enum Service {
-    /// kvd's binary protocol.
-    Binary,
-    /// RESP.
-    Resp(Option<Arc<Cluster>>),
-    /// HTTP.
-    Http(Option<Arc<Cluster>>),
-}
-
-/// A [`Service`] ready to serve, once the edge exists.
-#[derive(Clone)]
-enum Served {
-    Binary,
-    Resp(Option<Arc<Cluster>>),
-    Http(axum::Router),
-}
-
-impl Served {
-    fn new(service: &Service, edge: &Arc<Edge>) -> Served {
-        match service {
-            Service::Binary => Served::Binary,
-            Service::Resp(cluster) => Served::Resp(cluster.clone()),
-            Service::Http(cluster) => Served::Http(crate::http::router(edge.clone(), cluster.clone())),
-        }
-    }
-
-    /// Serves one opened connection.
-    async fn serve(self, conn: super::conn::Conn) {
-        match self {
-            Served::Binary => crate::binary::serve(conn).await,
-            Served::Resp(cluster) => crate::resp::serve(conn, cluster).await,
-            Served::Http(app) => crate::http::serve(conn, app).await,
-        }
-    }
-}
+/// What serves a listener's connections once the edge has opened them: the front's
+/// parser and dispatcher (the edge knows no front; `crate::server` wires them).
+pub(crate) type Handler = Arc<dyn Fn(Conn) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// One front's bound listener.
 pub(crate) struct Listener {
     tcp: TcpListener,
-    pub front: Front,
-    service: Service,
+    pub(crate) front: Front,
+    handler: Handler,
     /// Protected mode, from this listener's own address: bound beyond loopback, no token,
     /// no `--insecure-no-auth`: only loopback peers are served.
     protected: bool,
@@ -78,7 +45,12 @@ pub(crate) struct Listener {
 
 impl Listener {
     /// Binds `addr` for `front`, and decides its protected mode (logging it).
-    pub async fn bind(addr: &str, front: Front, service: Service, config: &NodeConfig) -> std::io::Result<Listener> {
+    pub(crate) async fn bind(
+        addr: &str,
+        front: Front,
+        handler: Handler,
+        config: &NodeConfig,
+    ) -> std::io::Result<Listener> {
         let tcp = listen(addr).await?;
         let local = tcp.local_addr()?;
         let beyond_loopback = !local.ip().to_canonical().is_loopback();
@@ -96,13 +68,19 @@ impl Listener {
         Ok(Listener {
             tcp,
             front,
-            service,
+            handler,
             protected,
         })
     }
 
+    /// The bound address.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.tcp.local_addr()
+    }
+
+    /// The front it serves.
+    pub fn front(&self) -> Front {
+        self.front
     }
 }
 
@@ -134,15 +112,12 @@ pub(crate) async fn serve(node: Arc<Node>, listeners: Vec<Listener>, shutdown: i
     }
     let edge = Arc::new(Edge::new(node, addrs));
     let mut by_front: [Option<Listener>; 3] = [None, None, None];
-    let mut served: [Option<Served>; 3] = [None, None, None];
     for l in listeners {
         let i = l.front.index();
-        served[i] = Some(Served::new(&l.service, &edge));
         by_front[i] = Some(l);
     }
     let mut admission = Admission {
         edge,
-        served,
         ids: Front::ALL.map(|f| AtomicU64::new(f.first_id())),
         notify: broadcast::channel::<()>(1).0,
         conns: JoinSet::new(),
@@ -181,11 +156,10 @@ async fn accept(listener: &Option<Listener>) -> (std::io::Result<(TcpStream, Soc
     }
 }
 
-/// What admitting a connection needs: the edge, each front's service, connection ids,
-/// the shutdown signal, and the connection tasks.
+/// What admitting a connection needs: the edge, connection ids, the shutdown signal, and
+/// the connection tasks.
 struct Admission {
     edge: Arc<Edge>,
-    served: [Option<Served>; 3],
     ids: [AtomicU64; 3],
     notify: broadcast::Sender<()>,
     conns: JoinSet<()>,
@@ -203,14 +177,12 @@ impl Admission {
                 tracing::warn!(%peer, front = front.label(), suppressed, "refused a client from another host (protected mode)");
             }
             Refusal::Protected
-        } else if let (Ok(permit), Some(service)) =
-            (edge.slots.clone().try_acquire_owned(), &self.served[front.index()])
-        {
+        } else if let Ok(permit) = edge.slots.clone().try_acquire_owned() {
             let id = self.ids[front.index()].fetch_add(1, Ordering::Relaxed);
-            let (edge, rx, service) = (edge.clone(), self.notify.subscribe(), service.clone());
+            let (edge, rx, handler) = (edge.clone(), self.notify.subscribe(), listener.handler.clone());
             self.conns.spawn(async move {
                 if let Some(conn) = open(edge, front, stream, id, rx).await {
-                    service.serve(conn).await;
+                    handler(conn).await;
                 }
                 drop(permit);
             });

@@ -45,6 +45,15 @@ pub(crate) async fn collect(
     // memory only as the bytes arrive, and the budget is paid as they do), so a body is
     // never copied as it grows.
     let announced = http_body::Body::size_hint(&body).exact().map(|n| n as usize);
+    let too_large = || {
+        Refused(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a value is at most {limit} bytes (--max-frame)"),
+        )
+    };
+    if announced.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
     let reserved = announced.is_some_and(|n| n <= limit && bytes.try_reserve_exact(n).is_ok());
     let read = async {
         let mut body = body;
@@ -54,10 +63,7 @@ pub(crate) async fn collect(
             let Ok(data) = frame.into_data() else { continue };
             let total = bytes.len().saturating_add(data.len());
             if total > limit {
-                return Err(Refused(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("a value is at most {limit} bytes (--max-frame)"),
-                ));
+                return Err(too_large());
             }
             let paid = if reserved {
                 held.grow_to(total, deadline).await

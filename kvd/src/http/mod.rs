@@ -32,15 +32,22 @@ use crate::edge::conn::{Conn, Input};
 use crate::edge::{Edge, Front, PRE_AUTH_BYTES, Peer};
 use crate::resp::pipeline::Pipeline;
 
-/// What every request's handler shares.
+/// What the requests of one connection share.
 struct Shared {
     edge: Arc<Edge>,
     cluster: Option<Arc<Cluster>>,
+    /// The connection's peer, for counting and rate-limited warnings.
+    peer: parking_lot::Mutex<Peer>,
 }
 
-/// The routes, over `edge`'s node; `cluster` (from `--nodes`) forwards keys of other shards.
-pub(crate) fn router(edge: Arc<Edge>, cluster: Option<Arc<Cluster>>) -> Router {
-    let shared = Arc::new(Shared { edge, cluster });
+/// The routes of one connection from `peer`, over `edge`'s node; `cluster` (from `--nodes`)
+/// forwards keys of other shards.
+fn router(edge: Arc<Edge>, cluster: Option<Arc<Cluster>>, peer: Peer) -> Router {
+    let shared = Arc::new(Shared {
+        edge,
+        cluster,
+        peer: parking_lot::Mutex::new(peer),
+    });
     let guarded = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/stats", get(stats))
@@ -54,8 +61,12 @@ pub(crate) fn router(edge: Arc<Edge>, cluster: Option<Arc<Cluster>>) -> Router {
 }
 
 /// Serves one connection (opened by the edge) until the client leaves, its keep-alive
-/// idles out, or shutdown (which lets the request in progress finish).
-pub(crate) async fn serve(mut conn: Conn, app: Router) {
+/// idles out, or shutdown (which lets the request in progress finish). (The routes are
+/// made per connection: HTTP connections are few and long, and the routes' state is the
+/// connection's edge.)
+pub(crate) async fn serve(mut conn: Conn, cluster: Option<Arc<Cluster>>) {
+    let peer = Peer::new(conn.peer.id, conn.peer.addr.clone(), Front::Http);
+    let app = router(conn.edge.clone(), cluster, peer);
     let config = &conn.edge.node.config;
     let headers_within = config
         .idle_timeout
@@ -109,7 +120,7 @@ async fn admit(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Re
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| bearer(v.as_bytes()));
-        let mut peer = Peer::new(Front::Http.first_id(), "http".into(), Front::Http);
+        let mut peer = s.peer.lock();
         let right = match presented {
             Some(token) => s.edge.check_token(&mut peer, token),
             None => {
@@ -118,6 +129,7 @@ async fn admit(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Re
                 false
             }
         };
+        drop(peer);
         if !right {
             let mut refusal = json_error(
                 StatusCode::UNAUTHORIZED,

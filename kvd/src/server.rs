@@ -1,0 +1,86 @@
+//! A kvd server: its node, and one listener per front it serves, each wired to its front's
+//! parser. Everything about the connections themselves is the edge's (`crate::edge`).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use kvshared::client::Cluster;
+
+use crate::edge::{self, Front, Handler, Listener};
+use crate::node::{Node, NodeConfig};
+
+/// A bound, not yet running, kvd.
+pub struct Server {
+    node: Arc<Node>,
+    listeners: Vec<Listener>,
+}
+
+impl Server {
+    /// Builds the node (opening `--data-dir`) and binds its binary protocol on `addr`
+    /// (port 0: any free port).
+    pub async fn bind(addr: &str, mut config: NodeConfig) -> std::io::Result<Server> {
+        config.max_conns = edge::connection_slots(config.max_conns);
+        let mut node = Node::new(config)?;
+        node.open_data_dir().await?;
+        let node = Arc::new(node);
+        let binary: Handler = Arc::new(|conn| Box::pin(crate::binary::serve(conn)));
+        let listener = Listener::bind(addr, Front::Binary, binary, &node.config).await?;
+        Ok(Server {
+            node,
+            listeners: vec![listener],
+        })
+    }
+
+    /// Also speaks RESP on `addr`; `cluster` (from `--nodes`) forwards keys of other shards.
+    pub async fn serve_resp(&mut self, addr: &str, cluster: Option<Arc<Cluster>>) -> std::io::Result<SocketAddr> {
+        let resp: Handler = Arc::new(move |conn| Box::pin(crate::resp::serve(conn, cluster.clone())));
+        self.add(addr, Front::Resp, resp).await
+    }
+
+    /// Also serves HTTP on `addr`; `cluster` (from `--nodes`) forwards keys of other shards.
+    pub async fn serve_http(&mut self, addr: &str, cluster: Option<Arc<Cluster>>) -> std::io::Result<SocketAddr> {
+        let http: Handler = Arc::new(move |conn| Box::pin(crate::http::serve(conn, cluster.clone())));
+        self.add(addr, Front::Http, http).await
+    }
+
+    async fn add(&mut self, addr: &str, front: Front, handler: Handler) -> std::io::Result<SocketAddr> {
+        if self.addr_of(front).is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is served once", front.name()),
+            ));
+        }
+        let listener = Listener::bind(addr, front, handler, &self.node.config).await?;
+        let local = listener.local_addr()?;
+        self.listeners.push(listener);
+        Ok(local)
+    }
+
+    /// The binary protocol's address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.addr_of(Front::Binary)
+            .ok_or_else(|| std::io::Error::other("no binary listener"))
+    }
+
+    /// Where `front` listens, if it is served.
+    pub fn addr_of(&self, front: Front) -> Option<SocketAddr> {
+        self.listeners
+            .iter()
+            .find(|l| l.front() == front)
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    /// The node behind every front.
+    pub fn node(&self) -> Arc<Node> {
+        self.node.clone()
+    }
+
+    /// Serves every front until `shutdown` resolves, drains the connections (within
+    /// [`edge::SHUTDOWN_GRACE`]) and closes the node's log.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Server { node, listeners } = self;
+        edge::serve(node.clone(), listeners, shutdown).await;
+        node.close().await;
+    }
+}
