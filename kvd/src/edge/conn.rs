@@ -242,6 +242,29 @@ impl Conn {
         End::Clean
     }
 
+    /// Reads what is there into `buf` (at least one byte, or 0 at the end of the stream),
+    /// taking what the read buffer already holds first, else straight from the socket (no
+    /// copy through the read buffer: RESP keeps a buffer of its own).
+    pub async fn read_into(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        let held = self.reader.buffer();
+        if !held.is_empty() {
+            let n = held.len();
+            buf.extend_from_slice(held);
+            self.reader.consume(n);
+            return Ok(n);
+        }
+        self.reader.get_mut().read_buf(buf).await
+    }
+
+    /// Writes `bytes` straight to the socket (after what the write buffer holds), under the
+    /// write deadline: for a front that builds its whole reply in a buffer of its own.
+    pub async fn write_direct(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if !self.writer.buffer().is_empty() {
+            self.writer.flush().await?;
+        }
+        self.writer.get_mut().write_all(bytes).await
+    }
+
     /// Whether the request just read is run, refused, or not read at all (see [`Stage`]).
     pub fn stage(&mut self) -> Stage {
         if let Phase::Serving = self.phase {

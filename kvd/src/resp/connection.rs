@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kvshared::client::Cluster;
 use kvshared::stats::Counter;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use super::commands::{Ctx, Session, dispatch};
@@ -165,8 +165,7 @@ impl Resp {
     /// Writes the replies of one round and gives back the budget their values took.
     async fn send(&mut self) -> Result<(), String> {
         self.conn.tally.bytes_out += self.out.len() as u64;
-        self.conn.writer.write_all(&self.out).await.map_err(|e| e.to_string())?;
-        self.conn.writer.flush().await.map_err(|e| e.to_string())?;
+        self.conn.write_direct(&self.out).await.map_err(|e| e.to_string())?;
         self.conn.publish();
         if self.out.capacity() > KEEP_BUFFER_BYTES {
             self.out = Vec::with_capacity(READ_CHUNK);
@@ -210,7 +209,7 @@ impl Resp {
         if let Some(end) = self.make_room(deadline).await {
             return Some(end);
         }
-        match tokio::time::timeout_at(deadline, self.conn.reader.read_buf(&mut self.buf)).await {
+        match tokio::time::timeout_at(deadline, self.conn.read_into(&mut self.buf)).await {
             Ok(Ok(0)) => Some(End::Clean),
             Ok(Ok(n)) => {
                 self.conn.tally.bytes_in += n as u64;
