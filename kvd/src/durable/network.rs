@@ -1,6 +1,7 @@
 //! The raft messages between the members of a replica group, carried as `RaftRequest` /
 //! `RaftResponse` frames on the members' ordinary kvd ports (so a group needs no second
-//! port, and gets the same frame limits, token and TLS as clients).
+//! port, and gets the same frame limits, token and TLS as clients): their types, and the
+//! sending side (`raft::rpc` answers them).
 //!
 //! The body is openraft's own request or response, postcard-encoded: openraft's types are
 //! serde-only. A body from the network is untrusted: postcard decoding checks every length
@@ -20,7 +21,7 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::raft::ShardRaft;
+use super::raft::types::ShardRaft;
 
 /// A raft RPC from one member to another, or an operator's request about the group.
 #[derive(Serialize, Deserialize)]
@@ -204,24 +205,4 @@ pub async fn admin_call(cluster: &Cluster, request: AdminRequest) -> Result<Admi
         Ok(_) => Ok(AdminReply::Failed("the member answered another kind of request".into())),
         Err(e) => Ok(AdminReply::Failed(format!("the answer does not decode: {e}"))),
     }
-}
-
-/// Answers a raft RPC received in a frame body: decodes it (refusing what does not decode)
-/// and hands it to `shard`'s raft, or for an admin request to the shard itself.
-pub async fn serve(shard: &super::raft::DurableShard, body: &[u8]) -> Vec<u8> {
-    let raft = shard.raft();
-    let reply = match postcard::from_bytes::<RaftRpc>(body) {
-        Err(e) => RaftRpcReply::Refused(format!("not a raft request: {e}")),
-        Ok(RaftRpc::Append(rpc)) => {
-            shard.note_leader_commit(rpc.leader_commit.map(|l| l.index));
-            RaftRpcReply::Append(raft.append_entries(rpc).await)
-        }
-        Ok(RaftRpc::Vote(rpc)) => RaftRpcReply::Vote(raft.vote(rpc).await),
-        Ok(RaftRpc::Snapshot(rpc)) => {
-            shard.receiving_snapshot();
-            RaftRpcReply::Snapshot(raft.install_snapshot(rpc).await)
-        }
-        Ok(RaftRpc::Admin(request)) => RaftRpcReply::Admin(shard.admin(request).await),
-    };
-    postcard::to_allocvec(&reply).unwrap_or_default()
 }

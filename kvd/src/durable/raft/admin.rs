@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use openraft::{BasicNode, ChangeMembers, ServerState};
 
-use super::{DurableShard, GROUP_ELECTION_MS, LogError};
+use super::open::GROUP_ELECTION_MS;
+use super::shard::DurableShard;
+use super::types::{LogError, leader_hint};
 use crate::durable::member_id;
 use crate::durable::network::{AdminReply, AdminRequest, admin_call};
 
@@ -135,7 +137,7 @@ impl DurableShard {
         self.raft
             .add_learner(id, node, false)
             .await
-            .map_err(|e| leader_or(e.forward_to_leader().map(super::leader_hint), e.to_string()))?;
+            .map_err(|e| leader_or(e.forward_to_leader().map(leader_hint), e.to_string()))?;
         let target = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
         let caught_up = self
             .raft
@@ -170,7 +172,7 @@ impl DurableShard {
         self.raft
             .change_membership(change, false)
             .await
-            .map_err(|e| leader_or(e.forward_to_leader().map(super::leader_hint), e.to_string()))?;
+            .map_err(|e| leader_or(e.forward_to_leader().map(leader_hint), e.to_string()))?;
         Ok(AdminReply::Done(format!("{addr} is a voter")))
     }
 
@@ -209,7 +211,7 @@ impl DurableShard {
         self.raft
             .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
             .await
-            .map_err(|e| leader_or(e.forward_to_leader().map(super::leader_hint), e.to_string()))?;
+            .map_err(|e| leader_or(e.forward_to_leader().map(leader_hint), e.to_string()))?;
         Ok(AdminReply::Done(format!("removed {addr}")))
     }
 

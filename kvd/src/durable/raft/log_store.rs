@@ -1,0 +1,231 @@
+//! openraft's log storage over the segment files: every entry since the last snapshot in
+//! memory, every entry on disk (written by the group-commit thread), the vote and the
+//! committed-index hint in files of their own.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{Entry, LogId, OptionalSend, RaftLogReader, Vote};
+
+use super::types::{ShardRaft, StorageResult, io_error};
+use crate::durable::log::{FsyncPolicy, GroupCommit, LogFiles};
+use crate::durable::snapshot;
+
+/// How often the committed index is written down (a hint for restarts).
+pub(super) const COMMITTED_SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The log storage: the entries since the last snapshot kept in memory, every entry on disk.
+pub struct LogStore {
+    pub(super) inner: Arc<parking_lot::Mutex<LogInner>>,
+}
+
+pub(super) struct LogInner {
+    pub(super) dir: PathBuf,
+    pub(super) entries: BTreeMap<u64, Entry<ShardRaft>>,
+    pub(super) last_purged: Option<LogId<u64>>,
+    pub(super) vote: Option<Vote<u64>>,
+    pub(super) writer: Arc<GroupCommit>,
+    /// The last committed entry written to the `committed` file, and when; kept only by a
+    /// replica group's member (a group of one commits its whole log itself at start).
+    pub(super) committed: Option<LogId<u64>>,
+    pub(super) committed_saved_at: Option<std::time::Instant>,
+    pub(super) keep_committed: bool,
+}
+
+impl LogStore {
+    /// Opens (or creates) the log in `dir`, reading back every entry; also returns the index
+    /// of the first record on disk.
+    pub fn open(
+        dir: &Path,
+        fsync: FsyncPolicy,
+        segment_bytes: u64,
+        keep_committed: bool,
+    ) -> Result<(LogStore, u64), Box<dyn std::error::Error + Send + Sync>> {
+        let log_dir = dir.join("log");
+        let (files, recovered) = LogFiles::open(&log_dir, 0)?;
+        let files = files.with_segment_bytes(segment_bytes);
+        let first_on_disk = files.first_index();
+        let mut entries = BTreeMap::new();
+        for (index, bytes) in recovered.records {
+            let entry: Entry<ShardRaft> = postcard::from_bytes(&bytes).map_err(|e| {
+                format!(
+                    "{}: log record {index} does not decode ({e}): written by another kvd version, or damaged; restore the data directory from a copy or move it away",
+                    log_dir.display()
+                )
+            })?;
+            if entry.log_id.index != index {
+                return Err(format!(
+                    "{}: log record {index} holds entry {}: the log is damaged",
+                    log_dir.display(),
+                    entry.log_id.index
+                )
+                .into());
+            }
+            entries.insert(index, entry);
+        }
+        let vote_path = dir.join("vote");
+        let vote = match vote_path.exists() {
+            true => Some(
+                postcard::from_bytes(&snapshot::read(&vote_path)?.data)
+                    .map_err(|e| format!("{}: does not decode: {e}", vote_path.display()))?,
+            ),
+            false => None,
+        };
+        // Where the log was known committed, at most a second before the stop: a restarted
+        // member applies that much at once, without waiting to hear from a leader. A hint
+        // only (a lower value is always safe): one that does not read is passed over.
+        let committed_path = dir.join("committed");
+        let committed = match keep_committed && committed_path.exists() {
+            false => None,
+            true => match snapshot::read(&committed_path)
+                .map_err(|e| e.to_string())
+                .and_then(|f| postcard::from_bytes::<LogId<u64>>(&f.data).map_err(|e| e.to_string()))
+            {
+                Ok(c) if entries.contains_key(&c.index) => Some(c),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(file = %committed_path.display(), error = %e, "passed over the committed-index hint");
+                    None
+                }
+            },
+        };
+        let writer = GroupCommit::start(files, fsync)
+            .map_err(|e| format!("{}: cannot start the log writer thread: {e}", dir.display()))?;
+        let store = LogStore {
+            inner: Arc::new(parking_lot::Mutex::new(LogInner {
+                dir: dir.to_path_buf(),
+                entries,
+                last_purged: None,
+                vote,
+                writer: Arc::new(writer),
+                committed,
+                committed_saved_at: None,
+                keep_committed,
+            })),
+        };
+        Ok((store, first_on_disk))
+    }
+
+    /// Forgets the entries up to `log_id` (a snapshot holds them).
+    pub(super) fn forget_through(&self, log_id: LogId<u64>) {
+        let mut inner = self.inner.lock();
+        inner.entries.retain(|&i, _| i > log_id.index);
+        inner.last_purged = Some(log_id);
+    }
+}
+
+impl RaftLogReader<ShardRaft> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StorageResult<Vec<Entry<ShardRaft>>> {
+        Ok(self.inner.lock().entries.range(range).map(|(_, e)| e.clone()).collect())
+    }
+}
+
+impl RaftLogStorage<ShardRaft> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> StorageResult<LogState<ShardRaft>> {
+        let inner = self.inner.lock();
+        let last = inner
+            .entries
+            .last_key_value()
+            .map(|(_, e)| e.log_id)
+            .or(inner.last_purged);
+        Ok(LogState {
+            last_purged_log_id: inner.last_purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        LogStore {
+            inner: self.inner.clone(),
+        }
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> StorageResult<()> {
+        let path = self.inner.lock().dir.join("vote");
+        let data = postcard::to_allocvec(vote).map_err(io_error)?;
+        snapshot::write(&path, &snapshot::Snapshot { meta: Vec::new(), data }).map_err(io_error)?;
+        self.inner.lock().vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> StorageResult<Option<Vote<u64>>> {
+        Ok(self.inner.lock().vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> StorageResult<()> {
+        let path = {
+            let mut inner = self.inner.lock();
+            if !inner.keep_committed {
+                return Ok(());
+            }
+            inner.committed = committed;
+            if inner
+                .committed_saved_at
+                .is_some_and(|t| t.elapsed() < COMMITTED_SAVE_EVERY)
+            {
+                return Ok(());
+            }
+            inner.committed_saved_at = Some(std::time::Instant::now());
+            inner.dir.join("committed")
+        };
+        if let Some(c) = committed {
+            let data = postcard::to_allocvec(&c).map_err(io_error)?;
+            snapshot::write(&path, &snapshot::Snapshot { meta: Vec::new(), data }).map_err(io_error)?;
+        }
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId<u64>>> {
+        Ok(self.inner.lock().committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<ShardRaft>) -> StorageResult<()>
+    where
+        I: IntoIterator<Item = Entry<ShardRaft>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut inner = self.inner.lock();
+        let mut payloads = Vec::new();
+        let mut first = None;
+        for entry in entries {
+            first.get_or_insert(entry.log_id.index);
+            payloads.push(postcard::to_allocvec(&entry).map_err(io_error)?);
+            inner.entries.insert(entry.log_id.index, entry);
+        }
+        let Some(first) = first else {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        };
+        let writer = inner.writer.clone();
+        drop(inner);
+        writer.append(first, payloads, move |result| {
+            callback.log_io_completed(result.map_err(std::io::Error::other));
+        });
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<u64>) -> StorageResult<()> {
+        // A replica's uncommitted entries that its new leader does not have: gone from
+        // memory now, from disk in order with the next appends (see `LogFiles::truncate_from`).
+        let mut inner = self.inner.lock();
+        inner.entries.split_off(&log_id.index);
+        inner.writer.truncate_from(log_id.index);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<u64>) -> StorageResult<()> {
+        // Memory only: the files go when a snapshot is pruned (see `SnapshotMaker`), so that
+        // the log on disk reaches back to the older kept snapshot.
+        self.forget_through(log_id);
+        Ok(())
+    }
+}

@@ -1,0 +1,228 @@
+//! A durable shard as the node sees it: submit a batch, ask who leads, confirm leadership for
+//! reads, follower reads, snapshots on demand, shutdown.
+
+use std::sync::Arc;
+
+use super::propose::Proposal;
+use super::reads::{ReadIndexWaiter, queue_for_read_index};
+use super::state_machine::Snapshots;
+use super::types::{LogAnswer, LogError, ShardRaft};
+use crate::durable::log::{FsyncPolicy, GroupCommit};
+
+/// How long after a snapshot chunk a follower holds its campaign back.
+pub(super) const SNAPSHOT_QUIET_MS: u64 = 1000;
+
+/// A shard's raft group over `dir`, applying to `store`: of one voter, or of the members
+/// of `--group` (replica groups).
+pub struct DurableShard {
+    pub(super) raft: openraft::Raft<ShardRaft>,
+    pub(super) proposals: tokio::sync::mpsc::UnboundedSender<Proposal>,
+    pub(super) writer: Arc<GroupCommit>,
+    pub(super) snapshots: Arc<parking_lot::Mutex<Snapshots>>,
+    pub(super) fsync: FsyncPolicy,
+    /// This member's id, and whether there are other members.
+    pub(super) me: u64,
+    pub(super) grouped: bool,
+    /// Leadership checks for reads, shared by all the reads waiting at one moment; each
+    /// answers the read index (the leader's commit index when the round began).
+    pub(super) confirms: tokio::sync::mpsc::UnboundedSender<ReadIndexWaiter>,
+    /// On a follower or learner: reads waiting to run once this member has applied the
+    /// leader's read index (follower reads).
+    pub(super) member_reads: tokio::sync::mpsc::UnboundedSender<ReadIndexWaiter>,
+    /// Terms this process has seen begin (each is an election).
+    pub(super) elections: Arc<std::sync::atomic::AtomicU64>,
+    /// How this member reaches the others (for a hand-over's `Campaign`).
+    pub(super) client: kvshared::client::ClientConfig,
+    /// This leader is handing over (`transfer-leader`): it serves nothing meanwhile.
+    pub(super) handing_over: Arc<std::sync::atomic::AtomicBool>,
+    /// The commit index the leader last sent this member (openraft 0.9's metrics have none).
+    pub(super) leader_commit: std::sync::atomic::AtomicU64,
+    /// The membership changes this member carried out as leader (see `GroupFigures::changes`).
+    pub(super) changes: parking_lot::Mutex<std::collections::VecDeque<kvshared::stats::GroupChange>>,
+    /// When (ms since `epoch`) this member last heard from a leader (an append or a
+    /// heartbeat), for bounded-staleness reads; 0 before the first.
+    pub(super) heard_from_leader_ms: std::sync::atomic::AtomicU64,
+    /// While receiving a snapshot: until when (ms since `epoch`) not to campaign; 0 otherwise.
+    pub(super) snapshot_quiet: Arc<std::sync::atomic::AtomicU64>,
+    pub(super) epoch: std::time::Instant,
+}
+
+impl DurableShard {
+    /// Queues the body of a batch (of writes and the reads that follow them) for the log;
+    /// the answer comes once its entry is committed (durably, as `--fsync` says, together
+    /// with the batches that arrive meanwhile) and applied: the encoded response body.
+    pub fn submit(&self, batch_body: Vec<u8>) -> tokio::sync::oneshot::Receiver<LogAnswer> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Err(tokio::sync::mpsc::error::SendError((_, tx))) = self.proposals.send((batch_body, tx)) {
+            let _ = tx.send(Err(LogError::Failed("the shard's log has stopped".into())));
+        }
+        rx
+    }
+
+    /// Whether this member may serve now: `Ok` when it leads its group (as far as it knows;
+    /// reads confirm it with [`DurableShard::confirm_leadership`]), else who does.
+    pub fn leadership(&self) -> Result<(), LogError> {
+        if !self.grouped {
+            return Ok(());
+        }
+        if self.handing_over.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(LogError::NotLeader(None));
+        }
+        // Read in place: this runs once per batch, and the metrics hold the membership.
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        if m.current_leader == Some(self.me) && m.state == openraft::ServerState::Leader {
+            // A new leader serves once it has applied an entry of its own term: then every
+            // entry an earlier leader committed (and maybe acknowledged) is in the store too.
+            // Until then its reads could miss a write acknowledged just before the election.
+            if m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term) {
+                return Ok(());
+            }
+            return Err(LogError::NotLeader(None));
+        }
+        // (A member that restarted may still hold its own old leadership in its vote: it
+        // names nobody rather than itself.)
+        let leader = m
+            .current_leader
+            .filter(|id| *id != self.me)
+            .and_then(|id| m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()));
+        Err(LogError::NotLeader(leader))
+    }
+
+    /// For reads not yet run on this leader: answers the read index once a majority has
+    /// confirmed, after they arrived, that this member still leads, and this member has
+    /// applied everything committed when that round began (openraft's
+    /// `ensure_linearizable`); the reads may run then. `None` for a group of one.
+    pub fn confirm_leadership(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, LogError>>> {
+        if !self.grouped {
+            return None;
+        }
+        Some(queue_for_read_index(&self.confirms))
+    }
+
+    /// On a follower or learner, for reads not yet run: answers `Ok` once this member has
+    /// applied the leader's read index (see `follow_reads`); the reads may run then. `None`
+    /// outside a replica group.
+    pub fn member_read(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, LogError>>> {
+        if !self.is_member() {
+            return None;
+        }
+        Some(queue_for_read_index(&self.member_reads))
+    }
+
+    /// Whether this shard's log has other members than this one (a replica group).
+    pub fn is_grouped(&self) -> bool {
+        self.grouped
+    }
+
+    /// Whether this node is a member (voter or learner) of its group as its log says now: a
+    /// removed learner (the shard manager's) or one not yet added serves no reads.
+    fn is_member(&self) -> bool {
+        self.grouped
+            && self
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .get_node(&self.me)
+                .is_some()
+    }
+
+    /// Whether this member's store is at most `bound` behind its leader: it heard from the
+    /// leader within `bound`, and has applied everything committed as of that message.
+    /// (Bounded-staleness reads, `--reads stale`: the store then holds every write
+    /// acknowledged before the leader sent that message, which left it less than `bound` ago
+    /// by this member's clock; network delay comes on top.)
+    pub fn fresh_within(&self, bound: std::time::Duration) -> bool {
+        if !self.is_member() {
+            return false;
+        }
+        let heard = self.heard_from_leader_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_millis() as u64;
+        heard != 0
+            && now.saturating_sub(heard) <= bound.as_millis() as u64
+            && self.applied_index() >= self.leader_commit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The group's raft.
+    pub(super) fn raft(&self) -> &openraft::Raft<ShardRaft> {
+        &self.raft
+    }
+
+    /// A snapshot chunk arrived: this member does not campaign until a second after the
+    /// last one. (openraft 0.9 does not count chunks as hearing from the leader; a follower
+    /// catching up by a large snapshot timed out and started an election that deposed a
+    /// working leader.)
+    pub(super) fn receiving_snapshot(&self) {
+        let until = self.epoch.elapsed().as_millis() as u64 + SNAPSHOT_QUIET_MS;
+        if self.snapshot_quiet.swap(until, std::sync::atomic::Ordering::Relaxed) == 0 {
+            self.raft.runtime_config().elect(false);
+            let (raft, quiet, epoch) = (self.raft.clone(), self.snapshot_quiet.clone(), self.epoch);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    let until = quiet.load(std::sync::atomic::Ordering::Relaxed);
+                    if epoch.elapsed().as_millis() as u64 >= until
+                        && quiet
+                            .compare_exchange(
+                                until,
+                                0,
+                                std::sync::atomic::Ordering::Relaxed,
+                                std::sync::atomic::Ordering::Relaxed,
+                            )
+                            .is_ok()
+                    {
+                        raft.runtime_config().elect(true);
+                        return;
+                    }
+                }
+            });
+        }
+    }
+
+    /// Notes the commit index a leader's append carried (this member's commit index).
+    pub(super) fn note_leader_commit(&self, index: Option<u64>) {
+        let now = (self.epoch.elapsed().as_millis() as u64).max(1);
+        self.heard_from_leader_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+        if let Some(i) = index {
+            self.leader_commit.fetch_max(i, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The index of the last applied entry.
+    pub fn applied_index(&self) -> u64 {
+        self.raft.metrics().borrow().last_applied.map_or(0, |l| l.index)
+    }
+
+    /// Takes a snapshot now and waits until it is written, or until it is clear the newest
+    /// snapshot already holds everything applied (tests and operators).
+    pub async fn snapshot_now(&self) -> Result<(), String> {
+        let before = self.snapshots.lock().taken;
+        self.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+        for i in 0..6000 {
+            let (taken, building, index) = {
+                let s = self.snapshots.lock();
+                let index = s.current.as_ref().and_then(|(m, _, _)| m.last_log_id).map(|l| l.index);
+                (s.taken, s.building, index)
+            };
+            // openraft skips a snapshot of what the newest one already holds.
+            if taken > before || (!building && index.is_some_and(|i| i >= self.applied_index())) {
+                return Ok(());
+            }
+            // openraft also ignores a trigger while it still counts the last snapshot as
+            // being built (its completion not yet processed): ask again.
+            if !building && i % 10 == 9 {
+                self.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Err("the snapshot did not finish within 60 s".into())
+    }
+
+    /// Stops the group.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}

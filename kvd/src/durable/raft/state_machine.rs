@@ -1,0 +1,285 @@
+//! Applying entries to the store, and the shard's snapshots: writing them (fuzzy, per map
+//! shard exact: see the module docs of `raft`), loading them at start, installing a leader's.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kvshared::frame::AlignedVec;
+use kvshared::stats::Counts;
+use kvshared::wire::{BatchResponse, BatchView, encode_body};
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StoredMembership,
+};
+
+use super::types::{Applied, ShardRaft, StorageResult, WriteBatch, io_error};
+use crate::counters::Counters;
+use crate::durable::log::GroupCommit;
+use crate::durable::{catalog, snapshot};
+use crate::store::{Scratch, Store, Unbounded};
+
+/// Snapshot state shared by the state machine, its builders and stats.
+#[derive(Default)]
+pub(super) struct Snapshots {
+    /// The newest snapshot: what it stands for, its file, its size.
+    pub(super) current: Option<(SnapshotMeta<u64, BasicNode>, PathBuf, u64)>,
+    /// When the newest snapshot was finished (or found at start).
+    pub(super) taken_at: Option<std::time::Instant>,
+    /// Snapshots written by this process.
+    pub(super) taken: u64,
+    /// How long the last one took to write, and its pairs.
+    pub(super) last_took: std::time::Duration,
+    pub(super) last_pairs: u64,
+    /// A snapshot is being written.
+    pub(super) building: bool,
+    /// The log writer's byte count when the last snapshot began.
+    pub(super) log_bytes_at_last: u64,
+}
+
+/// The state machine: the node's store, and how far it has applied.
+pub struct StateMachine {
+    pub(super) store: Arc<Store>,
+    pub(super) counters: Arc<Counters>,
+    pub(super) last_applied: Option<LogId<u64>>,
+    pub(super) membership: StoredMembership<u64, BasicNode>,
+    pub(super) scratch: Scratch,
+    pub(super) response: BatchResponse,
+    pub(super) body: AlignedVec,
+    pub(super) dir: PathBuf,
+    pub(super) writer: Arc<GroupCommit>,
+    pub(super) snapshots: Arc<parking_lot::Mutex<Snapshots>>,
+}
+
+impl StateMachine {
+    fn apply_batch(&mut self, index: u64, bytes: &[u8]) -> Vec<u8> {
+        self.body.clear();
+        self.body.extend_from_slice(bytes);
+        let Ok(batch) = BatchView::parse(&self.body) else {
+            // Validated before it was proposed; a log that does not decode is refused on
+            // open. Nothing to run.
+            return Vec::new();
+        };
+        let mut tally = Counts::default();
+        self.scratch.log_index = index;
+        self.store.execute(
+            &batch,
+            &mut self.response,
+            &mut Unbounded,
+            &mut self.scratch,
+            &mut tally,
+        );
+        self.counters.add_counts(0, &tally);
+        let mut body = AlignedVec::new();
+        match encode_body(&self.response, &mut body) {
+            Ok(()) => body.to_vec(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Loads the snapshot in `path` (already read and checked) into the store.
+    pub(super) fn load(&mut self, path: &Path, snap: &snapshot::Snapshot) -> Result<u64, String> {
+        let meta: SnapshotMeta<u64, BasicNode> = postcard::from_bytes(&snap.meta)
+            .map_err(|e| format!("{}: its metadata does not decode: {e}", path.display()))?;
+        let pairs = self
+            .store
+            .import(&snap.data)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        let mut snaps = self.snapshots.lock();
+        snaps.current = Some((meta, path.to_path_buf(), size));
+        snaps.taken_at = Some(std::time::Instant::now());
+        snaps.last_pairs = pairs;
+        Ok(pairs)
+    }
+}
+
+/// Decodes a snapshot's metadata.
+pub(super) fn snapshot_meta(snap: &snapshot::Snapshot) -> Result<SnapshotMeta<u64, BasicNode>, String> {
+    postcard::from_bytes(&snap.meta).map_err(|e| format!("its metadata does not decode: {e}"))
+}
+
+/// Writes a snapshot of the store as of `meta` (see the module docs: fuzzy, and safe).
+pub struct SnapshotMaker {
+    pub(super) store: Arc<Store>,
+    pub(super) dir: PathBuf,
+    pub(super) meta: Option<SnapshotMeta<u64, BasicNode>>,
+    pub(super) writer: Arc<GroupCommit>,
+    pub(super) snapshots: Arc<parking_lot::Mutex<Snapshots>>,
+}
+
+impl SnapshotMaker {
+    /// Writes the file (blocking: runs on a blocking thread), prunes old snapshots and the
+    /// log before the oldest kept one. Returns the path and size.
+    fn write(&self, meta: &SnapshotMeta<u64, BasicNode>) -> Result<(PathBuf, u64, u64), String> {
+        let index = meta.last_log_id.map_or(0, |l| l.index);
+        let path = catalog::path(&self.dir, index);
+        let encoded = postcard::to_allocvec(meta).map_err(|e| e.to_string())?;
+        let mut file = snapshot::SnapshotWriter::create(&path, &encoded).map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        self.store.export_header(&mut buf);
+        file.write_data(&buf).map_err(|e| e.to_string())?;
+        let mut pairs = 0;
+        for shard in 0..self.store.map_shards() {
+            buf.clear();
+            pairs += self.store.export_shard(shard, &mut buf);
+            file.write_data(&buf).map_err(|e| e.to_string())?;
+        }
+        let size = file.finish().map_err(|e| e.to_string())?;
+        match catalog::prune(&self.dir) {
+            Ok(Some(oldest_kept)) => self.writer.purge_through(oldest_kept),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "could not delete old snapshots"),
+        }
+        Ok((path, size, pairs))
+    }
+}
+
+impl RaftSnapshotBuilder<ShardRaft> for SnapshotMaker {
+    async fn build_snapshot(&mut self) -> StorageResult<Snapshot<ShardRaft>> {
+        let result = match self.meta.take() {
+            None => Err("nothing applied yet: no snapshot to take".to_string()),
+            Some(meta) => {
+                let started = std::time::Instant::now();
+                let maker = SnapshotMaker {
+                    store: self.store.clone(),
+                    dir: self.dir.clone(),
+                    meta: None,
+                    writer: self.writer.clone(),
+                    snapshots: self.snapshots.clone(),
+                };
+                let m = meta.clone();
+                match tokio::task::spawn_blocking(move || maker.write(&m)).await {
+                    Ok(Ok((path, size, pairs))) => Ok((meta, path, size, pairs, started.elapsed())),
+                    Ok(Err(e)) => Err(e),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        };
+        self.snapshots.lock().building = false;
+        match result {
+            Ok((meta, path, size, pairs, took)) => {
+                tracing::info!(
+                    file = %path.display(),
+                    bytes = size,
+                    pairs,
+                    took_ms = took.as_millis() as u64,
+                    "wrote a snapshot"
+                );
+                {
+                    let mut snaps = self.snapshots.lock();
+                    snaps.current = Some((meta.clone(), path.clone(), size));
+                    snaps.taken_at = Some(std::time::Instant::now());
+                    snaps.taken += 1;
+                    snaps.last_took = took;
+                    snaps.last_pairs = pairs;
+                }
+                let file = tokio::fs::File::open(&path).await.map_err(io_error)?;
+                Ok(Snapshot {
+                    meta,
+                    snapshot: Box::new(file),
+                })
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not write a snapshot (the log keeps everything; the next one tries again)");
+                Err(io_error(e))
+            }
+        }
+    }
+}
+
+impl RaftStateMachine<ShardRaft> for StateMachine {
+    type SnapshotBuilder = SnapshotMaker;
+
+    async fn applied_state(&mut self) -> StorageResult<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>)> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Applied>>
+    where
+        I: IntoIterator<Item = Entry<ShardRaft>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut out = Vec::new();
+        for entry in entries {
+            self.last_applied = Some(entry.log_id);
+            out.push(match entry.payload {
+                EntryPayload::Blank => Applied::default(),
+                EntryPayload::Normal(WriteBatch(batches)) => Applied(
+                    batches
+                        .iter()
+                        .map(|b| self.apply_batch(entry.log_id.index, b))
+                        .collect(),
+                ),
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(entry.log_id), m);
+                    Applied::default()
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        let meta = self.last_applied.map(|last| SnapshotMeta {
+            last_log_id: Some(last),
+            last_membership: self.membership.clone(),
+            snapshot_id: format!("{}-{}", last.leader_id.term, last.index),
+        });
+        let mut snaps = self.snapshots.lock();
+        snaps.building = true;
+        snaps.log_bytes_at_last = self.writer.figures().bytes;
+        SnapshotMaker {
+            store: self.store.clone(),
+            dir: self.dir.clone(),
+            meta,
+            writer: self.writer.clone(),
+            snapshots: self.snapshots.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<tokio::fs::File>> {
+        let path = self.dir.join("snap-receiving.tmp");
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .await
+            .map_err(io_error)?;
+        Ok(Box::new(file))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        snapshot: Box<tokio::fs::File>,
+    ) -> StorageResult<()> {
+        // The leader sends its snapshot file as it is: check it like one read from disk.
+        snapshot.sync_all().await.map_err(io_error)?;
+        drop(snapshot);
+        let index = meta.last_log_id.map_or(0, |l| l.index);
+        let path = catalog::path(&self.dir, index);
+        std::fs::rename(self.dir.join("snap-receiving.tmp"), &path).map_err(io_error)?;
+        crate::durable::sync_dir(&self.dir).map_err(io_error)?;
+        let snap = snapshot::read(&path).map_err(io_error)?;
+        self.load(&path, &snap).map_err(io_error)?;
+        if let Ok(Some(oldest_kept)) = catalog::prune(&self.dir) {
+            self.writer.purge_through(oldest_kept);
+        }
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<ShardRaft>>> {
+        let current = self.snapshots.lock().current.clone();
+        match current {
+            None => Ok(None),
+            Some((meta, path, _)) => Ok(Some(Snapshot {
+                meta,
+                snapshot: Box::new(tokio::fs::File::open(&path).await.map_err(io_error)?),
+            })),
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! The raft types of a shard, what a log entry carries and applying it answers, and how the
+//! log answers a batch.
+
+use openraft::{BasicNode, Entry, StorageError, StorageIOError};
+use serde::{Deserialize, Serialize};
+
+/// The batches with writes of one log entry, as their frame bodies: the proposer puts every
+/// batch that arrived while the previous entries were being committed into one entry.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WriteBatch(pub Vec<Vec<u8>>);
+
+/// The encoded response bodies of an entry's batches, in order (none for raft's own entries).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Applied(pub Vec<Vec<u8>>);
+
+openraft::declare_raft_types!(
+    /// The raft types of a shard group.
+    pub ShardRaft:
+        D = WriteBatch,
+        R = Applied,
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = Entry<ShardRaft>,
+        SnapshotData = tokio::fs::File,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub(super) type StorageResult<T> = Result<T, StorageError<u64>>;
+
+pub(super) fn io_error(e: impl std::fmt::Display) -> StorageError<u64> {
+    StorageError::IO {
+        source: StorageIOError::write(&std::io::Error::other(e.to_string())),
+    }
+}
+
+/// Why the log did not answer a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogError {
+    /// This member does not lead its group (the leader's address, when known): nothing of
+    /// the batch ran; the client should ask the leader.
+    NotLeader(Option<String>),
+    /// The log failed; the batch may have been logged (its outcome is unknown).
+    Failed(String),
+}
+
+impl std::fmt::Display for LogError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogError::NotLeader(Some(l)) => write!(f, "not the leader of the group ({l} is)"),
+            LogError::NotLeader(None) => write!(f, "not the leader of the group (none known)"),
+            LogError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The leader's address from openraft's forward-to-leader hint.
+pub(super) fn leader_hint(f: &openraft::error::ForwardToLeader<u64, BasicNode>) -> LogError {
+    LogError::NotLeader(f.leader_node.as_ref().map(|n| n.addr.clone()))
+}
+
+/// What the log answers a submitted batch: its encoded response body, or why it failed (the
+/// outcome is then unknown: the batch may have been logged).
+pub type LogAnswer = Result<Vec<u8>, LogError>;
