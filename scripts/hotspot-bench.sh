@@ -132,6 +132,7 @@ for round in $(seq 1 "$ROUNDS"); do
       rm -rf "$WORK/data" "$WORK"/kvd-*.log
       for s in $(seq 0 $((SHARDS - 1))); do kvd_on "$s" 0 "$s" --group "$(addr "$s")"; done
       wait_up $(for s in $(seq 0 $((SHARDS - 1))); do addr "$s"; done)
+      on "$CLIENT" "$BIN/kvd" admin init-group --nodes "$NODES" "${AUTH[@]}" >/dev/null
       SPARES=()
       max=1
       case $base in

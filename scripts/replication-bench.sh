@@ -98,6 +98,8 @@ if has catchup; then
   start() { RUST_LOG=${KVD_LOG:-kvd=info,warn} "$BIN/kvd" --listen "${addrs[$1]}" --group "$group" --data-dir "$LOGS/catchup-$1" >>"$LOGS/catchup-$1.log" 2>&1 & pids[$1]=$!; }
   trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
   for i in 0 1 2; do start "$i"; done
+  for _ in $(seq 1 100); do "$BIN/kvd" stats --nodes "$nodes" --timeout 500ms >/dev/null 2>&1 && break; sleep 0.1; done
+  "$BIN/kvd" admin init-group --nodes "$nodes" >/dev/null
   for _ in $(seq 1 100); do "$BIN/kvd" put --nodes "$nodes" ready yes >/dev/null 2>&1 && break; sleep 0.1; done
   role() { "$BIN/kvd" stats --nodes "${addrs[$1]}" --json --timeout 2s 2>/dev/null | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats"]; print(s["role"], s["applied_index"], s["commit_index"])' 2>/dev/null; }
   follower=""

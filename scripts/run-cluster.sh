@@ -427,6 +427,17 @@ if ((!DRY)); then
 else
   echo "[host $FIRST_CLIENT] $KVD stats --nodes $NODES"
 fi
+if ((REPLICAS > 1 || DURABLE)); then
+  # Every shard is a replica group (of one, when durable without replicas): started once,
+  # by one command, for all its members.
+  say "starting the replica groups"
+  if ((DRY)); then
+    echo "[host $FIRST_CLIENT] $KVD admin init-group --nodes $NODES"
+  else
+    on "$FIRST_CLIENT" "$KVD" admin init-group --nodes "$NODES" "${AUTH[@]}" >"$OUT/init-group.txt" 2>&1 ||
+      { cat "$OUT/init-group.txt" >&2; die "kvd admin init-group failed"; }
+  fi
+fi
 
 if ((LOAD)); then
   say "loading $RECORDS records"

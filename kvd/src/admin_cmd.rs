@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use kvshared::client::{ClientConfig, Cluster, members};
+use kvshared::stats::GroupRole;
 
 use crate::cli::{AdminCommand, GroupArgs};
-use crate::durable::network::{AdminReply, AdminRequest, admin_call};
+use crate::durable::network::{AdminReply, AdminRequest, MemberIdentity, Target, admin_call};
 
 /// The reason `kvd admin` gives for its changes (kept in the leader's list of changes).
 const BY_ADMIN: &str = "kvd admin";
@@ -53,8 +54,90 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
             eprintln!("kvd: {}", g.send(AdminRequest::TransferLeader { addr }).await?);
             g.print_membership().await?;
         }
+        AdminCommand::InitGroup { nodes } => {
+            let config = nodes.client_config()?;
+            for (shard, entry) in nodes.node_list()?.iter().enumerate() {
+                let addrs: Vec<String> = members(entry).map(str::to_string).collect();
+                init_group(shard, &addrs, &config).await?;
+                Group::of(shard, addrs, config.clone()).print_membership().await?;
+            }
+        }
     }
     Ok(0)
+}
+
+/// Starts shard `shard`'s new group of `addrs`, once: every member must be running, blank
+/// (in no group yet) and agree on the shard and the members; each adopts a new group id
+/// (written to its data directory), then the first initialises the group with all of them.
+async fn init_group(shard: usize, addrs: &[String], config: &ClientConfig) -> anyhow::Result<()> {
+    let mut found: Vec<(String, MemberIdentity, Cluster)> = Vec::new();
+    for addr in addrs {
+        let c = Cluster::new(std::slice::from_ref(addr), config.clone())?;
+        match admin_call(&c, Target::ANY, AdminRequest::Identify).await {
+            Ok(AdminReply::Identity(who)) => found.push((addr.clone(), who, c)),
+            Ok(AdminReply::Failed(why)) => bail!("{addr}: {why} (start every member with --group and --data-dir)"),
+            Ok(other) => bail!("{addr} did not say who it is: {other:?}"),
+            Err(e) => bail!("{addr} is not reachable: {e} (start every member of the group first)"),
+        }
+    }
+    check_new_group(shard, addrs, &found)?;
+    let group = crate::durable::meta::new_member_id();
+    for (addr, who, c) in &found {
+        let to = Target {
+            group: 0,
+            member: who.member,
+        };
+        match admin_call(c, to, AdminRequest::Adopt { group }).await? {
+            AdminReply::Done(_) => {}
+            other => bail!("{addr} did not take the group: {other:?}"),
+        }
+    }
+    let members: Vec<(u64, String)> = found.iter().map(|(a, w, _)| (w.member, a.clone())).collect();
+    let (first, who, c) = &found[0];
+    let to = Target {
+        group,
+        member: who.member,
+    };
+    match admin_call(c, to, AdminRequest::Initialize { members }).await? {
+        AdminReply::Done(_) => eprintln!("kvd: shard {shard}'s group {group} is initialised (asked {first})"),
+        other => bail!("{first} did not initialise the group: {other:?}"),
+    }
+    Ok(())
+}
+
+/// Refuses to start a group twice, across shards, or with members that disagree.
+fn check_new_group(shard: usize, addrs: &[String], found: &[(String, MemberIdentity, Cluster)]) -> anyhow::Result<()> {
+    if found.is_empty() {
+        bail!("shard {shard}: no members listed");
+    }
+    for (addr, who, _) in found {
+        if let Some(g) = who.group {
+            bail!(
+                "{addr} already belongs to group {g}: shard {shard}'s group was initialised before (a group \
+                 is initialised once); add or replace members with `kvd admin add-replica`"
+            );
+        }
+        if who.shard != found[0].1.shard {
+            bail!(
+                "{addr} serves shard {}, {} serves {}",
+                who.shard,
+                found[0].0,
+                found[0].1.shard
+            );
+        }
+        let mut peers = who.peers.clone();
+        let mut listed = addrs.to_vec();
+        peers.sort();
+        listed.sort();
+        if !peers.is_empty() && peers != listed {
+            bail!(
+                "{addr} was started with --group {}, but --nodes lists {}: the members must agree",
+                who.peers.join(","),
+                addrs.join("|")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// One replica group as an admin command (or the shard manager) reaches it: requests go to
@@ -119,7 +202,7 @@ impl Group {
         let mut last_error = String::from("no member answered");
         while began.elapsed() < FIND_LEADER_LIMIT {
             let addr = self.members[next % self.members.len()].clone();
-            let answer = admin_call(self.client(&addr)?, request.clone()).await;
+            let answer = admin_call(self.client(&addr)?, Target::ANY, request.clone()).await;
             match answer {
                 Ok(AdminReply::Done(what)) => {
                     self.lead_with(&addr);
@@ -127,6 +210,7 @@ impl Group {
                 }
                 Ok(AdminReply::Failed(why)) => bail!("{addr}: {why}"),
                 Ok(AdminReply::ReadIndex(index)) => return Ok(format!("read index {index}")),
+                Ok(AdminReply::Identity(who)) => return Ok(format!("{who:?}")),
                 Ok(AdminReply::NotLeader(Some(leader))) => {
                     tracing::debug!(%addr, %leader, "following the leader");
                     self.lead_with(&leader);
@@ -168,7 +252,7 @@ impl Group {
                         continue;
                     };
                     let Ok(s) = c.stats(0).await else { continue };
-                    if s.group.role != "leader" {
+                    if s.group.role != GroupRole::Leader {
                         continue;
                     }
                     match s.group.lag.iter().find(|l| l.addr == addr) {
@@ -189,7 +273,7 @@ impl Group {
                 let Ok(s) = self.client(&addr)?.stats(0).await else {
                     continue;
                 };
-                if s.group.role == "leader" {
+                if s.group.role == GroupRole::Leader {
                     let g = &s.group;
                     let learners = match g.learners.is_empty() {
                         true => "none".to_string(),

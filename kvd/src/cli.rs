@@ -129,15 +129,17 @@ pub struct ServeArgs {
     pub snapshot_every: SnapshotEvery,
     /// Make this shard a replica group: every member's --listen address (this node's among
     /// them), the same list on every member. The group's leader serves the shard; the
-    /// others say who leads; a write is answered once a majority has it. The first start
-    /// of a member initialises the group, a restart rejoins it (with the membership its log
-    /// holds, whatever --group says then). Clients list a group's members separated by `|`
-    /// in --nodes.
+    /// others say who leads; a write is answered once a majority has it. A new member waits,
+    /// blank, until `kvd admin init-group` starts the group (once, for all its members); a
+    /// restart rejoins it (with the membership its log holds, whatever --group says then); a
+    /// member never starts a group by itself. Clients list a group's members separated by
+    /// `|` in --nodes.
     #[arg(long, value_delimiter = ',', value_name = "ADDR,ADDR,...", requires = "data_dir")]
     pub group: Vec<String>,
     /// Start as a new, empty member of a replica group that exists: it serves nothing until
     /// `kvd admin add-replica` adds it (it then catches up from the leader and votes). A
-    /// restart rejoins with the membership its log holds.
+    /// restart rejoins with the membership its log holds. (A member whose data directory was
+    /// lost comes back this way too: see docs/REPLICATION.md.)
     #[arg(long, requires = "data_dir", conflicts_with = "group")]
     pub join: bool,
     /// Cap on the memory the stored data takes (keys, values and their overhead, as
@@ -390,6 +392,15 @@ pub enum AdminCommand {
         group: GroupArgs,
         /// The member to lead.
         addr: String,
+    },
+    /// Start new replica groups, once: each entry of --nodes (`A|B|C`) is one shard's group,
+    /// whose members must be running (kvd --group A,B,C --data-dir DIR) and in no group yet.
+    /// Each member writes the new group's id into its data directory; from then on it takes
+    /// part only in that group. A member never starts a group by itself (so a member whose
+    /// disk was wiped cannot form a second group): see docs/REPLICATION.md.
+    InitGroup {
+        #[command(flatten)]
+        nodes: NodesArgs,
     },
 }
 

@@ -139,7 +139,7 @@ async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
                 Ok(s) => serde_json::json!({
                     "addr": addr,
                     "up": true,
-                    "role": (!s.group.role.is_empty()).then_some(&s.group.role),
+                    "role": s.group.role.in_group().then_some(s.group.role.as_str()),
                     "stats": s
                 }),
                 Err(e) => serde_json::json!({ "addr": addr, "up": false, "error": e.to_string() }),
@@ -162,7 +162,7 @@ async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
 fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
     let in_groups = rows
         .iter()
-        .any(|(_, r)| r.as_ref().is_ok_and(|s| !s.group.role.is_empty()));
+        .any(|(_, r)| r.as_ref().is_ok_and(|s| s.group.role.in_group()));
     let mut out = format!(
         "{:<22} {:>5} {:>9} {:>12} {:>12} {:>12} {:>6} {:>6} {:>19} {:>9} {:>8}{}\n",
         "NODE",

@@ -28,31 +28,6 @@ pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `--write-timeout`.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The file in a data directory that says which shard it holds.
-const SHARD_FILE: &str = "shard";
-
-/// Refuses a data directory written for another shard; marks a new one as this shard's.
-fn check_shard_file(dir: &std::path::Path, me: ShardId) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let path = dir.join(SHARD_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(found) if found.trim() == me.to_string() => Ok(()),
-        Ok(found) => Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "{} holds shard {} but this kvd serves --shard {me}: point --data-dir at this shard's directory",
-                dir.display(),
-                found.trim()
-            ),
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::write(&path, format!("{me}\n"))?;
-            crate::durable::sync_dir(dir)
-        }
-        Err(e) => Err(e),
-    }
-}
-
 /// Default `--max-buffer-memory` (1 GiB).
 pub const DEFAULT_MAX_BUFFER_MEMORY: usize = 1 << 30;
 
@@ -163,6 +138,8 @@ pub struct Node {
     latencies: Arc<OpLatencies>,
     /// The shard's log, with `--data-dir`: batches with writes go through it.
     durable: Option<DurableShard>,
+    /// With `--data-dir`: the lock that keeps other processes off it, held while the node lives.
+    lock: Option<crate::durable::meta::DataDirLock>,
     sampler: Sampler,
     started: Instant,
     /// The cumulative figures where the current load window began, and the last window's
@@ -210,6 +187,7 @@ impl Node {
             counters: Arc::new(Counters::default()),
             latencies: Arc::new(OpLatencies::default()),
             durable: None,
+            lock: None,
             sampler: Sampler::start(config.sample_period),
             started: Instant::now(),
             window: parking_lot::Mutex::new(LoadWindow {
@@ -229,7 +207,9 @@ impl Node {
             return Ok(());
         };
         let started = Instant::now();
-        check_shard_file(&dir, self.config.shard)?;
+        // First of all: no other kvd may serve this directory while this one does.
+        self.lock = Some(crate::durable::meta::DataDirLock::take(&dir)?);
+        crate::durable::meta::check_shard(&dir, self.config.shard)?;
         let (shard, recovery) = DurableShard::open(
             &dir,
             self.store.clone(),
@@ -239,8 +219,8 @@ impl Node {
                 snapshot_every: self.config.snapshot_every,
                 segment_bytes: self.config.segment_bytes,
                 group: self.config.group.as_ref().map(|g| GroupConfig {
-                    me: crate::durable::member_id(&g.me),
-                    initial: crate::durable::initial_membership(&g.initial),
+                    peers: g.initial.clone(),
+                    shard: self.config.shard,
                     client: kvshared::client::ClientConfig {
                         auth: self.config.auth.clone(),
                         max_frame: self.config.max_frame,
@@ -356,7 +336,6 @@ impl Node {
         }
         self.store.execute_except(batch, &logged, out, room, scratch, tally);
         self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
-        let confirm = None;
         let mut logged_kinds = [0; KINDS];
         for &i in &logged {
             if let Ok(op) = batch.op(i as usize) {
@@ -371,15 +350,12 @@ impl Node {
                 rx
             }
         };
-        Some(LogWait {
-            answer: Some(answer),
-            outcome: None,
-            confirm,
-            confirmed: None,
+        Some(LogWait(Waiting::Logged {
+            answer,
+            got: None,
             positions: logged,
-            timing: Some((began, logged_kinds, self.latencies.clone())),
-            deferred: None,
-        })
+            timing: (began, logged_kinds, self.latencies.clone()),
+        }))
     }
 
     /// `batch` (reads only), to run from a copy once `gate` answers a read index that this
@@ -535,138 +511,145 @@ impl DeferredRead {
     }
 }
 
-/// A batch that waits for the log (see [`Node::execute`]): for its logged ops' entry to be
-/// applied, or in a replica group for a read index before its reads run (the leader's own
-/// round, or on a follower the leader's answer); or a member's refusal because another
-/// leads.
-pub struct LogWait {
-    answer: Option<oneshot::Receiver<LogAnswer>>,
-    outcome: Option<LogAnswer>,
-    confirm: Option<oneshot::Receiver<Result<u64, LogError>>>,
-    confirmed: Option<Result<u64, LogError>>,
-    /// Where each logged op's result goes in the batch's response.
-    positions: Vec<u32>,
-    /// When the batch began, its logged ops per kind, and where their service time goes
-    /// once the log answers.
-    timing: Option<(Instant, [u64; KINDS], Arc<OpLatencies>)>,
-    /// A follower's reads, to run once `confirm` answers.
-    deferred: Option<DeferredRead>,
+/// A batch that waits for the log (see [`Node::execute`]): its logged ops wait for their
+/// entry to be applied; or, in a replica group, its reads wait for a read index before they
+/// run (the leader's own round, or on a follower the leader's answer); or a member refused
+/// it because another leads.
+pub struct LogWait(Waiting);
+
+/// What a [`LogWait`] waits for.
+enum Waiting {
+    /// Nothing ran, and why (this member does not lead its group).
+    Refused(LogError),
+    /// Reads to run from a copy once `gate` answers a read index this member has applied.
+    Deferred {
+        gate: oneshot::Receiver<Result<u64, LogError>>,
+        got: Option<Result<u64, LogError>>,
+        read: DeferredRead,
+    },
+    /// Ops that went to the log: their results come with the entry's answer.
+    Logged {
+        answer: oneshot::Receiver<LogAnswer>,
+        got: Option<LogAnswer>,
+        /// Where each logged op's result goes in the batch's response.
+        positions: Vec<u32>,
+        /// When the batch began, its logged ops per kind, and where their service time goes.
+        timing: (Instant, [u64; KINDS], Arc<OpLatencies>),
+    },
+    /// Answered (by [`LogWait::finish`]).
+    Finished,
 }
 
 impl LogWait {
     /// Nothing ran: this member does not lead its group.
     fn refused(why: LogError) -> LogWait {
-        LogWait {
-            answer: None,
-            outcome: None,
-            confirm: None,
-            confirmed: Some(Err(why)),
-            positions: Vec::new(),
-            timing: None,
-            deferred: None,
-        }
+        LogWait(Waiting::Refused(why))
     }
 
     /// Reads waiting to run until this member has applied a read index (`gate`).
     fn deferred(gate: oneshot::Receiver<Result<u64, LogError>>, read: DeferredRead) -> LogWait {
-        LogWait {
-            answer: None,
-            outcome: None,
-            confirm: Some(gate),
-            confirmed: None,
-            positions: Vec::new(),
-            timing: None,
-            deferred: Some(read),
-        }
+        LogWait(Waiting::Deferred { gate, got: None, read })
     }
 
-    /// Waits until the entry is committed and applied and leadership is confirmed (or
-    /// either failed). Cancel-safe: outcomes are kept for `LogWait::finish`.
+    /// Waits until what it waits for has come (or failed). Cancel-safe: the outcome is
+    /// kept for [`LogWait::finish`].
     pub async fn wait(&mut self) {
-        if self.outcome.is_none()
-            && let Some(answer) = self.answer.as_mut()
-        {
-            let answer = answer.await;
-            self.outcome = Some(answer.unwrap_or_else(|_| Err(LogError::Failed(LOG_STOPPED.into()))));
-        }
-        if self.confirmed.is_none()
-            && let Some(confirm) = self.confirm.as_mut()
-        {
-            let confirmed = confirm.await;
-            self.confirmed = Some(confirmed.unwrap_or(Err(LogError::NotLeader(None))));
+        match &mut self.0 {
+            Waiting::Deferred {
+                gate, got: got @ None, ..
+            } => {
+                *got = Some(gate.await.unwrap_or(Err(LogError::NotLeader(None))));
+            }
+            Waiting::Logged {
+                answer,
+                got: got @ None,
+                ..
+            } => {
+                *got = Some(
+                    answer
+                        .await
+                        .unwrap_or_else(|_| Err(LogError::Failed(LOG_STOPPED.into()))),
+                );
+            }
+            _ => {}
         }
     }
 
-    /// Polls both outcomes without waiting; true once every awaited one has come.
+    /// Takes what has come without waiting; true once it has.
     fn ready(&mut self) -> bool {
-        if self.outcome.is_none()
-            && let Some(answer) = self.answer.as_mut()
-        {
-            match answer.try_recv() {
-                Ok(a) => self.outcome = Some(a),
+        match &mut self.0 {
+            Waiting::Deferred {
+                gate, got: got @ None, ..
+            } => match gate.try_recv() {
+                Ok(g) => *got = Some(g),
                 Err(oneshot::error::TryRecvError::Empty) => return false,
-                Err(oneshot::error::TryRecvError::Closed) => {
-                    self.outcome = Some(Err(LogError::Failed(LOG_STOPPED.into())))
-                }
-            }
-        }
-        if self.confirmed.is_none()
-            && let Some(confirm) = self.confirm.as_mut()
-        {
-            match confirm.try_recv() {
-                Ok(c) => self.confirmed = Some(c),
+                Err(oneshot::error::TryRecvError::Closed) => *got = Some(Err(LogError::NotLeader(None))),
+            },
+            Waiting::Logged {
+                answer,
+                got: got @ None,
+                ..
+            } => match answer.try_recv() {
+                Ok(a) => *got = Some(a),
                 Err(oneshot::error::TryRecvError::Empty) => return false,
-                Err(oneshot::error::TryRecvError::Closed) => self.confirmed = Some(Err(LogError::NotLeader(None))),
-            }
+                Err(oneshot::error::TryRecvError::Closed) => *got = Some(Err(LogError::Failed(LOG_STOPPED.into()))),
+            },
+            _ => {}
         }
         true
     }
 
-    /// Once everything awaited has come: puts the logged ops' results into `out` (found
-    /// values only while the reply stays within `max_reply` bytes) and returns `Some(Ok)`;
-    /// `None` while it has not. `NotLeader` means nothing of the batch took effect (the
-    /// client asks the leader); `Failed` means the outcome is unknown: the batch may have
-    /// been logged, so the caller must not answer it as failed.
+    /// Once everything awaited has come: puts the results into `out` (found values only
+    /// while the reply stays within `max_reply` bytes) and returns `Some(Ok)`; `None` while
+    /// it has not. `NotLeader` means nothing of the batch took effect (the client asks the
+    /// leader); `Failed` means the outcome is unknown: the batch may have been logged, so
+    /// the caller must not answer it as failed.
     pub fn finish(&mut self, out: &mut BatchResponse, max_reply: usize) -> Option<Result<(), LogError>> {
         if !self.ready() {
             return None;
         }
-        let confirmed = self.confirmed.take().unwrap_or(Ok(0)).map(|_| ());
-        if let Some(read) = self.deferred.take() {
-            return Some(confirmed.and_then(|()| read.run(out, max_reply)));
-        }
-        let reply = match self.outcome.take() {
-            None => return Some(confirmed),
-            Some(Err(e)) => return Some(Err(e)),
-            Some(Ok(reply)) => reply,
-        };
-        if let Err(e) = confirmed {
-            // The writes committed but the reads run beside them may be stale.
-            return Some(Err(LogError::Failed(format!(
-                "the writes were logged, but the reads could not be confirmed: {e}"
-            ))));
-        }
-        let mut body: AlignedVec = AlignedVec::new();
-        body.extend_from_slice(&reply);
-        let view = match ReplyView::parse(&body) {
-            Ok(view) if view.len() == self.positions.len() => view,
-            Ok(_) => {
-                return Some(Err(LogError::Failed(
-                    "the log answered a different number of ops".into(),
-                )));
-            }
-            Err(e) => return Some(Err(LogError::Failed(format!("the log's answer does not decode: {e}")))),
-        };
-        if let Some((began, kinds, latencies)) = self.timing.take() {
-            latencies.record(kinds, elapsed_ns(began));
-        }
-        let room = BatchResponse::value_room(out.len(), max_reply);
-        for (j, &i) in self.positions.iter().enumerate() {
-            let used = out.value_bytes();
-            out.copy_result(i as usize, &view, j, |len| used + len <= room);
-        }
-        Some(Ok(()))
+        Some(match std::mem::replace(&mut self.0, Waiting::Finished) {
+            Waiting::Refused(why) => Err(why),
+            Waiting::Deferred { got, read, .. } => match got {
+                Some(Ok(_)) => read.run(out, max_reply),
+                Some(Err(e)) => Err(e),
+                None => Err(LogError::NotLeader(None)),
+            },
+            Waiting::Logged {
+                got, positions, timing, ..
+            } => match got {
+                Some(Ok(reply)) => merge_logged(&reply, &positions, timing, out, max_reply),
+                Some(Err(e)) => Err(e),
+                None => Err(LogError::Failed(LOG_STOPPED.into())),
+            },
+            Waiting::Finished => Err(LogError::Failed("answered twice".into())),
+        })
     }
+}
+
+/// Puts the log's answer for the logged ops (`reply`, an encoded response body) into the
+/// batch's response at `positions`, and records their service time.
+fn merge_logged(
+    reply: &[u8],
+    positions: &[u32],
+    (began, kinds, latencies): (Instant, [u64; KINDS], Arc<OpLatencies>),
+    out: &mut BatchResponse,
+    max_reply: usize,
+) -> Result<(), LogError> {
+    let mut body: AlignedVec = AlignedVec::new();
+    body.extend_from_slice(reply);
+    let view = match ReplyView::parse(&body) {
+        Ok(view) if view.len() == positions.len() => view,
+        Ok(_) => return Err(LogError::Failed("the log answered a different number of ops".into())),
+        Err(e) => return Err(LogError::Failed(format!("the log's answer does not decode: {e}"))),
+    };
+    latencies.record(kinds, elapsed_ns(began));
+    let room = BatchResponse::value_room(out.len(), max_reply);
+    for (j, &i) in positions.iter().enumerate() {
+        let used = out.value_bytes();
+        out.copy_result(i as usize, &view, j, |len| used + len <= room);
+    }
+    Ok(())
 }
 
 /// Ops of each timed kind a tally has counted: get, put, delete.

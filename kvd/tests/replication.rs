@@ -51,6 +51,9 @@ impl Group {
         for i in 0..n {
             g.restart(i);
         }
+        // A new group is started once, by one command, for all its first members.
+        let init = kvd(&["admin", "init-group", "--nodes", &g.addrs[..voters].join("|")]);
+        assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
         g
     }
 
@@ -98,7 +101,7 @@ impl Group {
                 one.stats(0)
                     .await
                     .ok()
-                    .map(|s| (s.group.role.clone(), s.group.applied_index)),
+                    .map(|s| (s.group.role.as_str().to_string(), s.group.applied_index)),
             );
         }
         out

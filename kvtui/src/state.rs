@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use kvshared::latency::LatencyStats;
-use kvshared::stats::{NodeRates, NodeStats, RateTracker};
+use kvshared::stats::{GroupRole, NodeRates, NodeStats, RateTracker};
 
 /// One poll of one node.
 #[derive(Debug, Clone)]
@@ -104,7 +104,7 @@ impl NodeView {
     pub fn is_follower(&self) -> bool {
         self.stats
             .as_ref()
-            .is_some_and(|s| matches!(s.group.role.as_str(), "follower" | "learner" | "joining" | "removed"))
+            .is_some_and(|s| s.group.role.in_group() && s.group.role != GroupRole::Leader)
     }
 }
 
@@ -210,7 +210,7 @@ impl ClusterView {
         let mut changes: Vec<_> = self
             .nodes
             .iter()
-            .filter_map(|node| node.stats.as_ref().filter(|s| s.group.role == "leader"))
+            .filter_map(|node| node.stats.as_ref().filter(|s| s.group.role == GroupRole::Leader))
             .flat_map(|s| s.group.changes.iter().map(|c| (s.shard, c.clone())))
             .collect();
         changes.sort_by_key(|(_, c)| c.unix_ms);

@@ -514,12 +514,17 @@ fn a_replica_group_shows_a_row_per_member_with_its_role() {
     );
     assert_eq!(app.view.nodes.len(), 3);
     let t0 = app.view.started;
-    for (node, role) in [(0usize, "follower"), (1, "leader"), (2, "follower")] {
+    use kvshared::stats::GroupRole;
+    for (node, role) in [
+        (0usize, GroupRole::Follower),
+        (1, GroupRole::Leader),
+        (2, GroupRole::Follower),
+    ] {
         for (at, gets) in [(t0, 0u64), (t0 + Duration::from_secs(2), 2_000)] {
             let mut s = stats(0, 10_000 + gets, gets, 0, 0);
             s.shard.count = 1;
-            s.group.role = role.into();
-            if role == "leader" {
+            s.group.role = role;
+            if role == GroupRole::Leader {
                 // Three voters and a learner the shard manager added, and why.
                 s.group.members = vec!["10.0.0.1:7070".into(), "10.0.0.2:7070".into(), "10.0.0.3:7070".into()];
                 s.group.learners = vec!["10.0.0.9:7070".into()];

@@ -316,14 +316,66 @@ impl Durability {
     }
 }
 
+/// A node's place in its replica group: the one definition every tool reads (JSON: the
+/// lower-case name, `""` for a node in no group).
+#[derive(
+    Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupRole {
+    /// Not a member of a replica group (in memory, or a durable group of one).
+    #[default]
+    #[serde(rename = "")]
+    None,
+    /// Leads its group: serves reads and writes.
+    Leader,
+    /// A voter that follows the leader: serves reads (follower reads).
+    Follower,
+    /// Follows the log without voting: serves reads.
+    Learner,
+    /// Started as a member (`--group` or `--join`) but no group has it yet: it waits for
+    /// `kvd admin init-group` or `kvd admin add-replica`, and serves nothing.
+    Joining,
+    /// Its group has removed it: serves nothing.
+    Removed,
+}
+
+impl GroupRole {
+    /// The name tools print (and JSON carries).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupRole::None => "",
+            GroupRole::Leader => "leader",
+            GroupRole::Follower => "follower",
+            GroupRole::Learner => "learner",
+            GroupRole::Joining => "joining",
+            GroupRole::Removed => "removed",
+        }
+    }
+
+    /// Whether the member is in its group's membership now (leader, follower or learner).
+    pub fn is_member(self) -> bool {
+        matches!(self, GroupRole::Leader | GroupRole::Follower | GroupRole::Learner)
+    }
+
+    /// Whether the node is part of a replica group in any way (not `None`).
+    pub fn in_group(self) -> bool {
+        self != GroupRole::None
+    }
+}
+
+impl std::fmt::Display for GroupRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A replica group member's place in its group.
 #[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct GroupFigures {
-    /// `leader`, `follower` or `learner`; `joining` for a member started with `--join` that
-    /// no group has added yet, `removed` for one its group has removed; empty when the node
-    /// is in no replica group.
+    /// Its role (see [`GroupRole`]).
     #[serde(default)]
-    pub role: String,
+    pub role: GroupRole,
     /// The raft term this member is in.
     #[serde(default)]
     pub term: u64,

@@ -61,6 +61,14 @@ pub enum LogError {
         /// Where the previous one ended.
         expected: u64,
     },
+    /// The last segment was sealed by a rotation, but the segment after it is gone.
+    #[error(
+        "{path} was closed when a next segment was started, but no segment follows it: the log's last segment file is missing. kvd will not serve a shortened history. Restore this data directory from a copy, or move it away to start this shard empty (losing its data)"
+    )]
+    MissingLast {
+        /// The last segment there is.
+        path: PathBuf,
+    },
     /// A caller asked for something the log cannot do.
     #[error("{0}")]
     Misuse(String),
@@ -81,6 +89,9 @@ pub struct LogFiles {
     closed: Vec<SegmentFile>,
     active: Segment,
     active_info: SegmentFile,
+    /// Records of the active segment durable as of the last fsync (what the next fsync
+    /// writes into the segment's mark).
+    synced_records: u64,
 }
 
 /// What opening the log found.
@@ -89,6 +100,26 @@ pub struct Recovered {
     pub records: Vec<(u64, Vec<u8>)>,
     /// A torn tail that was cut off: the file and the offset.
     pub torn: Option<(PathBuf, u64)>,
+}
+
+/// Refuses a segment that holds fewer records than its mark says were durable, or a last
+/// segment that was sealed (its successor is gone).
+fn check_mark(path: &Path, contents: &segment::Contents, last: bool) -> Result<(), LogError> {
+    let found = contents.records.len() as u64;
+    if found < contents.durable_records {
+        return Err(SegmentError::Cut {
+            path: path.to_path_buf(),
+            found,
+            durable: contents.durable_records,
+        }
+        .into());
+    }
+    if last && contents.sealed {
+        return Err(LogError::MissingLast {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
 }
 
 fn segment_name(first: u64) -> String {
@@ -128,6 +159,7 @@ impl LogFiles {
             }
             let last = n + 1 == firsts.len();
             let contents = segment::read(&path, last)?;
+            check_mark(&path, &contents, last)?;
             if let Some(at) = contents.torn_at {
                 tracing::warn!(file = %path.display(), offset = at, "cut a torn tail off the log (a crash during an append; it held no acknowledged write)");
                 torn = Some((path.clone(), at));
@@ -143,6 +175,9 @@ impl LogFiles {
             let info = SegmentFile { first, path, ends };
             if last {
                 let active = Segment::open_at(&info.path, contents.valid_len)?;
+                let synced_records = info.ends.len() as u64;
+                active.mark(synced_records, false)?;
+                active.sync()?;
                 return Ok((
                     LogFiles {
                         dir: dir.to_path_buf(),
@@ -150,6 +185,7 @@ impl LogFiles {
                         closed,
                         active,
                         active_info: info,
+                        synced_records,
                     },
                     Recovered { records, torn },
                 ));
@@ -169,6 +205,7 @@ impl LogFiles {
                     path,
                     ends: Vec::new(),
                 },
+                synced_records: 0,
             },
             Recovered { records, torn },
         ))
@@ -235,6 +272,10 @@ impl LogFiles {
         };
         self.active = Segment::open_at(&self.active_info.path, len)?;
         self.active_info.ends.truncate(keep);
+        // Records taken back were durable, maybe: the mark must not claim them any more.
+        self.synced_records = self.synced_records.min(keep as u64);
+        self.active.mark(self.synced_records, false)?;
+        self.active.sync()?;
         Ok(())
     }
 
@@ -251,6 +292,7 @@ impl LogFiles {
             },
         );
         self.active = next;
+        self.synced_records = 0;
         for s in self.closed.drain(..).chain([old]) {
             std::fs::remove_file(&s.path).map_err(|source| LogError::Dir {
                 dir: s.path.clone(),
@@ -267,6 +309,8 @@ impl LogFiles {
     }
 
     fn rotate(&mut self) -> Result<(), LogError> {
+        // Sealed: every record durable, and a next segment must follow.
+        self.active.mark(self.active_info.ends.len() as u64, true)?;
         self.active.sync()?;
         let first = self.next_index();
         let path = self.dir.join(segment_name(first));
@@ -281,6 +325,7 @@ impl LogFiles {
         );
         self.closed.push(old);
         self.active = next;
+        self.synced_records = 0;
         Ok(())
     }
 
@@ -295,9 +340,13 @@ impl LogFiles {
         self.closed.first().map_or(self.active_info.first, |s| s.first)
     }
 
-    /// Makes every appended record durable.
-    pub fn sync(&self) -> Result<(), LogError> {
-        Ok(self.active.sync()?)
+    /// Makes every appended record durable, and (one fsync behind) says so in the active
+    /// segment's mark.
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        self.active.mark(self.synced_records, false)?;
+        self.active.sync()?;
+        self.synced_records = self.active_info.ends.len() as u64;
+        Ok(())
     }
 
     /// Deletes the segments whose records all have indexes up to `index` (they are in a

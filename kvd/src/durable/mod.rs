@@ -12,6 +12,7 @@
 
 pub mod catalog;
 pub mod log;
+pub mod meta;
 pub mod network;
 pub mod raft;
 pub mod segment;
@@ -37,31 +38,18 @@ pub struct DurableConfig {
     pub group: Option<GroupConfig>,
 }
 
-/// A member's replica group.
+/// A member's replica group. Who the member is (its id) and which group it belongs to are
+/// the data directory's (`meta::Identity`), never derived from flags: a member whose disk
+/// was wiped is a new member, and a group is initialised once, by `kvd admin init-group`.
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
-    /// This member's id ([`member_id`] of its address).
-    pub me: u64,
-    /// The membership a new group starts with (`--group`), by id; empty for a member that
-    /// waits to be added to a group that exists (`--join`).
-    pub initial: std::collections::BTreeMap<u64, openraft::BasicNode>,
+    /// `--group`: the members a new group is meant to have (what `kvd admin init-group`
+    /// checks); empty with `--join`.
+    pub peers: Vec<String>,
+    /// The shard this member serves.
+    pub shard: kvshared::routing::ShardId,
     /// How to reach the others (timeouts, token, TLS).
     pub client: kvshared::client::ClientConfig,
-}
-
-/// A member's raft id: derived from its address, so that a member started with `--join`
-/// knows its id before any other member has heard of it, and every member of a `--group`
-/// computes the same ids. (Never 0, and below 2^53 so that JSON readers keep it exact.)
-pub fn member_id(addr: &str) -> u64 {
-    (kvshared::routing::key_hash(addr.as_bytes()) >> 11).max(1)
-}
-
-/// The membership a group whose members are `addrs` starts with.
-pub fn initial_membership(addrs: &[String]) -> std::collections::BTreeMap<u64, openraft::BasicNode> {
-    addrs
-        .iter()
-        .map(|a| (member_id(a), openraft::BasicNode { addr: a.clone() }))
-        .collect()
 }
 
 /// `--snapshot-every`: how much log starts a snapshot.

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use kvshared::client::{ClientConfig, ClientError, Cluster};
 use kvshared::frame::FrameKind;
@@ -23,13 +24,41 @@ use serde::{Deserialize, Serialize};
 
 use super::raft::types::ShardRaft;
 
-/// A raft RPC from one member to another, or an operator's request about the group.
+/// A raft RPC from one member to another, or a request about the group.
 #[derive(Serialize, Deserialize)]
 pub enum RaftRpc {
     Append(AppendEntriesRequest<ShardRaft>),
     Vote(VoteRequest<u64>),
     Snapshot(InstallSnapshotRequest<ShardRaft>),
     Admin(AdminRequest),
+}
+
+/// What travels in a `RaftRequest` frame: the RPC, the group it is for and the member it is
+/// for. A member answers raft RPCs only of its own group and addressed to itself (a member
+/// of another group, or one whose disk was wiped and that came back as a new member at the
+/// same address, refuses them with a reason instead of taking them up).
+#[derive(Serialize, Deserialize)]
+pub struct RaftMessage {
+    /// The group's id (0: the sender does not know it; only operators' requests).
+    pub group: u64,
+    /// The member's id (0: whichever member this is; only operators' requests).
+    pub to: u64,
+    /// The RPC.
+    pub rpc: RaftRpc,
+}
+
+/// Who a request is for: a group and one of its members, or (operators) whoever answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Target {
+    /// The group's id (0: any).
+    pub group: u64,
+    /// The member's id (0: any).
+    pub member: u64,
+}
+
+impl Target {
+    /// Whoever answers (an operator's request, or asking a member who it is).
+    pub const ANY: Target = Target { group: 0, member: 0 };
 }
 
 /// A change to a replica group (`kvd admin`), carried out by its leader; `Campaign` goes from
@@ -50,6 +79,31 @@ pub enum AdminRequest {
     /// (follower reads): answered by the leader after a read-index round, and refused to a
     /// node that is no longer a member (a removed learner may not know it is).
     ReadIndex { member: u64 },
+    /// Who are you: answered [`AdminReply::Identity`] by any kvd in a replica group's role.
+    Identify,
+    /// Belong to this group from now on (written to the data directory before the answer):
+    /// sent by `kvd admin init-group` to every member of a new group, and by a leader to a
+    /// member it adds. Refused by a member of another group.
+    Adopt { group: u64 },
+    /// Start the group with these members (`(id, address)`): sent by `kvd admin init-group`
+    /// to one member, once every member has adopted the group.
+    Initialize { members: Vec<(u64, String)> },
+}
+
+/// Who a member is (the answer to [`AdminRequest::Identify`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct MemberIdentity {
+    /// Its member id (made with its data directory).
+    pub member: u64,
+    /// Its group's id, once it belongs to one.
+    pub group: Option<u64>,
+    /// Whether its raft log holds a membership (the group was initialised and it has heard
+    /// of it).
+    pub initialised: bool,
+    /// Its `--group` list (empty with `--join`).
+    pub peers: Vec<String>,
+    /// The shard it serves (`I/N`).
+    pub shard: String,
 }
 
 /// What a member answers an [`AdminRequest`].
@@ -64,6 +118,8 @@ pub enum AdminReply {
     /// The leader's read index: a member that has applied this far may serve reads that
     /// arrived before it asked.
     ReadIndex(u64),
+    /// Who this member is.
+    Identity(MemberIdentity),
 }
 
 /// Its answer.
@@ -82,11 +138,13 @@ pub enum RaftRpcReply {
 pub struct Network {
     config: ClientConfig,
     peers: HashMap<u64, Arc<Cluster>>,
+    /// This member's group (0 until it has one), which every RPC names.
+    group: Arc<AtomicU64>,
 }
 
 impl Network {
-    /// Talks to the members with `config`'s timeouts, token and TLS.
-    pub fn new(config: ClientConfig) -> Network {
+    /// Talks to the members with `config`'s timeouts, token and TLS, naming `group`.
+    pub fn new(config: ClientConfig, group: Arc<AtomicU64>) -> Network {
         Network {
             config: ClientConfig {
                 conns_per_node: 1,
@@ -94,6 +152,7 @@ impl Network {
                 ..config
             },
             peers: HashMap::new(),
+            group,
         }
     }
 }
@@ -111,7 +170,11 @@ impl RaftNetworkFactory<ShardRaft> for Network {
         if let Some(c) = &cluster {
             self.peers.insert(target, c.clone());
         }
-        Peer { target, cluster }
+        Peer {
+            target,
+            cluster,
+            group: self.group.clone(),
+        }
     }
 }
 
@@ -119,6 +182,7 @@ impl RaftNetworkFactory<ShardRaft> for Network {
 pub struct Peer {
     target: u64,
     cluster: Option<Arc<Cluster>>,
+    group: Arc<AtomicU64>,
 }
 
 fn unreachable<E: std::error::Error>(e: &ClientError) -> RPCError<u64, BasicNode, E> {
@@ -132,13 +196,18 @@ fn network<E: std::error::Error>(why: String) -> RPCError<u64, BasicNode, E> {
 impl Peer {
     async fn call<E: std::error::Error>(
         &self,
-        rpc: &RaftRpc,
+        rpc: RaftRpc,
         option: &RPCOption,
     ) -> Result<RaftRpcReply, RPCError<u64, BasicNode, E>> {
         let Some(cluster) = &self.cluster else {
             return Err(network("no usable address for this member".into()));
         };
-        let body = postcard::to_allocvec(rpc).map_err(|e| network(e.to_string()))?;
+        let message = RaftMessage {
+            group: self.group.load(Ordering::Relaxed),
+            to: self.target,
+            rpc,
+        };
+        let body = postcard::to_allocvec(&message).map_err(|e| network(e.to_string()))?;
         let reply = tokio::time::timeout(option.hard_ttl(), cluster.call(0, FrameKind::RaftRequest, &body))
             .await
             .map_err(|_| network(format!("no answer within {:?}", option.hard_ttl())))?
@@ -160,7 +229,7 @@ impl RaftNetwork<ShardRaft> for Peer {
         rpc: AppendEntriesRequest<ShardRaft>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        match self.call(&RaftRpc::Append(rpc), &option).await? {
+        match self.call(RaftRpc::Append(rpc), &option).await? {
             RaftRpcReply::Append(r) => r.map_err(|e| self.remote(e)),
             RaftRpcReply::Refused(why) => Err(network(why)),
             _ => Err(network("answered another kind of RPC".into())),
@@ -172,7 +241,7 @@ impl RaftNetwork<ShardRaft> for Peer {
         rpc: InstallSnapshotRequest<ShardRaft>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        match self.call(&RaftRpc::Snapshot(rpc), &option).await? {
+        match self.call(RaftRpc::Snapshot(rpc), &option).await? {
             RaftRpcReply::Snapshot(r) => r.map_err(|e| self.remote(e)),
             RaftRpcReply::Refused(why) => Err(network(why)),
             _ => Err(network("answered another kind of RPC".into())),
@@ -184,7 +253,7 @@ impl RaftNetwork<ShardRaft> for Peer {
         rpc: VoteRequest<u64>,
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        match self.call(&RaftRpc::Vote(rpc), &option).await? {
+        match self.call(RaftRpc::Vote(rpc), &option).await? {
             RaftRpcReply::Vote(r) => r.map_err(|e| self.remote(e)),
             RaftRpcReply::Refused(why) => Err(network(why)),
             _ => Err(network("answered another kind of RPC".into())),
@@ -192,9 +261,15 @@ impl RaftNetwork<ShardRaft> for Peer {
     }
 }
 
-/// Asks the member at `addr` (through `cluster`, whose node 0 it is) to carry out `request`.
-pub async fn admin_call(cluster: &Cluster, request: AdminRequest) -> Result<AdminReply, ClientError> {
-    let body = postcard::to_allocvec(&RaftRpc::Admin(request)).unwrap_or_default();
+/// Asks the member that is `cluster`'s node 0 to carry out `request`, as `to` says (a member
+/// of the group asking another names both; an operator asks [`Target::ANY`]).
+pub async fn admin_call(cluster: &Cluster, to: Target, request: AdminRequest) -> Result<AdminReply, ClientError> {
+    let message = RaftMessage {
+        group: to.group,
+        to: to.member,
+        rpc: RaftRpc::Admin(request),
+    };
+    let body = postcard::to_allocvec(&message).unwrap_or_default();
     let reply = cluster.call(0, FrameKind::RaftRequest, &body).await?;
     if reply.kind != FrameKind::RaftResponse {
         return Err(reply.unexpected());

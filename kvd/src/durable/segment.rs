@@ -1,6 +1,12 @@
 //! Log segment files: a header, then records of
 //! `[payload length u32][payload crc32 u32][crc32 of those 8 bytes u32][payload]`.
 //!
+//! The header ends with a *mark*, rewritten in place before each fsync: how many records
+//! were already durable (as of the fsync before), and whether the segment is sealed (closed
+//! by rotation: a next segment must follow). Reading back, a segment that holds fewer records
+//! than its mark, or a sealed last segment, was cut or lost after kvd wrote it (a crash can
+//! only tear what was not yet fsynced): refused, naming the file.
+//!
 //! A segment is appended to and fsynced by one writer; many records go in one `write` and one
 //! `fdatasync` (group commit is the caller's: it hands over everything queued at once).
 //! Reading a segment back validates the header and every record; see [`read`] for what
@@ -12,10 +18,13 @@ use std::path::{Path, PathBuf};
 
 /// Bytes that open every segment file.
 pub const MAGIC: [u8; 8] = *b"KVDLOG\0\0";
-/// The segment format this kvd writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
-/// Size of the file header: magic, version, reserved.
-pub const HEADER_LEN: usize = 16;
+/// The segment format this kvd writes and reads (2: the header's durable mark).
+pub const FORMAT_VERSION: u32 = 2;
+/// Size of the file header: magic, version, reserved, then the mark: durable records (u64),
+/// sealed (u32), and the mark's crc32 (u32).
+pub const HEADER_LEN: usize = 32;
+/// Where the mark starts in the header.
+const MARK_AT: usize = 16;
 /// Size of a record's header: payload length, payload checksum, and the header's own
 /// checksum (so that a damaged length is seen as damage, not as a record cut short).
 pub const RECORD_HEADER_LEN: usize = 12;
@@ -54,6 +63,19 @@ pub enum SegmentError {
         path: PathBuf,
         /// The version found.
         found: u32,
+    },
+    /// The file holds fewer records than were written and fsynced before (truncated, or its
+    /// header cut): never a crash's torn tail.
+    #[error(
+        "{path}: holds {found} whole records but {durable} were written and fsynced to it before: the file was cut (truncated or damaged) after kvd wrote it. kvd will not serve a shortened history. Restore this data directory from a copy, or move it away to start this shard empty (losing its data)"
+    )]
+    Cut {
+        /// The file.
+        path: PathBuf,
+        /// Records it holds.
+        found: u64,
+        /// Records its mark says were durable.
+        durable: u64,
     },
     /// Damage that is not a torn tail: refusing is the only safe answer.
     #[error(
@@ -96,6 +118,7 @@ impl Segment {
         let mut header = [0u8; HEADER_LEN];
         header[..8].copy_from_slice(&MAGIC);
         header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header[MARK_AT..].copy_from_slice(&mark_bytes(0, false));
         file.write_all(&header).map_err(io(path, "write the header"))?;
         file.sync_all().map_err(io(path, "fsync the header"))?;
         if let Some(dir) = path.parent() {
@@ -168,6 +191,25 @@ impl Segment {
     pub fn sync(&self) -> Result<(), SegmentError> {
         self.file.sync_data().map_err(io(&self.path, "fsync"))
     }
+
+    /// Rewrites the header's mark in place (durable with the next [`Segment::sync`]): that
+    /// `durable_records` records were durable, and whether the segment is `sealed`.
+    pub fn mark(&self, durable_records: u64, sealed: bool) -> Result<(), SegmentError> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(&mark_bytes(durable_records, sealed), MARK_AT as u64)
+            .map_err(io(&self.path, "write the header's mark"))
+    }
+}
+
+/// The mark's bytes: durable records, sealed, and their checksum.
+fn mark_bytes(durable_records: u64, sealed: bool) -> [u8; HEADER_LEN - MARK_AT] {
+    let mut m = [0u8; HEADER_LEN - MARK_AT];
+    m[..8].copy_from_slice(&durable_records.to_le_bytes());
+    m[8..12].copy_from_slice(&u32::from(sealed).to_le_bytes());
+    let crc = crc32fast::hash(&m[..12]);
+    m[12..].copy_from_slice(&crc.to_le_bytes());
+    m
 }
 
 /// The records of a segment, and whether a torn tail was found (and must be cut).
@@ -179,6 +221,10 @@ pub struct Contents {
     pub valid_len: u64,
     /// Where a torn tail starts (the last segment only).
     pub torn_at: Option<u64>,
+    /// How many records the header's mark says were durable.
+    pub durable_records: u64,
+    /// Whether the segment was sealed by a rotation (a next segment must follow it).
+    pub sealed: bool,
 }
 
 /// Reads and checks a whole segment.
@@ -194,21 +240,27 @@ pub fn read(path: &Path, last: bool) -> Result<Contents, SegmentError> {
     let mut file = File::open(path).map_err(io(path, "open the segment"))?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(io(path, "read the segment"))?;
-    let header = bytes.get(..HEADER_LEN).ok_or(SegmentError::BadMagic {
-        path: path.to_path_buf(),
-    })?;
-    if header.get(..8) != Some(&MAGIC[..]) {
+    if bytes.get(..8).is_some_and(|m| m != MAGIC) {
         return Err(SegmentError::BadMagic {
             path: path.to_path_buf(),
         });
     }
-    let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
-    if version != FORMAT_VERSION {
+    let version = bytes.get(8..12).map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+    if let Some(found) = version.filter(|&v| v != FORMAT_VERSION) {
         return Err(SegmentError::Version {
             path: path.to_path_buf(),
-            found: version,
+            found,
         });
     }
+    // The header was fsynced when the segment was made: shorter than it, the file was cut.
+    let Some(header) = bytes.get(..HEADER_LEN) else {
+        return Err(SegmentError::Corrupt {
+            path: path.to_path_buf(),
+            offset: bytes.len() as u64,
+            why: "the file is shorter than a segment header: it was cut",
+        });
+    };
+    let (durable_records, sealed) = read_mark(path, header)?;
     let mut records = Vec::new();
     let mut at = HEADER_LEN;
     let end = bytes.len();
@@ -222,6 +274,8 @@ pub fn read(path: &Path, last: bool) -> Result<Contents, SegmentError> {
             records,
             valid_len: at as u64,
             torn_at: Some(at as u64),
+            durable_records,
+            sealed,
         };
         if last && bytes[at..].iter().all(|&b| b == 0) {
             return Ok(torn(records));
@@ -264,7 +318,24 @@ pub fn read(path: &Path, last: bool) -> Result<Contents, SegmentError> {
         records,
         valid_len: end as u64,
         torn_at: None,
+        durable_records,
+        sealed,
     })
+}
+
+/// The header's mark: durable records and sealed, checked.
+fn read_mark(path: &Path, header: &[u8]) -> Result<(u64, bool), SegmentError> {
+    let m = &header[MARK_AT..HEADER_LEN];
+    let word = |i: usize| u32::from_le_bytes([m[i], m[i + 1], m[i + 2], m[i + 3]]);
+    if crc32fast::hash(&m[..12]) != word(12) {
+        return Err(SegmentError::Corrupt {
+            path: path.to_path_buf(),
+            offset: MARK_AT as u64,
+            why: "the header's mark fails its checksum",
+        });
+    }
+    let durable = u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]]);
+    Ok((durable, word(8) != 0))
 }
 
 #[cfg(test)]
@@ -373,6 +444,24 @@ mod tests {
         std::fs::write(&path, header).unwrap();
         let e = read(&path, true).unwrap_err().to_string();
         assert!(e.contains("version 7"), "{e}");
+        // A header cut short (`truncate -s 16`) is refused as cut, not read as empty.
+        let seg = Segment::create(&scratch("log-2.seg")).unwrap();
+        let cut = seg.path.clone();
+        drop(seg);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&cut)
+            .unwrap()
+            .set_len(16)
+            .unwrap();
+        let e = read(&cut, true).unwrap_err().to_string();
+        assert!(e.contains("shorter than a segment header"), "{e}");
+        // The mark is read back as written.
+        let mut seg = Segment::create(&scratch("log-3.seg")).unwrap();
+        seg.append(&[b"x".to_vec()]).unwrap();
+        seg.mark(1, true).unwrap();
+        let back = read(&seg.path, true).unwrap();
+        assert_eq!((back.durable_records, back.sealed), (1, true));
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 }

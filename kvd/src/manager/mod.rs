@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use kvshared::client::{ClientConfig, Cluster, members};
-use kvshared::stats::NodeStats;
+use kvshared::stats::{GroupRole, NodeStats};
 use serde::Serialize;
 
 use crate::admin_cmd::Group;
@@ -139,7 +139,7 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
             let stats = clients.stats_of(&shard.members).await;
             let Some(leader) = stats
                 .iter()
-                .find_map(|(_, s)| s.as_ref().filter(|s| s.group.role == "leader"))
+                .find_map(|(_, s)| s.as_ref().filter(|s| s.group.role == GroupRole::Leader))
             else {
                 tracing::debug!(shard = shard.index, "no leader answered");
                 continue;
@@ -218,7 +218,7 @@ fn shard_load(stats: &[(String, Option<NodeStats>)], leader: &NodeStats, added: 
     let serving: Vec<&NodeStats> = stats
         .iter()
         .filter_map(|(_, s)| s.as_ref())
-        .filter(|s| matches!(s.group.role.as_str(), "leader" | "follower" | "learner"))
+        .filter(|s| s.group.role.is_member())
         .collect();
     ShardLoad {
         reads_per_sec: serving.iter().map(|s| s.recent.reads_per_sec).sum(),
@@ -249,7 +249,7 @@ fn free_spare(
         .iter()
         .filter(|(addr, s)| {
             s.as_ref()
-                .is_some_and(|s| s.shard.index as usize == shard && !s.group.role.is_empty())
+                .is_some_and(|s| s.shard.index as usize == shard && s.group.role.in_group())
                 && !members.contains(addr)
         })
         .min_by_key(|(addr, _)| in_use.iter().filter(|u| machine(u) == machine(addr)).count())

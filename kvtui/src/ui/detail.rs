@@ -102,7 +102,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             ]);
             lines.extend(s.durability.summary_lines().into_iter().map(Line::from));
             let g = &s.group;
-            if !g.role.is_empty() {
+            if g.role.in_group() {
                 let lag: Vec<String> = g
                     .lag
                     .iter()

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use kvshared::stats::GroupRole;
 use kvshared::units::{bytes, bytes_of, nanos, si, uptime};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -102,14 +103,14 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
     let r = n.rates.as_ref();
     let state = match &n.health {
         // A replica group's member says its role.
-        Health::Up => match s.map(|s| s.group.role.as_str()) {
+        Health::Up => match s.map(|s| s.group.role) {
             // The leader stands out in its group's rows, with the group's size when it has
             // more than itself (voters and learners: the shard's replicas).
-            Some("leader") => match s.map_or(0, |s| s.group.members.len() + s.group.learners.len()) {
+            Some(GroupRole::Leader) => match s.map_or(0, |s| s.group.members.len() + s.group.learners.len()) {
                 0 | 1 => "★ leader".to_string(),
                 n => format!("★ leader ×{n}"),
             },
-            Some(role) if !role.is_empty() => role.to_string(),
+            Some(role) if role.in_group() => role.to_string(),
             _ => "up".to_string(),
         },
         Health::Waiting => "…".to_string(),

@@ -586,7 +586,7 @@ impl Cluster {
                         })
                         .collect();
                     *members = kept;
-                } else if serving.len() <= 1 && !members.is_empty() && !g.role.is_empty() {
+                } else if serving.len() <= 1 && !members.is_empty() && g.role.in_group() {
                     members.clear();
                 }
             }

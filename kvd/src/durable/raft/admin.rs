@@ -16,7 +16,7 @@
 //! turns its heartbeats and serving back on within a few seconds: a failed hand-over leaves
 //! the group as it was.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -25,8 +25,8 @@ use openraft::{BasicNode, ChangeMembers, ServerState};
 use super::open::GROUP_ELECTION_MS;
 use super::shard::DurableShard;
 use super::types::{LogError, leader_hint};
-use crate::durable::member_id;
-use crate::durable::network::{AdminReply, AdminRequest, admin_call};
+use crate::durable::meta::Identity;
+use crate::durable::network::{AdminReply, AdminRequest, MemberIdentity, Target, admin_call};
 
 /// How long a new learner may take to catch up before `AddLearner` gives up.
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(600);
@@ -34,52 +34,37 @@ const CATCH_UP_LIMIT: Duration = Duration::from_secs(600);
 const TAKE_OVER_LIMIT: Duration = Duration::from_secs(3);
 
 impl DurableShard {
-    /// Carries out an operator's request about the group (or, for `Campaign`, a handing-over
-    /// leader's).
+    /// Carries out a request about the group: an operator's, a handing-over leader's
+    /// (`Campaign`), a follower's (`ReadIndex`), or `kvd admin init-group`'s and an adding
+    /// leader's (`Identify`, `Adopt`, `Initialize`).
     pub async fn admin(&self, request: AdminRequest) -> AdminReply {
         if !self.grouped {
             return AdminReply::Failed("this node is not a member of a replica group".into());
         }
-        if request == AdminRequest::Campaign {
-            return match self.raft.trigger().elect().await {
-                Ok(()) => AdminReply::Done("campaigning".into()),
-                Err(e) => AdminReply::Failed(e.to_string()),
-            };
+        match request {
+            AdminRequest::Identify => return AdminReply::Identity(self.identity()),
+            AdminRequest::Adopt { group } => return self.adopt(group).await,
+            AdminRequest::Initialize { members } => return self.initialize(members).await,
+            AdminRequest::Campaign => {
+                return match self.raft.trigger().elect().await {
+                    Ok(()) => AdminReply::Done("campaigning".into()),
+                    Err(e) => AdminReply::Failed(e.to_string()),
+                };
+            }
+            _ => {}
         }
         if let Err(LogError::NotLeader(leader)) = self.leadership() {
             return AdminReply::NotLeader(leader);
         }
         if let AdminRequest::ReadIndex { member } = request {
-            // Not a change: no log line. Shares the leader's own reads' rounds.
-            if self
-                .raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .get_node(&member)
-                .is_none()
-            {
-                return AdminReply::Failed("not a member of the group".into());
-            }
-            return match self.confirm_leadership() {
-                Some(round) => match round.await {
-                    Ok(Ok(index)) => AdminReply::ReadIndex(index),
-                    Ok(Err(LogError::NotLeader(leader))) => AdminReply::NotLeader(leader),
-                    Ok(Err(LogError::Failed(why))) => AdminReply::Failed(why),
-                    Err(_) => AdminReply::NotLeader(None),
-                },
-                None => AdminReply::Failed("this node is not a member of a replica group".into()),
-            };
+            return self.read_index_for(member).await;
         }
         let (outcome, why) = match request {
             AdminRequest::AddLearner { addr, why } => (self.add_learner(addr).await, why),
             AdminRequest::Promote { addr, why } => (self.promote(&addr).await, why),
             AdminRequest::Remove { addr, why } => (self.remove(&addr).await, why),
             AdminRequest::TransferLeader { addr } => (self.hand_over(&addr).await, "kvd admin".into()),
-            AdminRequest::Campaign | AdminRequest::ReadIndex { .. } => {
-                (Ok(AdminReply::Done("nothing to change".into())), String::new())
-            }
+            _ => (Ok(AdminReply::Done("nothing to change".into())), String::new()),
         };
         match outcome {
             Ok(done) => {
@@ -94,6 +79,111 @@ impl DurableShard {
                 AdminReply::Failed(why)
             }
         }
+    }
+
+    /// Who this member is.
+    fn identity(&self) -> MemberIdentity {
+        MemberIdentity {
+            member: self.me,
+            group: self.group_id(),
+            initialised: self
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .nodes()
+                .next()
+                .is_some(),
+            peers: self.peers.clone(),
+            shard: self.shard.clone(),
+        }
+    }
+
+    /// Joins `group` for good: written to the data directory (atomically, fsynced) before the
+    /// answer, so that from then on this member answers that group's RPCs only.
+    async fn adopt(&self, group: u64) -> AdminReply {
+        if group == 0 {
+            return AdminReply::Failed("a group id is never 0".into());
+        }
+        match self.group_id() {
+            Some(g) if g == group => return AdminReply::Done(format!("member {} is in group {g}", self.me)),
+            Some(g) => {
+                return AdminReply::Failed(format!(
+                    "member {} belongs to group {g}, not {group}: a member is in one group for life                      (move its data directory away to make it a new, blank member)",
+                    self.me
+                ));
+            }
+            None => {}
+        }
+        let identity = Identity {
+            member: self.me,
+            group: Some(group),
+        };
+        let dir = self.dir.clone();
+        match tokio::task::spawn_blocking(move || identity.store(&dir)).await {
+            Ok(Ok(())) => {
+                self.group.store(group, Ordering::Relaxed);
+                tracing::info!(group, member = self.me, "joined a replica group");
+                AdminReply::Done(format!("member {} joined group {group}", self.me))
+            }
+            Ok(Err(e)) => AdminReply::Failed(format!("cannot write the identity file: {e}")),
+            Err(e) => AdminReply::Failed(e.to_string()),
+        }
+    }
+
+    /// Starts the group with `members` (`kvd admin init-group`, once every member adopted it).
+    async fn initialize(&self, members: Vec<(u64, String)>) -> AdminReply {
+        if self.group_id().is_none() {
+            return AdminReply::Failed("this member has not adopted a group: run `kvd admin init-group`".into());
+        }
+        if !members.iter().any(|(id, _)| *id == self.me) {
+            return AdminReply::Failed(format!("member {} is not among the members to start with", self.me));
+        }
+        let nodes: BTreeMap<u64, BasicNode> = members.into_iter().map(|(id, addr)| (id, BasicNode { addr })).collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => AdminReply::Done("the group is initialised".into()),
+            Err(e) => AdminReply::Failed(format!("cannot initialise the group: {e}")),
+        }
+    }
+
+    /// A read index for a follower's reads (not a change: no log line). Shares the leader's
+    /// own reads' rounds.
+    async fn read_index_for(&self, member: u64) -> AdminReply {
+        let known = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&member)
+            .is_some();
+        if !known {
+            return AdminReply::Failed("not a member of the group".into());
+        }
+        match self.confirm_leadership() {
+            Some(round) => match round.await {
+                Ok(Ok(index)) => AdminReply::ReadIndex(index),
+                Ok(Err(LogError::NotLeader(leader))) => AdminReply::NotLeader(leader),
+                Ok(Err(LogError::Failed(why))) => AdminReply::Failed(why),
+                Err(_) => AdminReply::NotLeader(None),
+            },
+            None => AdminReply::Failed("this node is not a member of a replica group".into()),
+        }
+    }
+
+    /// The ids the membership lists at `addr`, voters first (two while a member that lost
+    /// its disk is being replaced by its new self).
+    fn ids_at(&self, addr: &str) -> Vec<u64> {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let mut ids: Vec<u64> = membership
+            .voter_ids()
+            .chain(membership.learner_ids())
+            .filter(|id| membership.get_node(id).is_some_and(|n| n.addr == addr))
+            .collect();
+        ids.dedup();
+        ids
     }
 
     /// Keeps a change in the leader's list (shown by `kvd stats` and kvtui).
@@ -125,8 +215,41 @@ impl DurableShard {
             .collect()
     }
 
+    /// Asks the kvd at `addr` who it is, and makes it adopt this group.
+    async fn enlist(&self, addr: &str) -> Result<u64, String> {
+        let peer =
+            kvshared::client::Cluster::new(&[addr.to_string()], self.client.clone()).map_err(|e| e.to_string())?;
+        let who = match admin_call(&peer, Target::ANY, AdminRequest::Identify).await {
+            Ok(AdminReply::Identity(who)) => who,
+            Ok(other) => return Err(format!("{addr} did not say who it is: {other:?}")),
+            Err(e) => return Err(format!("{addr} is not reachable (is it running with --join?): {e}")),
+        };
+        if who.shard != self.shard {
+            return Err(format!(
+                "{addr} serves shard {}, this group shard {}",
+                who.shard, self.shard
+            ));
+        }
+        let group = self.group_id().ok_or("this member belongs to no group")?;
+        if who.group.is_some_and(|g| g != group) {
+            return Err(format!(
+                "{addr} belongs to another group ({}): a member is in one group for life",
+                who.group.unwrap_or_default()
+            ));
+        }
+        let to = Target {
+            group: 0,
+            member: who.member,
+        };
+        match admin_call(&peer, to, AdminRequest::Adopt { group }).await {
+            Ok(AdminReply::Done(_)) => Ok(who.member),
+            Ok(other) => Err(format!("{addr} did not join the group: {other:?}")),
+            Err(e) => Err(format!("{addr}: {e}")),
+        }
+    }
+
     async fn add_learner(&self, addr: String) -> Result<AdminReply, String> {
-        let id = member_id(&addr);
+        let id = self.enlist(&addr).await?;
         if self.is_voter(id) {
             return Ok(AdminReply::Done(format!("{addr} is a voter already")));
         }
@@ -163,21 +286,34 @@ impl DurableShard {
         }
     }
 
+    /// Makes the learner at `addr` a voter; a voter at the same address with another id (the
+    /// member it was before its disk was wiped) leaves the voters in the same change.
     async fn promote(&self, addr: &str) -> Result<AdminReply, String> {
-        let id = member_id(addr);
-        if self.is_voter(id) {
-            return Ok(AdminReply::Done(format!("{addr} is a voter already")));
-        }
-        let change = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
+        let ids = self.ids_at(addr);
+        let voters = self.voters();
+        let Some(&new) = ids.iter().find(|id| !voters.contains(id)) else {
+            return match ids.is_empty() {
+                true => Err(format!("{addr} is not a learner of this group: add it first")),
+                false => Ok(AdminReply::Done(format!("{addr} is a voter already"))),
+            };
+        };
+        let replaced: Vec<u64> = ids.iter().copied().filter(|id| voters.contains(id)).collect();
+        let mut next: BTreeSet<u64> = voters.iter().copied().filter(|v| !replaced.contains(v)).collect();
+        next.insert(new);
         self.raft
-            .change_membership(change, false)
+            .change_membership(ChangeMembers::ReplaceAllVoters(next), false)
             .await
             .map_err(|e| leader_or(e.forward_to_leader().map(leader_hint), e.to_string()))?;
-        Ok(AdminReply::Done(format!("{addr} is a voter")))
+        Ok(AdminReply::Done(match replaced.is_empty() {
+            true => format!("{addr} is a voter"),
+            false => format!("{addr} is a voter again, as a new member (member {new}; it replaced {replaced:?})"),
+        }))
     }
 
     async fn remove(&self, addr: &str) -> Result<AdminReply, String> {
-        let id = member_id(addr);
+        let Some(id) = self.ids_at(addr).first().copied() else {
+            return Ok(AdminReply::Done(format!("{addr} is not a member")));
+        };
         let voters = self.voters();
         if !voters.contains(&id) {
             let learner = self
@@ -228,7 +364,10 @@ impl DurableShard {
 
     /// Hands the leadership to the voter at `addr` (see the module docs).
     async fn hand_over(&self, addr: &str) -> Result<AdminReply, String> {
-        let target = member_id(addr);
+        let voters = self.voters();
+        let Some(target) = self.ids_at(addr).into_iter().find(|id| voters.contains(id)) else {
+            return Err(format!("{addr} is not a voter of this group"));
+        };
         if target == self.me {
             return Ok(AdminReply::Done(format!("{addr} leads already")));
         }
@@ -267,7 +406,11 @@ impl DurableShard {
         }
         let deadline = tokio::time::Instant::now() + TAKE_OVER_LIMIT;
         while tokio::time::Instant::now() < deadline {
-            match admin_call(peer, AdminRequest::Campaign).await {
+            let to = Target {
+                group: self.group.load(Ordering::Relaxed),
+                member: target,
+            };
+            match admin_call(peer, to, AdminRequest::Campaign).await {
                 Ok(AdminReply::Done(_)) => {}
                 Ok(other) => tracing::debug!(?other, "campaign request"),
                 Err(e) => tracing::debug!(error = %e, "campaign request"),

@@ -1,6 +1,6 @@
 //! What a durable shard reports: its log and snapshots, and its place in its group.
 
-use kvshared::stats::Durability;
+use kvshared::stats::{Durability, GroupRole};
 
 use super::shard::DurableShard;
 use crate::durable::log::FsyncPolicy;
@@ -11,12 +11,12 @@ impl DurableShard {
         let m = self.raft.metrics().borrow().clone();
         let membership = m.membership_config.membership();
         let role = match m.state {
-            openraft::ServerState::Leader => "leader",
+            openraft::ServerState::Leader => GroupRole::Leader,
             // Started with --join and not added yet, or removed from the group.
-            _ if membership.nodes().next().is_none() => "joining",
-            _ if membership.get_node(&self.me).is_none() => "removed",
-            openraft::ServerState::Learner => "learner",
-            _ => "follower",
+            _ if membership.nodes().next().is_none() => GroupRole::Joining,
+            _ if membership.get_node(&self.me).is_none() => GroupRole::Removed,
+            openraft::ServerState::Learner => GroupRole::Learner,
+            _ => GroupRole::Follower,
         };
         let addr = |id: u64| membership.get_node(&id).map(|n| n.addr.clone()).unwrap_or_default();
         let last = m.last_log_index.unwrap_or(0);
@@ -37,7 +37,7 @@ impl DurableShard {
         };
         let applied_index = m.last_applied.map_or(0, |l| l.index);
         kvshared::stats::GroupFigures {
-            role: role.to_string(),
+            role,
             term: m.current_term,
             leader: m.current_leader.map(addr).unwrap_or_default(),
             log_index: last,

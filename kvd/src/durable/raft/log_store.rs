@@ -46,6 +46,7 @@ impl LogStore {
         keep_committed: bool,
     ) -> Result<(LogStore, u64), Box<dyn std::error::Error + Send + Sync>> {
         let log_dir = dir.join("log");
+        refuse_a_lost_log(dir, &log_dir)?;
         let (files, recovered) = LogFiles::open(&log_dir, 0)?;
         let files = files.with_segment_bytes(segment_bytes);
         let first_on_disk = files.first_index();
@@ -118,12 +119,54 @@ impl LogStore {
     }
 }
 
+/// A shard that has voted or snapshotted had a log: if every segment is gone, it was deleted
+/// (kvd always keeps the active segment), and starting would lose what it acknowledged.
+fn refuse_a_lost_log(dir: &Path, log_dir: &Path) -> Result<(), String> {
+    let has_segment = std::fs::read_dir(log_dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().ends_with(".seg"))
+    });
+    let had_log = dir.join("vote").exists() || crate::durable::catalog::list(dir).is_ok_and(|l| !l.is_empty());
+    if !has_segment && had_log {
+        return Err(format!(
+            "{}: no log segment is left, but this data directory voted or took snapshots: the log was \
+             deleted. kvd will not serve a shortened history. Restore the directory from a copy, or \
+             move it away to start the shard empty (losing its data)",
+            log_dir.display()
+        ));
+    }
+    Ok(())
+}
+
 impl RaftLogReader<ShardRaft> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
     ) -> StorageResult<Vec<Entry<ShardRaft>>> {
-        Ok(self.inner.lock().entries.range(range).map(|(_, e)| e.clone()).collect())
+        // openraft asks for ranges it computed from what peers sent: a range whose start is
+        // past its end would panic BTreeMap::range, so it is answered empty instead.
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let start = match range.start_bound() {
+            Included(&s) => Some(s),
+            Excluded(&s) => s.checked_add(1),
+            Unbounded => Some(0),
+        };
+        let end = match range.end_bound() {
+            Included(&e) => e.checked_add(1),
+            Excluded(&e) => Some(e),
+            Unbounded => None,
+        };
+        let Some(start) = start else { return Ok(Vec::new()) };
+        if end.is_some_and(|e| e <= start) {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.lock();
+        let entries = match end {
+            Some(end) => inner.entries.range(start..end),
+            None => inner.entries.range(start..),
+        };
+        Ok(entries.map(|(_, e)| e.clone()).collect())
     }
 }
 

@@ -30,6 +30,7 @@
 //! * `shard`: [`DurableShard`], what the node asks of its log; `figures` its stats.
 //! * `rpc`: answering the raft RPCs and admin requests that reach this member.
 //! * `admin`: membership changes and hand-over, on the leader.
+//! * `tasks`: the shard's background tasks, owned and ended with it.
 
 mod admin;
 mod figures;
@@ -40,6 +41,7 @@ mod reads;
 mod rpc;
 mod shard;
 mod state_machine;
+mod tasks;
 pub(crate) mod types;
 
 pub use open::Recovery;

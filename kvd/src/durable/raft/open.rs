@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use kvshared::frame::AlignedVec;
 use kvshared::wire::BatchResponse;
@@ -14,9 +15,11 @@ use super::propose::propose;
 use super::reads::{confirm, follow_reads};
 use super::shard::DurableShard;
 use super::state_machine::{Snapshots, StateMachine, snapshot_meta};
+use super::tasks::Tasks;
 use super::types::ShardRaft;
 use crate::counters::Counters;
 use crate::durable::log::GroupCommit;
+use crate::durable::meta::Identity;
 use crate::durable::{DurableConfig, SnapshotEvery, catalog};
 use crate::store::{Scratch, Store};
 
@@ -43,218 +46,342 @@ pub struct Recovery {
     pub entries_replayed: u64,
 }
 
+/// Opening errors: a message for the operator.
+type OpenError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What recovery read back before the group starts.
+struct Recovered {
+    log: LogStore,
+    sm: StateMachine,
+    writer: Arc<GroupCommit>,
+    snapshots: Arc<parking_lot::Mutex<Snapshots>>,
+    /// The last entry the log on disk holds.
+    last_log_index: Option<u64>,
+    /// Nothing on disk yet: no vote, no entry.
+    fresh: bool,
+    /// The committed-index hint (replica groups).
+    committed_at_start: Option<u64>,
+    /// The index recovery started from (the snapshot's).
+    base: u64,
+    recovery: Recovery,
+}
+
+/// Who this shard is in raft: its id, the membership a group of one starts with, how it
+/// reaches other members, and its group's id (0 until it has one).
+struct Membership {
+    me: u64,
+    initial: BTreeMap<u64, BasicNode>,
+    client: kvshared::client::ClientConfig,
+    group: Arc<AtomicU64>,
+    peers: Vec<String>,
+    shard: String,
+}
+
 impl DurableShard {
-    /// Opens the shard in `dir` (creating and initialising the group on first start): loads
-    /// the newest usable snapshot into `store`, replays the log after it, and, for a group of
-    /// one, returns once the node leads it and has applied every committed entry. A member of
-    /// a replica group returns at once: it serves (or names the leader) while a leader
-    /// commits what it replays.
+    /// Opens the shard in `dir`: loads the newest usable snapshot into `store`, replays the
+    /// log after it, and, for a group of one (initialised on its first start), returns once
+    /// the node leads it and has applied every committed entry. A member of a replica group
+    /// returns at once: it serves (or names the leader) while a leader commits what it
+    /// replays. A new member never initialises a group by itself: it waits as a blank member
+    /// until `kvd admin init-group` or `kvd admin add-replica` gives it one.
     pub async fn open(
         dir: &Path,
         store: Arc<Store>,
         counters: Arc<Counters>,
         config: DurableConfig,
-    ) -> Result<(DurableShard, Recovery), Box<dyn std::error::Error + Send + Sync>> {
-        let DurableConfig {
-            fsync,
-            snapshot_every: every,
-            segment_bytes,
-            group,
-        } = config;
-        let (log, first_on_disk) = LogStore::open(dir, fsync, segment_bytes, group.is_some())?;
-        let (writer, last_log_index, fresh, committed_at_start) = {
-            let inner = log.inner.lock();
-            let last = inner.entries.last_key_value().map(|(i, _)| *i);
-            (
-                inner.writer.clone(),
-                last,
-                inner.vote.is_none() && last.is_none(),
-                inner.committed.map(|c| c.index),
-            )
-        };
-        let snapshots = Arc::new(parking_lot::Mutex::new(Snapshots::default()));
-        let mut sm = StateMachine {
-            store: store.clone(),
-            counters,
-            last_applied: None,
-            membership: StoredMembership::default(),
-            scratch: Scratch::default(),
-            response: BatchResponse::default(),
-            body: AlignedVec::new(),
-            dir: dir.to_path_buf(),
-            writer: writer.clone(),
-            snapshots: snapshots.clone(),
-        };
-        let log_is_whole = last_log_index.is_none() || first_on_disk == 0;
-        let (chosen, passed_over) = catalog::newest_usable(dir, |snap| {
-            let index = snapshot_meta(snap)?.last_log_id.map_or(0, |l| l.index);
-            match last_log_index {
-                Some(_) if first_on_disk > index + 1 => Err(format!(
-                    "the log after it is missing (the log on disk starts at entry {first_on_disk})"
-                )),
-                _ => Ok(()),
-            }
-        })
-        .map_err(|e| format!("{}: cannot list snapshots: {e}", dir.display()))?;
-        for why in &passed_over {
-            tracing::warn!(%why, "passed over a snapshot; recovering from an older one, or the whole log, instead");
-        }
-        let mut recovery = Recovery::default();
-        let mut base = 0;
-        match chosen {
-            Some((path, snap)) => {
-                let pairs = sm.load(&path, &snap)?;
-                drop(snap);
-                if let Some(last) = sm.last_applied {
-                    log.forget_through(last);
-                    base = last.index;
-                }
-                recovery.snapshot = Some((path, pairs));
-            }
-            None if !log_is_whole => {
-                let why = match passed_over.is_empty() {
-                    true => "no snapshot holds the entries before it".to_string(),
-                    false => format!(
-                        "no snapshot holding the entries before it can be used ({})",
-                        passed_over.join("; ")
-                    ),
-                };
-                return Err(format!(
-                    "{}: the log starts at entry {first_on_disk} and {why}. kvd will not start from less than it acknowledged: restore the data directory from a copy, or move it away to start the shard empty",
-                    dir.display()
-                )
-                .into());
-            }
-            None => {}
-        }
+    ) -> Result<(DurableShard, Recovery), OpenError> {
+        let grouped = config.group.is_some();
+        let who = membership(dir, config.group)?;
+        let r = recover(dir, &store, counters, config.fsync, config.segment_bytes, grouped).await?;
         // Replay restores every acknowledged write, whatever --max-memory says now.
         let cap = store.memory_limit();
         store.set_max_memory(None);
-        let grouped = group.is_some();
-        if let Some(g) = &group {
+        if grouped {
+            let mut inner = r.log.inner.lock();
             // A member that led when it stopped would take up its leadership again at once
             // (openraft 0.9 restores a committed vote of its own as leadership), before its
             // store has replayed anything, and, as seen here, without rebuilding its
             // replication, so the group stalled. It comes back as having voted for itself in
             // that term, and the group elects a leader in a new one.
-            let mut inner = log.inner.lock();
-            if let Some(v) = inner.vote.filter(|v| v.committed && v.leader_id.node_id == g.me) {
-                inner.vote = Some(Vote::new(v.leader_id.term, g.me));
+            if let Some(v) = inner.vote.filter(|v| v.committed && v.leader_id.node_id == who.me) {
+                inner.vote = Some(Vote::new(v.leader_id.term, who.me));
             }
         }
-        let (me, initial, client) = match group {
-            Some(g) => (g.me, g.initial, g.client),
-            None => (ME, BTreeMap::from([(ME, BasicNode::default())]), Default::default()),
-        };
-        let (heartbeat, election) = match grouped {
-            true => (GROUP_HEARTBEAT_MS, GROUP_ELECTION_MS),
-            false => (250, (300, 600)),
-        };
-        let config = openraft::Config {
-            heartbeat_interval: heartbeat,
-            election_timeout_min: election.0,
-            election_timeout_max: election.1,
-            snapshot_policy: openraft::SnapshotPolicy::Never,
-            // An entry can hold a thousand batches (megabytes), and an append must arrive
-            // within a heartbeat: a follower catching up gets a few entries per round trip.
-            max_payload_entries: MAX_ENTRIES_PER_APPEND,
-            max_in_snapshot_log_to_keep: 0,
-            ..Default::default()
-        };
-        let network = crate::durable::network::Network::new(client.clone());
-        let raft = openraft::Raft::new(me, Arc::new(config.validate()?), network, log, sm).await?;
-        if fresh && !initial.is_empty() {
-            // Every member of a new group initialises it with the same membership, which
-            // openraft allows; a member that restarts has a vote or a log and rejoins; one
-            // started with --join waits for the leader to add it.
-            raft.initialize(initial).await?;
+        let raft_config = raft_config(grouped)?;
+        let network = crate::durable::network::Network::new(who.client.clone(), who.group.clone());
+        let raft = openraft::Raft::new(who.me, raft_config, network, r.log, r.sm).await?;
+        if r.fresh && !grouped {
+            raft.initialize(who.initial.clone()).await?;
         }
+        let shard = DurableShard::start(raft, r.writer, r.snapshots, config.fsync, grouped, who, dir);
+        let mut recovery = r.recovery;
+        shard
+            .catch_up(&store, cap, r.last_log_index, r.committed_at_start)
+            .await?;
+        recovery.entries_replayed = shard.applied_index().saturating_sub(r.base);
+        shard.tasks.spawn(watch_log(
+            shard.raft.clone(),
+            shard.writer.clone(),
+            shard.snapshots.clone(),
+            config.snapshot_every,
+        ));
+        Ok((shard, recovery))
+    }
+
+    /// The shard over a started raft, with its tasks running.
+    fn start(
+        raft: openraft::Raft<ShardRaft>,
+        writer: Arc<GroupCommit>,
+        snapshots: Arc<parking_lot::Mutex<Snapshots>>,
+        fsync: crate::durable::log::FsyncPolicy,
+        grouped: bool,
+        who: Membership,
+        dir: &Path,
+    ) -> DurableShard {
+        let tasks = Arc::new(Tasks::default());
         let (proposals, queue) = tokio::sync::mpsc::unbounded_channel();
         let handing_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        tokio::spawn(propose(raft.clone(), queue, handing_over.clone()));
+        tasks.spawn(propose(raft.clone(), queue, handing_over.clone(), tasks.clone()));
         let (confirms, confirm_queue) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(confirm(raft.clone(), confirm_queue));
+        tasks.spawn(confirm(raft.clone(), confirm_queue));
         let (member_reads, member_read_queue) = tokio::sync::mpsc::unbounded_channel();
         if grouped {
-            tokio::spawn(follow_reads(me, raft.clone(), member_read_queue, client.clone()));
+            let (client, group) = (who.client.clone(), who.group.clone());
+            tasks.spawn(follow_reads(
+                who.me,
+                raft.clone(),
+                member_read_queue,
+                client,
+                group,
+                tasks.clone(),
+            ));
         }
         let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        tokio::spawn(count_elections(raft.clone(), elections.clone()));
-        let shard = DurableShard {
+        tasks.spawn(count_elections(raft.clone(), elections.clone()));
+        DurableShard {
             raft,
             proposals,
             writer,
             snapshots,
             fsync,
-            me,
+            me: who.me,
             grouped,
             confirms,
             member_reads,
             elections,
-            client,
+            client: who.client,
+            group: who.group,
+            peers: who.peers,
+            shard: who.shard,
+            dir: dir.to_path_buf(),
             handing_over,
             leader_commit: std::sync::atomic::AtomicU64::new(0),
             heard_from_leader_ms: std::sync::atomic::AtomicU64::new(0),
             changes: Default::default(),
             snapshot_quiet: Arc::default(),
             epoch: std::time::Instant::now(),
-        };
-        // What the log on disk holds (the metrics may not show it yet this early).
-        let last = last_log_index;
-        if grouped {
-            // A member serves (or says who leads) at once; what it replays commits when a
-            // leader is there, so the replay filter and the memory cap come back then.
-            let raft = shard.raft.clone();
-            let store = store.clone();
-            if let Some(committed) = committed_at_start {
-                // It applies what it knows committed before it may campaign: a member that
-                // wins an election serves only once its store has caught up, and a restarted
-                // one, whose log is often the longest, would otherwise win and keep the shard
-                // waiting through its whole replay.
-                raft.runtime_config().elect(false);
-                let raft = raft.clone();
-                tokio::spawn(async move {
-                    let _ = raft
-                        .wait(Some(std::time::Duration::from_secs(60)))
-                        .applied_index_at_least(Some(committed), "apply the log known committed")
-                        .await;
-                    raft.runtime_config().elect(true);
-                });
-            }
-            tokio::spawn(async move {
-                if raft
-                    .wait(Some(std::time::Duration::from_secs(24 * 3600)))
-                    .applied_index_at_least(last, "apply the recovered log")
-                    .await
-                    .is_ok()
-                {
-                    store.set_max_memory(cap.map(|l| l.max_bytes));
-                    store.end_replay();
-                }
-            });
-        } else {
-            shard
-                .raft
-                .wait(Some(std::time::Duration::from_secs(10)))
+            tasks,
+        }
+    }
+
+    /// Applies the recovered log: a group of one waits until it leads and has applied it all;
+    /// a group member goes on at once and ends the replay (and restores the memory cap) when
+    /// a leader has committed it. A restarted member applies what it knew committed before it
+    /// may campaign: one that wins an election serves only once its store has caught up, and
+    /// a restarted one, whose log is often the longest, would otherwise win and keep the
+    /// shard waiting through its whole replay.
+    async fn catch_up(
+        &self,
+        store: &Arc<Store>,
+        cap: Option<crate::store::MemoryLimit>,
+        last: Option<u64>,
+        committed_at_start: Option<u64>,
+    ) -> Result<(), OpenError> {
+        let raft = self.raft.clone();
+        if !self.grouped {
+            raft.wait(Some(std::time::Duration::from_secs(10)))
                 .state(openraft::ServerState::Leader, "lead the group of one")
                 .await?;
-            shard
-                .raft
-                .wait(Some(std::time::Duration::from_secs(300)))
+            raft.wait(Some(std::time::Duration::from_secs(300)))
                 .applied_index_at_least(last, "apply the recovered log")
                 .await?;
             store.set_max_memory(cap.map(|l| l.max_bytes));
             store.end_replay();
+            return Ok(());
         }
-        recovery.entries_replayed = shard.applied_index().saturating_sub(base);
-        tokio::spawn(watch_log(
-            shard.raft.clone(),
-            shard.writer.clone(),
-            shard.snapshots.clone(),
-            every,
-        ));
-        Ok((shard, recovery))
+        if let Some(committed) = committed_at_start {
+            raft.runtime_config().elect(false);
+            let raft = raft.clone();
+            self.tasks.spawn(async move {
+                let _ = raft
+                    .wait(Some(std::time::Duration::from_secs(60)))
+                    .applied_index_at_least(Some(committed), "apply the log known committed")
+                    .await;
+                raft.runtime_config().elect(true);
+            });
+        }
+        let store = store.clone();
+        self.tasks.spawn(async move {
+            if raft
+                .wait(Some(std::time::Duration::from_secs(24 * 3600)))
+                .applied_index_at_least(last, "apply the recovered log")
+                .await
+                .is_ok()
+            {
+                store.set_max_memory(cap.map(|l| l.max_bytes));
+                store.end_replay();
+            }
+        });
+        Ok(())
     }
+}
+
+/// This shard's place in raft: a group of one (id [`ME`]), or a replica group member whose
+/// id and group come from the directory's identity file.
+fn membership(dir: &Path, group: Option<crate::durable::GroupConfig>) -> Result<Membership, OpenError> {
+    Ok(match group {
+        None => Membership {
+            me: ME,
+            initial: BTreeMap::from([(ME, BasicNode::default())]),
+            client: Default::default(),
+            group: Arc::default(),
+            peers: Vec::new(),
+            shard: String::new(),
+        },
+        Some(g) => {
+            let identity = Identity::load_or_create(dir)?;
+            Membership {
+                me: identity.member,
+                initial: BTreeMap::new(),
+                client: g.client,
+                group: Arc::new(AtomicU64::new(identity.group.unwrap_or(0))),
+                peers: g.peers,
+                shard: g.shard.to_string(),
+            }
+        }
+    })
+}
+
+/// openraft's settings for a group of one or a replica group.
+fn raft_config(grouped: bool) -> Result<Arc<openraft::Config>, OpenError> {
+    let (heartbeat, election) = match grouped {
+        true => (GROUP_HEARTBEAT_MS, GROUP_ELECTION_MS),
+        false => (250, (300, 600)),
+    };
+    let config = openraft::Config {
+        heartbeat_interval: heartbeat,
+        election_timeout_min: election.0,
+        election_timeout_max: election.1,
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        // An entry can hold a thousand batches (megabytes), and an append must arrive
+        // within a heartbeat: a follower catching up gets a few entries per round trip.
+        max_payload_entries: MAX_ENTRIES_PER_APPEND,
+        max_in_snapshot_log_to_keep: 0,
+        ..Default::default()
+    };
+    Ok(Arc::new(config.validate()?))
+}
+
+/// Reads back the log and the newest usable snapshot (loaded into the store), refusing a
+/// directory whose log does not reach back to a usable snapshot.
+async fn recover(
+    dir: &Path,
+    store: &Arc<Store>,
+    counters: Arc<Counters>,
+    fsync: crate::durable::log::FsyncPolicy,
+    segment_bytes: u64,
+    grouped: bool,
+) -> Result<Recovered, OpenError> {
+    let (log, first_on_disk) = LogStore::open(dir, fsync, segment_bytes, grouped)?;
+    let (writer, last_log_index, fresh, committed_at_start) = {
+        let inner = log.inner.lock();
+        let last = inner.entries.last_key_value().map(|(i, _)| *i);
+        (
+            inner.writer.clone(),
+            last,
+            inner.vote.is_none() && last.is_none(),
+            inner.committed.map(|c| c.index),
+        )
+    };
+    let snapshots = Arc::new(parking_lot::Mutex::new(Snapshots::default()));
+    let mut sm = StateMachine {
+        store: store.clone(),
+        counters,
+        last_applied: None,
+        membership: StoredMembership::default(),
+        scratch: Scratch::default(),
+        response: BatchResponse::default(),
+        body: AlignedVec::new(),
+        dir: dir.to_path_buf(),
+        writer: writer.clone(),
+        snapshots: snapshots.clone(),
+    };
+    let (recovery, base) = load_snapshot(dir, &log, &mut sm, last_log_index, first_on_disk)?;
+    Ok(Recovered {
+        log,
+        sm,
+        writer,
+        snapshots,
+        last_log_index,
+        fresh,
+        committed_at_start,
+        base,
+        recovery,
+    })
+}
+
+/// Loads the newest snapshot the log reaches back to into the state machine; returns what
+/// was loaded and its index.
+fn load_snapshot(
+    dir: &Path,
+    log: &LogStore,
+    sm: &mut StateMachine,
+    last_log_index: Option<u64>,
+    first_on_disk: u64,
+) -> Result<(Recovery, u64), OpenError> {
+    let log_is_whole = last_log_index.is_none() || first_on_disk == 0;
+    let (chosen, passed_over) = catalog::newest_usable(dir, |snap| {
+        let index = snapshot_meta(snap)?.last_log_id.map_or(0, |l| l.index);
+        match last_log_index {
+            Some(_) if first_on_disk > index + 1 => Err(format!(
+                "the log after it is missing (the log on disk starts at entry {first_on_disk})"
+            )),
+            _ => Ok(()),
+        }
+    })
+    .map_err(|e| format!("{}: cannot list snapshots: {e}", dir.display()))?;
+    for why in &passed_over {
+        tracing::warn!(%why, "passed over a snapshot; recovering from an older one, or the whole log, instead");
+    }
+    let mut recovery = Recovery::default();
+    let mut base = 0;
+    match chosen {
+        Some((path, snap)) => {
+            let pairs = sm.load(&path, &snap)?;
+            drop(snap);
+            if let Some(last) = sm.last_applied {
+                log.forget_through(last);
+                base = last.index;
+            }
+            recovery.snapshot = Some((path, pairs));
+        }
+        None if !log_is_whole => {
+            let why = match passed_over.is_empty() {
+                true => "no snapshot holds the entries before it".to_string(),
+                false => format!(
+                    "no snapshot holding the entries before it can be used ({})",
+                    passed_over.join("; ")
+                ),
+            };
+            return Err(format!(
+                "{}: the log starts at entry {first_on_disk} and {why}. kvd will not start from less than it acknowledged: restore the data directory from a copy, or move it away to start the shard empty",
+                dir.display()
+            )
+            .into());
+        }
+        None => {}
+    }
+    Ok((recovery, base))
 }
 
 /// Starts a snapshot when the log has grown past `--snapshot-every` (and, in bytes, past the

@@ -29,6 +29,7 @@ pub(super) async fn propose(
     raft: openraft::Raft<ShardRaft>,
     mut queue: tokio::sync::mpsc::UnboundedReceiver<Proposal>,
     quiet: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Arc<super::tasks::Tasks>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(PROPOSALS_IN_FLIGHT));
     while let Some(first) = queue.recv().await {
@@ -51,7 +52,7 @@ pub(super) async fn propose(
         }
         let (bodies, answers): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
         let raft = raft.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             // Bounded: openraft 0.9 may never answer an entry a change of leader has taken
             // away, and this slot would then hold every later write of the shard.
             let result = tokio::time::timeout(PROPOSE_LIMIT, raft.client_write(WriteBatch(bodies))).await;

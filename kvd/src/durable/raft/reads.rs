@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::types::{LogError, ShardRaft, leader_hint};
-use crate::durable::network::{AdminReply, AdminRequest, admin_call};
+use crate::durable::network::{AdminReply, AdminRequest, Target, admin_call};
 
 /// Follower reads: how long a member waits for its leader's read index, how far behind it
 /// may be and still wait to apply it (log entries), and how long it waits to apply it. All
@@ -76,6 +76,8 @@ pub(super) async fn follow_reads(
     raft: openraft::Raft<ShardRaft>,
     mut queue: tokio::sync::mpsc::UnboundedReceiver<ReadIndexWaiter>,
     client: kvshared::client::ClientConfig,
+    group: Arc<std::sync::atomic::AtomicU64>,
+    tasks: Arc<super::tasks::Tasks>,
 ) {
     let mut leader: Option<(String, Arc<kvshared::client::Cluster>)> = None;
     while let Some(first) = queue.recv().await {
@@ -83,13 +85,17 @@ pub(super) async fn follow_reads(
         while let Ok(more) = queue.try_recv() {
             waiting.push(more);
         }
-        let addr = {
+        let leader_at = {
             let m = raft.metrics();
             let m = m.borrow();
-            m.current_leader
-                .and_then(|id| m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()))
+            m.current_leader.and_then(|id| {
+                m.membership_config
+                    .membership()
+                    .get_node(&id)
+                    .map(|n| (id, n.addr.clone()))
+            })
         };
-        let Some(addr) = addr else {
+        let Some((leader_id, addr)) = leader_at else {
             for w in waiting {
                 let _ = w.send(Err(LogError::NotLeader(None)));
             }
@@ -110,7 +116,14 @@ pub(super) async fn follow_reads(
         leader = Some((addr.clone(), cluster.clone()));
         let asked = tokio::time::timeout(
             MEMBER_READ_ASK_LIMIT,
-            admin_call(&cluster, AdminRequest::ReadIndex { member: me }),
+            admin_call(
+                &cluster,
+                Target {
+                    group: group.load(std::sync::atomic::Ordering::Relaxed),
+                    member: leader_id,
+                },
+                AdminRequest::ReadIndex { member: me },
+            ),
         )
         .await;
         let index = match asked {
@@ -140,7 +153,7 @@ pub(super) async fn follow_reads(
         }
         // Waiting to apply is this member's own business: the next round may begin.
         let raft = raft.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let applied = raft
                 .wait(Some(MEMBER_READ_APPLY_LIMIT))
                 .applied_index_at_least(Some(index), "apply the read index")

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::propose::Proposal;
 use super::reads::{ReadIndexWaiter, queue_for_read_index};
 use super::state_machine::Snapshots;
+use super::tasks::Tasks;
 use super::types::{LogAnswer, LogError, ShardRaft};
 use crate::durable::log::{FsyncPolicy, GroupCommit};
 
@@ -45,6 +46,17 @@ pub struct DurableShard {
     /// While receiving a snapshot: until when (ms since `epoch`) not to campaign; 0 otherwise.
     pub(super) snapshot_quiet: Arc<std::sync::atomic::AtomicU64>,
     pub(super) epoch: std::time::Instant,
+    /// This member's group id (0 while it belongs to none: a blank member), shared with the
+    /// network so that every RPC names it.
+    pub(super) group: Arc<std::sync::atomic::AtomicU64>,
+    /// Its `--group` list (what `kvd admin init-group` checks).
+    pub(super) peers: Vec<String>,
+    /// The shard it serves, `I/N`.
+    pub(super) shard: String,
+    /// Its data directory (where a group it adopts is written down).
+    pub(super) dir: std::path::PathBuf,
+    /// Every background task of the shard, ended with it.
+    pub(super) tasks: Arc<Tasks>,
 }
 
 impl DurableShard {
@@ -159,7 +171,7 @@ impl DurableShard {
         if self.snapshot_quiet.swap(until, std::sync::atomic::Ordering::Relaxed) == 0 {
             self.raft.runtime_config().elect(false);
             let (raft, quiet, epoch) = (self.raft.clone(), self.snapshot_quiet.clone(), self.epoch);
-            tokio::spawn(async move {
+            self.tasks.spawn(async move {
                 loop {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     let until = quiet.load(std::sync::atomic::Ordering::Relaxed);
@@ -223,6 +235,12 @@ impl DurableShard {
 
     /// Stops the group.
     pub async fn shutdown(&self) {
+        self.tasks.abort_all();
         let _ = self.raft.shutdown().await;
+    }
+
+    /// This member's group id, once it belongs to one.
+    pub fn group_id(&self) -> Option<u64> {
+        Some(self.group.load(std::sync::atomic::Ordering::Relaxed)).filter(|&g| g != 0)
     }
 }
