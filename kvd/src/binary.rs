@@ -412,13 +412,18 @@ impl Binary {
                     self.waiting.pop_front();
                     return Err(format!("the shard's log failed: {e}"));
                 }
-                Some(Err(LogError::NotLeader(leader))) => Some(leader),
+                Some(Err(LogError::NotLeader(leader))) => Some(Ok(leader)),
+                Some(Err(LogError::Refused(why))) => Some(Err(why)),
                 Some(Ok(())) => None,
             };
             let Some(done) = self.waiting.pop_front() else { break };
             match not_leader {
+                // Nothing of the batch ran, and will not anywhere now: the client is told why.
+                Some(Err(why)) => self
+                    .encode_error(done.id, ErrorCode::Refused, why)
+                    .map_err(|e| format!("cannot encode a reply: {e}"))?,
                 // Nothing of the batch ran: the client sends it to the leader.
-                Some(leader) => raw_frame(
+                Some(Ok(leader)) => raw_frame(
                     &mut self.out,
                     FrameKind::NotLeader,
                     done.id,

@@ -20,7 +20,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let logging = init_logging(Some("kvd=info,warn"));
+    // openraft logs every failed RPC to an unreachable member (an ERROR and a WARN each
+    // heartbeat); kvd logs each member's change of state once instead (`network::Reach`).
+    let logging = init_logging(Some(
+        "kvd=info,openraft::replication=off,openraft::engine::handler::replication_handler=off,warn",
+    ));
     if let Some(dropped) = logging.dropped_counter() {
         kvd::node::report_log_drops(move || dropped.dropped_lines() as u64);
     }

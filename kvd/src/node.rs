@@ -325,6 +325,12 @@ impl Node {
         // with a write, its reads go through the log with the writes, in batch order.
         let grouped = log.is_grouped();
         self.store.ops_to_log(batch, &mut scratch.written, &mut logged, grouped);
+        if !logged.is_empty()
+            && let Some(why) = log.write_refusal()
+        {
+            // The disk refuses writes: nothing of the batch runs (reads alone go on).
+            return Some(LogWait::refused(LogError::Refused(why)));
+        }
         if logged.is_empty() {
             if let Some(gate) = log.confirm_leadership() {
                 return Some(self.read_after(gate, batch, began));

@@ -251,6 +251,17 @@ pub struct Durability {
     pub fsync_p50_us: u64,
     /// See `fsync_p50_us`.
     pub fsync_p99_us: u64,
+    /// When writes to the disk began failing (Unix ms; 0: they work). Meanwhile the node
+    /// refuses batches with writes (reads go on) and retries the disk until it works again.
+    #[serde(default)]
+    pub stalled_since_unix_ms: u64,
+    /// Why the disk refuses writes (the operating system's words, e.g. "No space left on
+    /// device"), while stalled.
+    #[serde(default)]
+    pub stall_reason: String,
+    /// Times the disk began refusing writes since the node started.
+    #[serde(default)]
+    pub disk_stalls: u64,
 }
 
 impl Default for Durability {
@@ -269,6 +280,9 @@ impl Default for Durability {
             log_records_written: 0,
             fsync_p50_us: 0,
             fsync_p99_us: 0,
+            stalled_since_unix_ms: 0,
+            stall_reason: String::new(),
+            disk_stalls: 0,
         }
     }
 }
@@ -298,7 +312,14 @@ impl Durability {
                 self.last_snapshot_ms
             )
         };
-        vec![
+        let mut lines = Vec::new();
+        if self.stalled_since_unix_ms != 0 {
+            lines.push(format!(
+                "durability: STALLED since {} (unix ms), {}: writes are refused until the disk works again",
+                self.stalled_since_unix_ms, self.stall_reason
+            ));
+        }
+        lines.extend([
             format!(
                 "durable, fsync {}: log {} on disk, {} entries since the snapshot, applied through {}",
                 self.mode,
@@ -312,7 +333,8 @@ impl Durability {
                 micros(self.fsync_p50_us),
                 micros(self.fsync_p99_us)
             ),
-        ]
+        ]);
+        lines
     }
 }
 

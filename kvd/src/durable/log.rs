@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use super::health::{Backoff, DiskHealth};
 use super::segment::{self, Segment, SegmentError};
 
 /// A segment is closed and a new one started past this size.
@@ -92,6 +93,15 @@ pub struct LogFiles {
     /// Records of the active segment durable as of the last fsync (what the next fsync
     /// writes into the segment's mark).
     synced_records: u64,
+    /// The payloads of the active segment's records after `synced_records` (kept when the
+    /// log fsyncs, so that a failed fsync, after which the kernel may have dropped the pages,
+    /// can write them again: see [`LogFiles::restore`]).
+    unsynced: Vec<Vec<u8>>,
+    /// Whether `unsynced` is kept (not with `--fsync never`, which never syncs).
+    keeps_unsynced: bool,
+    /// Unit tests only: while set, appends and fsyncs fail as on a read-only file system.
+    #[cfg(test)]
+    fault: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// What opening the log found.
@@ -186,6 +196,10 @@ impl LogFiles {
                         active,
                         active_info: info,
                         synced_records,
+                        unsynced: Vec::new(),
+                        keeps_unsynced: true,
+                        #[cfg(test)]
+                        fault: None,
                     },
                     Recovered { records, torn },
                 ));
@@ -206,6 +220,10 @@ impl LogFiles {
                     ends: Vec::new(),
                 },
                 synced_records: 0,
+                unsynced: Vec::new(),
+                keeps_unsynced: true,
+                #[cfg(test)]
+                fault: None,
             },
             Recovered { records, torn },
         ))
@@ -226,6 +244,8 @@ impl LogFiles {
     /// A `first` past the end (a replica that installed a snapshot newer than its log) starts
     /// the log afresh there: every segment before is covered by that snapshot and deleted.
     pub fn append(&mut self, first: u64, payloads: &[Vec<u8>]) -> Result<(), LogError> {
+        #[cfg(test)]
+        self.injected_fault()?;
         if first > self.next_index() {
             self.restart_at(first)?;
         }
@@ -272,6 +292,8 @@ impl LogFiles {
         };
         self.active = Segment::open_at(&self.active_info.path, len)?;
         self.active_info.ends.truncate(keep);
+        let unsynced_kept = keep.saturating_sub(self.synced_records as usize);
+        self.unsynced.truncate(unsynced_kept);
         // Records taken back were durable, maybe: the mark must not claim them any more.
         self.synced_records = self.synced_records.min(keep as u64);
         self.active.mark(self.synced_records, false)?;
@@ -293,6 +315,7 @@ impl LogFiles {
         );
         self.active = next;
         self.synced_records = 0;
+        self.unsynced.clear();
         for s in self.closed.drain(..).chain([old]) {
             std::fs::remove_file(&s.path).map_err(|source| LogError::Dir {
                 dir: s.path.clone(),
@@ -310,11 +333,22 @@ impl LogFiles {
 
     fn rotate(&mut self) -> Result<(), LogError> {
         // Sealed: every record durable, and a next segment must follow.
-        self.active.mark(self.active_info.ends.len() as u64, true)?;
+        let records = self.active_info.ends.len() as u64;
+        self.active.mark(records, true)?;
         self.active.sync()?;
+        self.synced_records = records;
+        self.unsynced.clear();
         let first = self.next_index();
         let path = self.dir.join(segment_name(first));
-        let next = Segment::create(&path)?;
+        let next = match Segment::create(&path) {
+            Ok(next) => next,
+            Err(e) => {
+                // No next segment after all: unsealed again (if the disk lets us), so that a
+                // restart does not look for one.
+                let _ = self.active.mark(records, false).and_then(|()| self.active.sync());
+                return Err(e.into());
+            }
+        };
         let old = std::mem::replace(
             &mut self.active_info,
             SegmentFile {
@@ -343,9 +377,60 @@ impl LogFiles {
     /// Makes every appended record durable, and (one fsync behind) says so in the active
     /// segment's mark.
     pub fn sync(&mut self) -> Result<(), LogError> {
+        #[cfg(test)]
+        self.injected_fault()?;
         self.active.mark(self.synced_records, false)?;
         self.active.sync()?;
         self.synced_records = self.active_info.ends.len() as u64;
+        self.unsynced.clear();
+        Ok(())
+    }
+
+    /// Unit tests: fails as a read-only file system does while the fault is set.
+    #[cfg(test)]
+    fn injected_fault(&self) -> Result<(), LogError> {
+        match &self.fault {
+            Some(f) if f.load(std::sync::atomic::Ordering::Relaxed) => Err(SegmentError::Io {
+                path: self.active_info.path.clone(),
+                what: "append records",
+                source: std::io::Error::from(std::io::ErrorKind::ReadOnlyFilesystem),
+            }
+            .into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Keeps the payloads just appended until the next fsync (see `unsynced`).
+    pub fn appended(&mut self, payloads: Vec<Vec<u8>>) {
+        if self.keeps_unsynced {
+            self.unsynced.extend(payloads);
+        }
+    }
+
+    /// After a failed write or fsync: opens the active segment anew (a new descriptor, for a
+    /// file system that came back), cut back to what is known written (the last fsync's
+    /// records when the log fsyncs: after a failed fsync the kernel may have dropped the
+    /// pages), and writes the records after that again from memory.
+    pub fn restore(&mut self) -> Result<(), LogError> {
+        let keep = match self.keeps_unsynced {
+            true => self.synced_records as usize,
+            false => self.active_info.ends.len(),
+        };
+        let len = match keep {
+            0 => segment::HEADER_LEN as u64,
+            k => self.active_info.ends[k - 1],
+        };
+        self.active = Segment::open_at(&self.active_info.path, len)?;
+        self.active_info.ends.truncate(keep);
+        let again = std::mem::take(&mut self.unsynced);
+        if !again.is_empty() {
+            let first = self.next_index();
+            if let Err(e) = self.append(first, &again) {
+                self.unsynced = again;
+                return Err(e);
+            }
+            self.appended(again);
+        }
         Ok(())
     }
 
@@ -416,105 +501,55 @@ impl Default for WriterFigures {
 pub struct GroupCommit {
     jobs: mpsc::Sender<Job>,
     figures: std::sync::Arc<parking_lot::Mutex<WriterFigures>>,
+    /// Tells a writer stuck retrying a failing disk to give up (the log is shutting down).
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for GroupCommit {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The writer thread's state.
+struct Writer {
+    files: LogFiles,
+    policy: FsyncPolicy,
+    figures: std::sync::Arc<parking_lot::Mutex<WriterFigures>>,
+    health: std::sync::Arc<DiskHealth>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    last_sync: Instant,
+    dirty: bool,
 }
 
 impl GroupCommit {
-    /// Starts the writer thread over `files`.
-    pub fn start(mut files: LogFiles, policy: FsyncPolicy) -> std::io::Result<GroupCommit> {
+    /// Starts the writer thread over `files`; a failing disk is retried until it works,
+    /// and reported to `health` meanwhile.
+    pub fn start(
+        mut files: LogFiles,
+        policy: FsyncPolicy,
+        health: std::sync::Arc<DiskHealth>,
+    ) -> std::io::Result<GroupCommit> {
         let (jobs, rx) = mpsc::channel::<Job>();
+        files.keeps_unsynced = policy != FsyncPolicy::Never;
         let figures = std::sync::Arc::new(parking_lot::Mutex::new(WriterFigures {
             disk_bytes: files.disk_bytes(),
             ..WriterFigures::default()
         }));
-        let shared = figures.clone();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut writer = Writer {
+            files,
+            policy,
+            figures: figures.clone(),
+            health,
+            stop: stop.clone(),
+            last_sync: Instant::now(),
+            dirty: false,
+        };
         std::thread::Builder::new()
             .name("log-writer".into())
-            .spawn(move || {
-                let mut last_sync = Instant::now();
-                let mut dirty = false;
-                loop {
-                    let first = match policy {
-                        FsyncPolicy::EverySecond if dirty => match rx.recv_timeout(Duration::from_millis(200)) {
-                            Ok(job) => Some(job),
-                            Err(mpsc::RecvTimeoutError::Timeout) => None,
-                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                        },
-                        _ => match rx.recv() {
-                            Ok(job) => Some(job),
-                            Err(_) => break,
-                        },
-                    };
-                    // Everything queued while the last fsync ran goes into this one, in
-                    // order (a truncation applies between the appends around it).
-                    let mut batch = Vec::new();
-                    let mut purge = None;
-                    let mut outcome = Ok(());
-                    let mut bytes = 0u64;
-                    let mut records = 0u64;
-                    for job in first.into_iter().chain(rx.try_iter()) {
-                        match job {
-                            Job::Append { first, payloads, done } => {
-                                bytes += payloads
-                                    .iter()
-                                    .map(|p| (segment::RECORD_HEADER_LEN + p.len()) as u64)
-                                    .sum::<u64>();
-                                records += payloads.len() as u64;
-                                if outcome.is_ok()
-                                    && let Err(e) = files.append(first, &payloads)
-                                {
-                                    outcome = Err(e.to_string());
-                                }
-                                batch.push(done);
-                            }
-                            Job::Purge(through) => purge = purge.max(Some(through)),
-                            Job::Truncate(from) => {
-                                if let Err(e) = files.truncate_from(from) {
-                                    tracing::error!(error = %e, "could not take back log records");
-                                    outcome = Err(e.to_string());
-                                }
-                            }
-                        }
-                    }
-                    let sync_now = match policy {
-                        FsyncPolicy::Always => !batch.is_empty(),
-                        FsyncPolicy::EverySecond => {
-                            dirty |= !batch.is_empty();
-                            dirty && last_sync.elapsed() >= Duration::from_secs(1)
-                        }
-                        FsyncPolicy::Never => false,
-                    };
-                    let mut took = None;
-                    if sync_now && outcome.is_ok() {
-                        let started = Instant::now();
-                        outcome = files.sync().map_err(|e| e.to_string());
-                        took = Some(started.elapsed());
-                        last_sync = Instant::now();
-                        dirty = false;
-                    }
-                    if let Some(through) = purge
-                        && let Err(e) = files.purge_through(through)
-                    {
-                        tracing::warn!(error = %e, "could not delete old log segments (they are kept; the next snapshot tries again)");
-                    }
-                    {
-                        let mut f = shared.lock();
-                        if let Some(took) = took {
-                            f.fsyncs += 1;
-                            let _ = f.fsync_us.record((took.as_micros() as u64).max(1));
-                        }
-                        f.appends += batch.len() as u64;
-                        f.records += records;
-                        f.bytes += bytes;
-                        f.disk_bytes = files.disk_bytes();
-                    }
-                    for done in batch {
-                        done(outcome.clone());
-                    }
-                }
-                let _ = files.sync();
-            })
-            ?;
-        Ok(GroupCommit { jobs, figures })
+            .spawn(move || writer.run(rx))?;
+        Ok(GroupCommit { jobs, figures, stop })
     }
 
     /// Queues records `first..` and calls `done` once they are written (and durable, under
@@ -545,6 +580,149 @@ impl GroupCommit {
     /// What the writer has done so far.
     pub fn figures(&self) -> WriterFigures {
         self.figures.lock().clone()
+    }
+}
+
+impl Writer {
+    fn run(&mut self, rx: mpsc::Receiver<Job>) {
+        loop {
+            let first = match self.policy {
+                FsyncPolicy::EverySecond if self.dirty => match rx.recv_timeout(Duration::from_millis(200)) {
+                    Ok(job) => Some(job),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                },
+                _ => match rx.recv() {
+                    Ok(job) => Some(job),
+                    Err(_) => break,
+                },
+            };
+            // Everything queued while the last fsync ran goes into this one, in order (a
+            // truncation applies between the appends around it).
+            let jobs: Vec<Job> = first.into_iter().chain(rx.try_iter()).collect();
+            self.commit(jobs);
+        }
+        let _ = self.files.sync();
+    }
+
+    /// Writes a group of jobs, fsyncs as the policy says, and only then completes them.
+    fn commit(&mut self, jobs: Vec<Job>) {
+        let mut acks = Vec::new();
+        let mut purge = None;
+        let mut outcome = Ok(());
+        let (mut bytes, mut records) = (0u64, 0u64);
+        for job in jobs {
+            match job {
+                Job::Append { first, payloads, done } => {
+                    bytes += payloads
+                        .iter()
+                        .map(|p| (segment::RECORD_HEADER_LEN + p.len()) as u64)
+                        .sum::<u64>();
+                    records += payloads.len() as u64;
+                    if outcome.is_ok() {
+                        outcome = self.write(first, payloads);
+                    }
+                    acks.push(done);
+                }
+                Job::Purge(through) => purge = purge.max(Some(through)),
+                Job::Truncate(from) => {
+                    if outcome.is_ok() {
+                        outcome = self.retried("take back log records", |f| f.truncate_from(from));
+                    }
+                }
+            }
+        }
+        let sync_now = match self.policy {
+            FsyncPolicy::Always => !acks.is_empty(),
+            FsyncPolicy::EverySecond => {
+                self.dirty |= !acks.is_empty();
+                self.dirty && self.last_sync.elapsed() >= Duration::from_secs(1)
+            }
+            FsyncPolicy::Never => false,
+        };
+        let mut took = None;
+        if sync_now && outcome.is_ok() {
+            let started = Instant::now();
+            outcome = self.retried("fsync the log", LogFiles::sync);
+            took = Some(started.elapsed());
+            self.last_sync = Instant::now();
+            self.dirty = false;
+        }
+        if let Some(through) = purge
+            && let Err(e) = self.files.purge_through(through)
+        {
+            tracing::warn!(error = %e, "could not delete old log segments (they are kept; the next snapshot tries again)");
+        }
+        self.count(took, acks.len() as u64, records, bytes);
+        for done in acks {
+            done(outcome.clone());
+        }
+    }
+
+    /// Appends one job's records, retrying a failing disk.
+    fn write(&mut self, first: u64, payloads: Vec<Vec<u8>>) -> Result<(), String> {
+        self.retried("append to the log", |f| f.append(first, &payloads))?;
+        self.files.appended(payloads);
+        Ok(())
+    }
+
+    /// Runs `op` until it works: after an I/O error (no space, a read-only or failing file
+    /// system) the disk is stalled, the active segment restored, and `op` tried again after
+    /// a pause. Other errors, and a log that is shutting down, give up.
+    fn retried(&mut self, what: &str, mut op: impl FnMut(&mut LogFiles) -> Result<(), LogError>) -> Result<(), String> {
+        let mut backoff = Backoff::default();
+        let mut stalled = false;
+        loop {
+            let error = match op(&mut self.files) {
+                Ok(()) => {
+                    if stalled {
+                        self.health.ok();
+                    }
+                    return Ok(());
+                }
+                Err(e) => e,
+            };
+            let Some(io) = error.io_error() else {
+                return Err(error.to_string());
+            };
+            stalled = true;
+            self.health.failed(what, &error.to_string(), io);
+            loop {
+                if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Err(format!("the log stopped while the disk refused writes: {error}"));
+                }
+                std::thread::sleep(backoff.next_pause());
+                match self.files.restore() {
+                    Ok(()) => break,
+                    Err(e) => match e.io_error() {
+                        Some(io) => self.health.failed(what, &e.to_string(), io),
+                        None => return Err(e.to_string()),
+                    },
+                }
+            }
+        }
+    }
+
+    fn count(&self, took: Option<Duration>, appends: u64, records: u64, bytes: u64) {
+        let mut f = self.figures.lock();
+        if let Some(took) = took {
+            f.fsyncs += 1;
+            let _ = f.fsync_us.record((took.as_micros() as u64).max(1));
+        }
+        f.appends += appends;
+        f.records += records;
+        f.bytes += bytes;
+        f.disk_bytes = self.files.disk_bytes();
+    }
+}
+
+impl LogError {
+    /// The operating system's error, when the disk failed (rather than the log's contents).
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            LogError::Segment(SegmentError::Io { source, .. }) | LogError::Dir { source, .. } => Some(source),
+            _ => None,
+        }
     }
 }
 
@@ -592,7 +770,7 @@ mod tests {
     fn group_commit_completes_every_append_with_fewer_fsyncs_than_appends() {
         let dir = scratch();
         let (log, _) = LogFiles::open(&dir, 1).unwrap();
-        let writer = GroupCommit::start(log, FsyncPolicy::Always).unwrap();
+        let writer = GroupCommit::start(log, FsyncPolicy::Always, Default::default()).unwrap();
         let (tx, rx) = mpsc::channel();
         for i in 1..=2000u64 {
             let tx = tx.clone();
@@ -609,6 +787,76 @@ mod tests {
         let (_, rec) = LogFiles::open(&dir, 1).unwrap();
         assert_eq!(rec.records.len(), 2000);
         assert_eq!(rec.records[1999], (2000, 2000u64.to_le_bytes().to_vec()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A disk that refuses writes (here: as a read-only file system) stalls the log: the
+    /// append is not completed, the stall is reported, and once the disk takes writes again
+    /// the append completes and its records are on disk. Nothing is answered as failed.
+    #[test]
+    fn a_failing_disk_stalls_the_log_until_it_works_again() {
+        let dir = scratch();
+        let (mut log, _) = LogFiles::open(&dir, 1).unwrap();
+        let fault = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        log.fault = Some(fault.clone());
+        let health = std::sync::Arc::new(DiskHealth::default());
+        let writer = GroupCommit::start(log, FsyncPolicy::Always, health.clone()).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let t = tx.clone();
+        writer.append(1, vec![b"one".to_vec()], move |r| t.send(r).unwrap());
+        rx.recv().unwrap().unwrap();
+        fault.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.append(2, vec![b"two".to_vec()], move |r| tx.send(r).unwrap());
+        assert!(
+            rx.recv_timeout(Duration::from_millis(400)).is_err(),
+            "answered while the disk refused"
+        );
+        let refusal = health.refusal().expect("the stall is reported");
+        assert!(
+            refusal.contains("Read-only file system") || refusal.contains("read-only"),
+            "{refusal}"
+        );
+        fault.store(false, std::sync::atomic::Ordering::Relaxed);
+        rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+        assert_eq!(health.refusal(), None);
+        assert_eq!(health.figures().stalls, 1);
+        drop(writer);
+        std::thread::sleep(Duration::from_millis(100));
+        let (_, rec) = LogFiles::open(&dir, 1).unwrap();
+        let records: Vec<_> = rec.records.iter().map(|(i, r)| (*i, r.clone())).collect();
+        assert_eq!(records, vec![(1, b"one".to_vec()), (2, b"two".to_vec())]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A segment cut after kvd wrote it (`truncate`), or a last segment that is gone, is
+    /// refused naming the file; a crash's torn tail is not.
+    #[test]
+    fn a_cut_or_lost_segment_is_refused_naming_the_file() {
+        let dir = scratch();
+        let (log, _) = LogFiles::open(&dir, 1).unwrap();
+        let mut log = log.with_segment_bytes(64 << 10);
+        for i in 1..=30u64 {
+            log.append(i, &[vec![1u8; 10 << 10]]).unwrap();
+            log.sync().unwrap();
+        }
+        drop(log);
+        let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+        names.sort();
+        let last = names.last().unwrap().clone();
+        // Cut into its first record (the mark trails the log by one group commit: the
+        // segment holds two records, and its mark says one was durable).
+        let cut = segment::HEADER_LEN as u64 + 100;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&last)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        let e = LogFiles::open(&dir, 1).err().unwrap().to_string();
+        assert!(e.contains("was cut") && e.contains(&last.display().to_string()), "{e}");
+        std::fs::remove_file(&last).unwrap();
+        let e = LogFiles::open(&dir, 1).err().unwrap().to_string();
+        assert!(e.contains("last segment file is missing"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -138,6 +138,8 @@ pub enum RaftRpcReply {
 pub struct Network {
     config: ClientConfig,
     peers: HashMap<u64, Arc<Cluster>>,
+    /// Whether each member answers, for the one log line per change of its state.
+    reach: HashMap<u64, Arc<Reach>>,
     /// This member's group (0 until it has one), which every RPC names.
     group: Arc<AtomicU64>,
 }
@@ -152,7 +154,40 @@ impl Network {
                 ..config
             },
             peers: HashMap::new(),
+            reach: HashMap::new(),
             group,
+        }
+    }
+}
+
+/// Whether a member answers RPCs: a change is logged once, with how many RPCs failed and for
+/// how long (openraft's own lines, one or two per failed heartbeat, are filtered out of the
+/// default log: 41 lines in 5 s for one member down).
+#[derive(Default)]
+pub struct Reach {
+    down: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+impl Reach {
+    fn failed(&self, addr: &str, why: &str) {
+        let mut down = self.down.lock();
+        match down.as_mut() {
+            Some((_, n)) => *n += 1,
+            None => {
+                tracing::warn!(member = addr, error = why, "a member of the group does not answer");
+                *down = Some((std::time::Instant::now(), 1));
+            }
+        }
+    }
+
+    fn answered(&self, addr: &str) {
+        if let Some((since, failed)) = self.down.lock().take() {
+            tracing::info!(
+                member = addr,
+                failed_rpcs = failed,
+                down_ms = since.elapsed().as_millis() as u64,
+                "a member of the group answers again"
+            );
         }
     }
 }
@@ -172,8 +207,10 @@ impl RaftNetworkFactory<ShardRaft> for Network {
         }
         Peer {
             target,
+            addr: node.addr.clone(),
             cluster,
             group: self.group.clone(),
+            reach: self.reach.entry(target).or_default().clone(),
         }
     }
 }
@@ -181,8 +218,10 @@ impl RaftNetworkFactory<ShardRaft> for Network {
 /// One other member.
 pub struct Peer {
     target: u64,
+    addr: String,
     cluster: Option<Arc<Cluster>>,
     group: Arc<AtomicU64>,
+    reach: Arc<Reach>,
 }
 
 fn unreachable<E: std::error::Error>(e: &ClientError) -> RPCError<u64, BasicNode, E> {
@@ -195,6 +234,20 @@ fn network<E: std::error::Error>(why: String) -> RPCError<u64, BasicNode, E> {
 
 impl Peer {
     async fn call<E: std::error::Error>(
+        &self,
+        rpc: RaftRpc,
+        option: &RPCOption,
+    ) -> Result<RaftRpcReply, RPCError<u64, BasicNode, E>> {
+        let reply = self.exchange(rpc, option).await;
+        match &reply {
+            Ok(RaftRpcReply::Refused(why)) => self.reach.failed(&self.addr, why),
+            Ok(_) => self.reach.answered(&self.addr),
+            Err(e) => self.reach.failed(&self.addr, &e.to_string()),
+        }
+        reply
+    }
+
+    async fn exchange<E: std::error::Error>(
         &self,
         rpc: RaftRpc,
         option: &RPCOption,

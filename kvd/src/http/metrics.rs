@@ -18,7 +18,7 @@ pub fn render(s: &NodeStats) -> String {
         let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {}", s.counts.get(c));
     }
     let d = &s.durability;
-    let gauges: [(&str, &str, f64); 14] = [
+    let gauges: [(&str, &str, f64); 15] = [
         ("kvd_keys", "Keys stored on this node.", s.keys as f64),
         (
             "kvd_uptime_seconds",
@@ -85,6 +85,11 @@ pub fn render(s: &NodeStats) -> String {
             "99th percentile time of a log fsync.",
             d.fsync_p99_us as f64 / 1e6,
         ),
+        (
+            "kvd_durability_stalled",
+            "1 while the disk refuses writes (writes are refused, reads go on), else 0.",
+            f64::from(u8::from(d.stalled_since_unix_ms != 0)),
+        ),
     ];
     for (name, help, value) in gauges {
         family(&mut out, name, "gauge", help);
@@ -101,6 +106,13 @@ pub fn render(s: &NodeStats) -> String {
         "kvd_process_cpu_seconds_total{{shard=\"{shard}\"}} {}",
         s.system.process_cpu_ms as f64 / 1e3
     );
+    family(
+        &mut out,
+        "kvd_disk_stalls_total",
+        "counter",
+        "Times the disk began refusing writes (no space, read-only, failing).",
+    );
+    let _ = writeln!(out, "kvd_disk_stalls_total{{shard=\"{shard}\"}} {}", d.disk_stalls);
     family(&mut out, "kvd_fsyncs_total", "counter", "Fsyncs of the log.");
     let _ = writeln!(out, "kvd_fsyncs_total{{shard=\"{shard}\"}} {}", d.fsyncs);
     family(

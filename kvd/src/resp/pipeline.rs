@@ -335,6 +335,7 @@ async fn run_local(
             "ERR this node is not its replica group's leader; nothing ran{}",
             leader.map_or(String::new(), |l| format!(" (the leader is {l})"))
         )),
+        Some(Err(crate::durable::raft::LogError::Refused(why))) => Some(format!("ERR {why}")),
         Some(Err(e)) => Some(format!(
             "ERR the shard's log failed; the write may or may not have taken effect: {e}"
         )),

@@ -102,6 +102,8 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
     let s = n.stats.as_ref();
     let r = n.rates.as_ref();
     let state = match &n.health {
+        // A node whose disk refuses writes says so first (its writes are refused).
+        Health::Up if s.is_some_and(|s| s.durability.stalled_since_unix_ms != 0) => "disk stalled".to_string(),
         // A replica group's member says its role.
         Health::Up => match s.map(|s| s.group.role) {
             // The leader stands out in its group's rows, with the group's size when it has

@@ -165,7 +165,7 @@ impl DurableShard {
             Some(round) => match round.await {
                 Ok(Ok(index)) => AdminReply::ReadIndex(index),
                 Ok(Err(LogError::NotLeader(leader))) => AdminReply::NotLeader(leader),
-                Ok(Err(LogError::Failed(why))) => AdminReply::Failed(why),
+                Ok(Err(LogError::Failed(why) | LogError::Refused(why))) => AdminReply::Failed(why),
                 Err(_) => AdminReply::NotLeader(None),
             },
             None => AdminReply::Failed("this node is not a member of a replica group".into()),

@@ -72,6 +72,7 @@ impl DurableShard {
             .current
             .as_ref()
             .map_or((0, 0), |(m, _, size)| (m.last_log_id.map_or(0, |l| l.index), *size));
+        let stall = self.health.figures();
         Durability {
             mode: match self.fsync {
                 FsyncPolicy::Always => "always",
@@ -91,6 +92,9 @@ impl DurableShard {
             log_records_written: w.records,
             fsync_p50_us: w.fsync_us.value_at_quantile(0.5),
             fsync_p99_us: w.fsync_us.value_at_quantile(0.99),
+            stalled_since_unix_ms: stall.since_unix_ms,
+            stall_reason: stall.reason,
+            disk_stalls: stall.stalls,
         }
     }
 }

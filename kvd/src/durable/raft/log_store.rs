@@ -34,6 +34,8 @@ pub(super) struct LogInner {
     pub(super) committed: Option<LogId<u64>>,
     pub(super) committed_saved_at: Option<std::time::Instant>,
     pub(super) keep_committed: bool,
+    /// Whether the disk takes writes.
+    pub(super) health: Arc<crate::durable::health::DiskHealth>,
 }
 
 impl LogStore {
@@ -44,6 +46,7 @@ impl LogStore {
         fsync: FsyncPolicy,
         segment_bytes: u64,
         keep_committed: bool,
+        health: Arc<crate::durable::health::DiskHealth>,
     ) -> Result<(LogStore, u64), Box<dyn std::error::Error + Send + Sync>> {
         let log_dir = dir.join("log");
         refuse_a_lost_log(dir, &log_dir)?;
@@ -94,7 +97,7 @@ impl LogStore {
                 }
             },
         };
-        let writer = GroupCommit::start(files, fsync)
+        let writer = GroupCommit::start(files, fsync, health.clone())
             .map_err(|e| format!("{}: cannot start the log writer thread: {e}", dir.display()))?;
         let store = LogStore {
             inner: Arc::new(parking_lot::Mutex::new(LogInner {
@@ -106,6 +109,7 @@ impl LogStore {
                 committed,
                 committed_saved_at: None,
                 keep_committed,
+                health,
             })),
         };
         Ok((store, first_on_disk))
@@ -193,9 +197,33 @@ impl RaftLogStorage<ShardRaft> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> StorageResult<()> {
-        let path = self.inner.lock().dir.join("vote");
+        let (path, health) = {
+            let inner = self.inner.lock();
+            (inner.dir.join("vote"), inner.health.clone())
+        };
         let data = postcard::to_allocvec(vote).map_err(io_error)?;
-        snapshot::write(&path, &snapshot::Snapshot { meta: Vec::new(), data }).map_err(io_error)?;
+        // A vote must be durable before raft goes on; a failing disk is retried (openraft
+        // stops for good on a storage error), and the member waits meanwhile.
+        let mut backoff = crate::durable::health::Backoff::default();
+        let mut stalled = false;
+        loop {
+            let snap = snapshot::Snapshot {
+                meta: Vec::new(),
+                data: data.clone(),
+            };
+            match snapshot::write(&path, &snap) {
+                Ok(_) => break,
+                Err(snapshot::SnapshotError::Io { source, what, .. }) => {
+                    stalled = true;
+                    health.failed("save the vote", &format!("{}: cannot {what}", path.display()), &source);
+                    tokio::time::sleep(backoff.next_pause()).await;
+                }
+                Err(e) => return Err(io_error(e)),
+            }
+        }
+        if stalled {
+            health.ok();
+        }
         self.inner.lock().vote = Some(*vote);
         Ok(())
     }
@@ -222,7 +250,10 @@ impl RaftLogStorage<ShardRaft> for LogStore {
         };
         if let Some(c) = committed {
             let data = postcard::to_allocvec(&c).map_err(io_error)?;
-            snapshot::write(&path, &snapshot::Snapshot { meta: Vec::new(), data }).map_err(io_error)?;
+            // A hint only (a lower one is always safe): a disk that refuses it is passed over.
+            if let Err(e) = snapshot::write(&path, &snapshot::Snapshot { meta: Vec::new(), data }) {
+                tracing::debug!(error = %e, "could not write the committed-index hint");
+            }
         }
         Ok(())
     }

@@ -18,6 +18,7 @@ use super::state_machine::{Snapshots, StateMachine, snapshot_meta};
 use super::tasks::Tasks;
 use super::types::ShardRaft;
 use crate::counters::Counters;
+use crate::durable::health::DiskHealth;
 use crate::durable::log::GroupCommit;
 use crate::durable::meta::Identity;
 use crate::durable::{DurableConfig, SnapshotEvery, catalog};
@@ -64,6 +65,8 @@ struct Recovered {
     /// The index recovery started from (the snapshot's).
     base: u64,
     recovery: Recovery,
+    /// Whether the disk takes writes.
+    health: Arc<DiskHealth>,
 }
 
 /// Who this shard is in raft: its id, the membership a group of one starts with, how it
@@ -113,7 +116,7 @@ impl DurableShard {
         if r.fresh && !grouped {
             raft.initialize(who.initial.clone()).await?;
         }
-        let shard = DurableShard::start(raft, r.writer, r.snapshots, config.fsync, grouped, who, dir);
+        let shard = DurableShard::start(raft, r.writer, r.snapshots, config.fsync, grouped, who, dir, r.health);
         let mut recovery = r.recovery;
         shard
             .catch_up(&store, cap, r.last_log_index, r.committed_at_start)
@@ -137,6 +140,7 @@ impl DurableShard {
         grouped: bool,
         who: Membership,
         dir: &Path,
+        health: Arc<DiskHealth>,
     ) -> DurableShard {
         let tasks = Arc::new(Tasks::default());
         let (proposals, queue) = tokio::sync::mpsc::unbounded_channel();
@@ -181,6 +185,7 @@ impl DurableShard {
             snapshot_quiet: Arc::default(),
             epoch: std::time::Instant::now(),
             tasks,
+            health,
         }
     }
 
@@ -292,7 +297,8 @@ async fn recover(
     segment_bytes: u64,
     grouped: bool,
 ) -> Result<Recovered, OpenError> {
-    let (log, first_on_disk) = LogStore::open(dir, fsync, segment_bytes, grouped)?;
+    let health = Arc::new(DiskHealth::default());
+    let (log, first_on_disk) = LogStore::open(dir, fsync, segment_bytes, grouped, health.clone())?;
     let (writer, last_log_index, fresh, committed_at_start) = {
         let inner = log.inner.lock();
         let last = inner.entries.last_key_value().map(|(i, _)| *i);
@@ -315,6 +321,7 @@ async fn recover(
         dir: dir.to_path_buf(),
         writer: writer.clone(),
         snapshots: snapshots.clone(),
+        health: health.clone(),
     };
     let (recovery, base) = load_snapshot(dir, &log, &mut sm, last_log_index, first_on_disk)?;
     Ok(Recovered {
@@ -327,6 +334,7 @@ async fn recover(
         committed_at_start,
         base,
         recovery,
+        health,
     })
 }
 

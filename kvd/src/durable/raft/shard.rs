@@ -57,6 +57,8 @@ pub struct DurableShard {
     pub(super) dir: std::path::PathBuf,
     /// Every background task of the shard, ended with it.
     pub(super) tasks: Arc<Tasks>,
+    /// Whether the disk takes writes (a stalled disk refuses batches with writes).
+    pub(super) health: Arc<crate::durable::health::DiskHealth>,
 }
 
 impl DurableShard {
@@ -237,6 +239,11 @@ impl DurableShard {
     pub async fn shutdown(&self) {
         self.tasks.abort_all();
         let _ = self.raft.shutdown().await;
+    }
+
+    /// While the disk refuses writes: why, for a client whose write is refused (nothing ran).
+    pub fn write_refusal(&self) -> Option<String> {
+        self.health.refusal()
     }
 
     /// This member's group id, once it belongs to one.

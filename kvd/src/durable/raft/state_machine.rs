@@ -14,6 +14,7 @@ use openraft::{
 
 use super::types::{Applied, ShardRaft, StorageResult, WriteBatch, io_error};
 use crate::counters::Counters;
+use crate::durable::health::DiskHealth;
 use crate::durable::log::GroupCommit;
 use crate::durable::{catalog, snapshot};
 use crate::store::{Scratch, Store, Unbounded};
@@ -48,6 +49,7 @@ pub struct StateMachine {
     pub(super) dir: PathBuf,
     pub(super) writer: Arc<GroupCommit>,
     pub(super) snapshots: Arc<parking_lot::Mutex<Snapshots>>,
+    pub(super) health: Arc<DiskHealth>,
 }
 
 impl StateMachine {
@@ -107,26 +109,30 @@ pub struct SnapshotMaker {
     pub(super) meta: Option<SnapshotMeta<u64, BasicNode>>,
     pub(super) writer: Arc<GroupCommit>,
     pub(super) snapshots: Arc<parking_lot::Mutex<Snapshots>>,
+    pub(super) health: Arc<DiskHealth>,
 }
 
 impl SnapshotMaker {
     /// Writes the file (blocking: runs on a blocking thread), prunes old snapshots and the
     /// log before the oldest kept one. Returns the path and size.
-    fn write(&self, meta: &SnapshotMeta<u64, BasicNode>) -> Result<(PathBuf, u64, u64), String> {
+    fn write(&self, meta: &SnapshotMeta<u64, BasicNode>) -> Result<(PathBuf, u64, u64), snapshot::SnapshotError> {
         let index = meta.last_log_id.map_or(0, |l| l.index);
         let path = catalog::path(&self.dir, index);
-        let encoded = postcard::to_allocvec(meta).map_err(|e| e.to_string())?;
-        let mut file = snapshot::SnapshotWriter::create(&path, &encoded).map_err(|e| e.to_string())?;
+        let encoded = postcard::to_allocvec(meta).map_err(|e| snapshot::SnapshotError::Invalid {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        let mut file = snapshot::SnapshotWriter::create(&path, &encoded)?;
         let mut buf = Vec::new();
         self.store.export_header(&mut buf);
-        file.write_data(&buf).map_err(|e| e.to_string())?;
+        file.write_data(&buf)?;
         let mut pairs = 0;
         for shard in 0..self.store.map_shards() {
             buf.clear();
             pairs += self.store.export_shard(shard, &mut buf);
-            file.write_data(&buf).map_err(|e| e.to_string())?;
+            file.write_data(&buf)?;
         }
-        let size = file.finish().map_err(|e| e.to_string())?;
+        let size = file.finish()?;
         match catalog::prune(&self.dir) {
             Ok(Some(oldest_kept)) => self.writer.purge_through(oldest_kept),
             Ok(None) => {}
@@ -140,22 +146,7 @@ impl RaftSnapshotBuilder<ShardRaft> for SnapshotMaker {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<ShardRaft>> {
         let result = match self.meta.take() {
             None => Err("nothing applied yet: no snapshot to take".to_string()),
-            Some(meta) => {
-                let started = std::time::Instant::now();
-                let maker = SnapshotMaker {
-                    store: self.store.clone(),
-                    dir: self.dir.clone(),
-                    meta: None,
-                    writer: self.writer.clone(),
-                    snapshots: self.snapshots.clone(),
-                };
-                let m = meta.clone();
-                match tokio::task::spawn_blocking(move || maker.write(&m)).await {
-                    Ok(Ok((path, size, pairs))) => Ok((meta, path, size, pairs, started.elapsed())),
-                    Ok(Err(e)) => Err(e),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
+            Some(meta) => self.write_until_done(meta).await,
         };
         self.snapshots.lock().building = false;
         match result {
@@ -182,8 +173,50 @@ impl RaftSnapshotBuilder<ShardRaft> for SnapshotMaker {
                 })
             }
             Err(e) => {
-                tracing::warn!(error = %e, "could not write a snapshot (the log keeps everything; the next one tries again)");
+                tracing::warn!(error = %e, "could not write a snapshot");
                 Err(io_error(e))
+            }
+        }
+    }
+}
+
+/// A snapshot written: what it stands for, its file, size, pairs, and how long it took.
+type Written = (SnapshotMeta<u64, BasicNode>, PathBuf, u64, u64, std::time::Duration);
+
+impl SnapshotMaker {
+    /// Writes the snapshot, retrying while the disk refuses (no space, read-only): a failed
+    /// snapshot must not stop the shard (openraft stops for good on a storage error), and the
+    /// log keeps everything meanwhile.
+    async fn write_until_done(&self, meta: SnapshotMeta<u64, BasicNode>) -> Result<Written, String> {
+        let started = std::time::Instant::now();
+        let mut backoff = crate::durable::health::Backoff::default();
+        let mut stalled = false;
+        loop {
+            let maker = SnapshotMaker {
+                store: self.store.clone(),
+                dir: self.dir.clone(),
+                meta: None,
+                writer: self.writer.clone(),
+                snapshots: self.snapshots.clone(),
+                health: self.health.clone(),
+            };
+            let m = meta.clone();
+            match tokio::task::spawn_blocking(move || maker.write(&m)).await {
+                Ok(Ok((path, size, pairs))) => {
+                    if stalled {
+                        self.health.ok();
+                    }
+                    return Ok((meta, path, size, pairs, started.elapsed()));
+                }
+                Ok(Err(snapshot::SnapshotError::Io { path, what, source })) => {
+                    stalled = true;
+                    let detail = format!("{}: cannot {what}", path.display());
+                    self.health.failed("write a snapshot", &detail, &source);
+                    let _ = std::fs::remove_file(path.with_extension("tmp"));
+                    tokio::time::sleep(backoff.next_pause()).await;
+                }
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(e) => return Err(e.to_string()),
             }
         }
     }
@@ -236,6 +269,7 @@ impl RaftStateMachine<ShardRaft> for StateMachine {
             meta,
             writer: self.writer.clone(),
             snapshots: self.snapshots.clone(),
+            health: self.health.clone(),
         }
     }
 

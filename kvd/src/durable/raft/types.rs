@@ -41,6 +41,8 @@ pub enum LogError {
     NotLeader(Option<String>),
     /// The log failed; the batch may have been logged (its outcome is unknown).
     Failed(String),
+    /// The batch was refused before anything of it ran (the disk refuses writes); why.
+    Refused(String),
 }
 
 impl std::fmt::Display for LogError {
@@ -48,7 +50,7 @@ impl std::fmt::Display for LogError {
         match self {
             LogError::NotLeader(Some(l)) => write!(f, "not the leader of the group ({l} is)"),
             LogError::NotLeader(None) => write!(f, "not the leader of the group (none known)"),
-            LogError::Failed(why) => f.write_str(why),
+            LogError::Failed(why) | LogError::Refused(why) => f.write_str(why),
         }
     }
 }
