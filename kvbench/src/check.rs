@@ -6,13 +6,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use kvshared::client::{RecordConfig, record};
-use kvshared::history::{CheckOptions, History, Verdict, check, render_timeline};
+use kvshared::history::{CheckOptions, History, Verdict, check, render_timeline, staleness};
 use kvshared::units::grouped;
 
 use crate::cli::CheckArgs;
 use crate::connect;
 
-/// Exit codes: 0 linearizable, 1 not linearizable, 2 unknown.
+/// Exit codes: 0 linearizable, 1 not linearizable, 2 unknown; with `--reads stale`, 0 when
+/// no get was staler than `--max-staleness` (plus a 100 ms slack), 1 otherwise.
 pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut faults = None;
     let history = match &args.from {
@@ -42,11 +43,17 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
     };
     let history_for_check = history.clone();
     let report = tokio::task::spawn_blocking(move || check(&history_for_check, &options)).await?;
-    let code = match &report.verdict {
+    let mut code = match &report.verdict {
         Verdict::Linearizable => 0,
         Verdict::NotLinearizable(_) => 1,
         Verdict::Unknown { .. } => 2,
     };
+    // With --reads stale the promise is the bound, not linearizability: it decides.
+    let stale =
+        stale_bound(&args).map(|bound| (bound, staleness(&history, (bound + STALENESS_SLACK).as_nanos() as u64)));
+    if let Some((_, s)) = &stale {
+        code = u8::from(s.over_bound > 0);
+    }
     if args.json {
         kvshared::outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
@@ -91,12 +98,48 @@ pub async fn command(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 kvshared::outln!("  {:<10} shard {:<3} {:>10}   {}", f.name, f.shard, wait, f.note)?;
             }
         }
-        if let Verdict::NotLinearizable(f) = &report.verdict {
+        if let Some((bound, s)) = &stale {
+            print_staleness(*bound, s)?;
+        }
+        if let (Verdict::NotLinearizable(f), None) = (&report.verdict, &stale) {
             kvshared::outln!()?;
             kvshared::out!("{}", render_timeline(f))?;
         }
     }
     Ok(ExitCode::from(code))
+}
+
+/// What a stale get may miss on top of `--max-staleness` before the check fails: the
+/// measurement's own slack (each node's check and the client's clock).
+const STALENESS_SLACK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `--max-staleness`, when the reads were recorded with `--reads stale`.
+fn stale_bound(args: &CheckArgs) -> Option<std::time::Duration> {
+    let nodes = &args.cluster.nodes;
+    (nodes.reads == kvshared::cli::ReadsArg::Stale).then_some(nodes.max_staleness)
+}
+
+/// The staleness lines of the report.
+fn print_staleness(bound: std::time::Duration, s: &kvshared::history::Staleness) -> anyhow::Result<()> {
+    kvshared::outln!(
+        "staleness  worst {:.0} ms over {} gets ({} stale at all); {} staler than the bound ({} ms + {} ms slack): {}",
+        s.worst_ms,
+        grouped(s.gets as u64),
+        grouped(s.stale as u64),
+        s.over_bound,
+        bound.as_millis(),
+        STALENESS_SLACK.as_millis(),
+        if s.over_bound == 0 {
+            "the bound HELD"
+        } else {
+            "the bound did NOT hold"
+        }
+    )?;
+    if let Some((key, get, missed)) = &s.worst {
+        kvshared::outln!("           the worst: key {key:?}, {get} missed {missed}")?;
+    }
+    kvshared::outln!("           (with --reads stale the exit status follows the bound, not linearizability)")?;
+    Ok(())
 }
 
 /// What happened to the ops that are not plain successes, with the real cause: refused

@@ -8,6 +8,7 @@
 
 mod checker;
 mod model;
+mod staleness;
 mod timeline;
 
 use std::time::Instant;
@@ -15,6 +16,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use checker::{CheckOptions, CheckReport, Failure, Verdict, check};
+pub use staleness::{Staleness, staleness};
 pub use timeline::render_timeline;
 
 /// What an operation asked for.

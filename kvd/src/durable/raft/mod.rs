@@ -25,7 +25,8 @@
 //! * `state_machine`: applying entries to the store; writing, loading and installing
 //!   snapshots.
 //! * `propose`: group commit above the log (batches queued meanwhile share an entry).
-//! * `reads`: read-index rounds, and follower reads.
+//! * `reads`: read-index rounds, and follower reads; `lease`: how fresh a member is, for
+//!   bounded-staleness reads.
 //! * `open`: opening (recovering) a shard and starting its group.
 //! * `shard`: [`DurableShard`], what the node asks of its log; `figures` its stats.
 //! * `rpc`: answering the raft RPCs and admin requests that reach this member.
@@ -34,6 +35,7 @@
 
 mod admin;
 mod figures;
+mod lease;
 mod log_store;
 mod open;
 mod propose;

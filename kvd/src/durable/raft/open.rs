@@ -12,7 +12,7 @@ use openraft::{BasicNode, StoredMembership, Vote};
 
 use super::log_store::LogStore;
 use super::propose::propose;
-use super::reads::{confirm, follow_reads};
+use super::reads::{confirm, follow_reads, keep_lease};
 use super::shard::DurableShard;
 use super::state_machine::{Snapshots, StateMachine, snapshot_meta};
 use super::tasks::Tasks;
@@ -149,16 +149,19 @@ impl DurableShard {
         let (confirms, confirm_queue) = tokio::sync::mpsc::unbounded_channel();
         tasks.spawn(confirm(raft.clone(), confirm_queue));
         let (member_reads, member_read_queue) = tokio::sync::mpsc::unbounded_channel();
+        let lease = Arc::new(super::lease::Lease::default());
         if grouped {
             let (client, group) = (who.client.clone(), who.group.clone());
-            tasks.spawn(follow_reads(
+            let followed = follow_reads(
                 who.me,
                 raft.clone(),
                 member_read_queue,
-                client,
-                group,
+                client.clone(),
+                group.clone(),
                 tasks.clone(),
-            ));
+            );
+            tasks.spawn(followed);
+            tasks.spawn(keep_lease(who.me, raft.clone(), client, group, lease.clone()));
         }
         let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
         tasks.spawn(count_elections(raft.clone(), elections.clone()));
@@ -180,7 +183,7 @@ impl DurableShard {
             dir: dir.to_path_buf(),
             handing_over,
             leader_commit: std::sync::atomic::AtomicU64::new(0),
-            heard_from_leader_ms: std::sync::atomic::AtomicU64::new(0),
+            lease,
             changes: Default::default(),
             snapshot_quiet: Arc::default(),
             epoch: std::time::Instant::now(),

@@ -62,6 +62,64 @@ pub(super) async fn confirm(
     }
 }
 
+/// Bounded-staleness reads: while clients ask this member for them, it asks its leader for a
+/// read index every `lease::PROBE_EVERY` and notes when it sent each request (see `lease`).
+pub(super) async fn keep_lease(
+    me: u64,
+    raft: openraft::Raft<ShardRaft>,
+    client: kvshared::client::ClientConfig,
+    group: Arc<std::sync::atomic::AtomicU64>,
+    lease: Arc<super::lease::Lease>,
+) {
+    let mut leader: Option<(String, Arc<kvshared::client::Cluster>)> = None;
+    loop {
+        tokio::time::sleep(super::lease::PROBE_EVERY).await;
+        if !lease.wanted() {
+            continue;
+        }
+        let Some((leader_id, addr)) = leader_of(&raft) else {
+            continue;
+        };
+        if leader_id == me {
+            lease.reset();
+            continue;
+        }
+        let cluster = match &leader {
+            Some((a, c)) if *a == addr => c.clone(),
+            _ => match kvshared::client::Cluster::new(std::slice::from_ref(&addr), client.clone()) {
+                Ok(c) => Arc::new(c),
+                Err(_) => continue,
+            },
+        };
+        leader = Some((addr, cluster.clone()));
+        let to = Target {
+            group: group.load(std::sync::atomic::Ordering::Relaxed),
+            member: leader_id,
+        };
+        let sent = std::time::Instant::now();
+        let asked = tokio::time::timeout(
+            MEMBER_READ_ASK_LIMIT,
+            admin_call(&cluster, to, AdminRequest::ReadIndex { member: me }),
+        )
+        .await;
+        if let Ok(Ok(AdminReply::ReadIndex(index))) = asked {
+            lease.confirmed(sent, index);
+        }
+    }
+}
+
+/// The leader this member knows of: its id and address.
+fn leader_of(raft: &openraft::Raft<ShardRaft>) -> Option<(u64, String)> {
+    let m = raft.metrics();
+    let m = m.borrow();
+    m.current_leader.and_then(|id| {
+        m.membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| (id, n.addr.clone()))
+    })
+}
+
 /// Follower reads: a follower or learner asks its leader for a read index, one request for
 /// every read queued when it starts (requests arriving meanwhile wait for the next), and
 /// answers each read once this member has applied that far. The reads then run here and

@@ -40,9 +40,8 @@ pub struct DurableShard {
     pub(super) leader_commit: std::sync::atomic::AtomicU64,
     /// The membership changes this member carried out as leader (see `GroupFigures::changes`).
     pub(super) changes: parking_lot::Mutex<std::collections::VecDeque<kvshared::stats::GroupChange>>,
-    /// When (ms since `epoch`) this member last heard from a leader (an append or a
-    /// heartbeat), for bounded-staleness reads; 0 before the first.
-    pub(super) heard_from_leader_ms: std::sync::atomic::AtomicU64,
+    /// How fresh this member's store is, for bounded-staleness reads (see `lease`).
+    pub(super) lease: Arc<super::lease::Lease>,
     /// While receiving a snapshot: until when (ms since `epoch`) not to campaign; 0 otherwise.
     pub(super) snapshot_quiet: Arc<std::sync::atomic::AtomicU64>,
     pub(super) epoch: std::time::Instant,
@@ -143,20 +142,11 @@ impl DurableShard {
                 .is_some()
     }
 
-    /// Whether this member's store is at most `bound` behind its leader: it heard from the
-    /// leader within `bound`, and has applied everything committed as of that message.
-    /// (Bounded-staleness reads, `--reads stale`: the store then holds every write
-    /// acknowledged before the leader sent that message, which left it less than `bound` ago
-    /// by this member's clock; network delay comes on top.)
+    /// Whether this member may answer reads from its own store and stay within `bound` of
+    /// its leader: a read-index round trip it *sent* at most `bound` ago (by its own clock)
+    /// confirmed an index it has applied (see `lease`: pauses cannot fool it).
     pub fn fresh_within(&self, bound: std::time::Duration) -> bool {
-        if !self.is_member() {
-            return false;
-        }
-        let heard = self.heard_from_leader_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let now = self.epoch.elapsed().as_millis() as u64;
-        heard != 0
-            && now.saturating_sub(heard) <= bound.as_millis() as u64
-            && self.applied_index() >= self.leader_commit.load(std::sync::atomic::Ordering::Relaxed)
+        self.is_member() && self.lease.fresh_within(bound, self.applied_index())
     }
 
     /// The group's raft.
@@ -195,11 +185,9 @@ impl DurableShard {
         }
     }
 
-    /// Notes the commit index a leader's append carried (this member's commit index).
+    /// Notes the commit index a leader's append carried (this member's commit index, for
+    /// stats; never for freshness: a message that waited in a socket says nothing of now).
     pub(super) fn note_leader_commit(&self, index: Option<u64>) {
-        let now = (self.epoch.elapsed().as_millis() as u64).max(1);
-        self.heard_from_leader_ms
-            .store(now, std::sync::atomic::Ordering::Relaxed);
         if let Some(i) = index {
             self.leader_commit.fetch_max(i, std::sync::atomic::Ordering::Relaxed);
         }
