@@ -54,8 +54,7 @@ type OpenError = Box<dyn std::error::Error + Send + Sync>;
 struct Recovered {
     log: LogStore,
     sm: StateMachine,
-    writer: Arc<GroupCommit>,
-    snapshots: Arc<parking_lot::Mutex<Snapshots>>,
+    disk: Disk,
     /// The last entry the log on disk holds.
     last_log_index: Option<u64>,
     /// Nothing on disk yet: no vote, no entry.
@@ -65,7 +64,13 @@ struct Recovered {
     /// The index recovery started from (the snapshot's).
     base: u64,
     recovery: Recovery,
-    /// Whether the disk takes writes.
+}
+
+/// What the shard keeps of its disk: the log's writer, the snapshots and whether the disk
+/// takes writes.
+struct Disk {
+    writer: Arc<GroupCommit>,
+    snapshots: Arc<parking_lot::Mutex<Snapshots>>,
     health: Arc<DiskHealth>,
 }
 
@@ -116,7 +121,7 @@ impl DurableShard {
         if r.fresh && !grouped {
             raft.initialize(who.initial.clone()).await?;
         }
-        let shard = DurableShard::start(raft, r.writer, r.snapshots, config.fsync, grouped, who, dir, r.health);
+        let shard = DurableShard::start(raft, r.disk, config.fsync, grouped, who, dir);
         let mut recovery = r.recovery;
         shard
             .catch_up(&store, cap, r.last_log_index, r.committed_at_start)
@@ -134,14 +139,17 @@ impl DurableShard {
     /// The shard over a started raft, with its tasks running.
     fn start(
         raft: openraft::Raft<ShardRaft>,
-        writer: Arc<GroupCommit>,
-        snapshots: Arc<parking_lot::Mutex<Snapshots>>,
+        disk: Disk,
         fsync: crate::durable::log::FsyncPolicy,
         grouped: bool,
         who: Membership,
         dir: &Path,
-        health: Arc<DiskHealth>,
     ) -> DurableShard {
+        let Disk {
+            writer,
+            snapshots,
+            health,
+        } = disk;
         let tasks = Arc::new(Tasks::default());
         let (proposals, queue) = tokio::sync::mpsc::unbounded_channel();
         let handing_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -330,14 +338,16 @@ async fn recover(
     Ok(Recovered {
         log,
         sm,
-        writer,
-        snapshots,
+        disk: Disk {
+            writer,
+            snapshots,
+            health,
+        },
         last_log_index,
         fresh,
         committed_at_start,
         base,
         recovery,
-        health,
     })
 }
 
