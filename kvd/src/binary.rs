@@ -257,7 +257,7 @@ impl Binary {
         match header.kind {
             FrameKind::BatchRequest => self.batch(id).map(|()| true),
             FrameKind::RaftRequest => self.raft(id).await.map(|()| true),
-            FrameKind::StaleReads => self.stale_reads(id).map(|()| true),
+            FrameKind::StaleReads => self.read_mode(id).map(|()| true),
             FrameKind::StatsRequest => {
                 self.conn.publish();
                 let stats = self.conn.edge.node.stats();
@@ -348,7 +348,7 @@ impl Binary {
     }
 
     /// `StaleReads`: how fresh this connection's reads on a follower must be.
-    fn stale_reads(&mut self, id: u64) -> Result<(), WireError> {
+    fn read_mode(&mut self, id: u64) -> Result<(), WireError> {
         match <[u8; 4]>::try_from(&self.body[..]) {
             Ok(ms) => {
                 self.reads = match u32::from_le_bytes(ms) {
