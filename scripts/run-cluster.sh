@@ -35,11 +35,14 @@ Options:
   --nemesis FAULTS   during --check, inject faults from this list, in turn: kill (kill -9 the
                      leader of a random group, restart it 1 s later), pause (SIGSTOP a random
                      member for 1 s, then SIGCONT), partition (cut the leader of a random group
-                     off from every other host for 2 s: its eth0 goes down; --local only).
+                     off from every other host for 2 s: its eth0 goes down; --local only),
+                     isolate (the same for a random follower: the stale-read bound's case).
                      Needs --replicas 3 or more (a majority of each group stays up). The faults
                      go to nemesis.txt (and faults.tsv); the check must still be linearizable,
                      and prints each fault's unavailability as the clients saw it.
   --nemesis-every D  seconds between faults (default 2)
+  --check-args ARGS  more arguments for `kvbench check`, e.g. "--reads stale --max-staleness
+                     500ms" (then the check's status is whether the staleness bound held)
   --bin-dir DIR      where kvd and kvbench live on the hosts (ssh default /tmp/kvd-bin)
   --shared-bin       (ssh) the binaries are already at --bin-dir on every host: do not copy
   --logs DIR         where runs are stored (default logs/); each run gets DIR/<timestamp>/ and
@@ -77,6 +80,7 @@ PORT=7070
 RECORDS=1000000
 LOAD=1
 CHECK=""
+CHECK_ARGS=""
 REPLICAS=1
 DURABLE=0
 NEMESIS=""
@@ -97,6 +101,7 @@ while (($#)); do
     --records) RECORDS=$2; shift 2 ;;
     --no-load) LOAD=0; shift ;;
     --check) CHECK=$2; shift 2 ;;
+    --check-args) CHECK_ARGS=$2; shift 2 ;;
     --replicas) REPLICAS=$2; shift 2 ;;
     --durable) DURABLE=1; shift ;;
     --nemesis) NEMESIS=$2; shift 2 ;;
@@ -125,8 +130,8 @@ if [[ -n $NEMESIS ]]; then
   [[ $REPLICAS -ge 3 ]] || { echo "run-cluster: --nemesis needs --replicas 3 or more (a fault must leave each group a majority)" >&2; exit 2; }
   [[ -n $CHECK ]] || { echo "run-cluster: --nemesis runs during --check DURATION: give --check" >&2; exit 2; }
   for f in ${NEMESIS//,/ }; do
-    [[ $f == kill || $f == pause || $f == partition ]] || { echo "run-cluster: unknown fault '$f' (kill, pause, partition)" >&2; exit 2; }
-    [[ $f != partition || $MODE == local ]] || { echo "run-cluster: the partition fault needs --local (namespace hosts whose links it can cut)" >&2; exit 2; }
+    [[ $f == kill || $f == pause || $f == partition || $f == isolate ]] || { echo "run-cluster: unknown fault '$f' (kill, pause, partition, isolate)" >&2; exit 2; }
+    [[ ($f != partition && $f != isolate) || $MODE == local ]] || { echo "run-cluster: the $f fault needs --local (namespace hosts whose links it can cut)" >&2; exit 2; }
   done
   [[ $NEMESIS_EVERY =~ ^[0-9]+$ && $NEMESIS_EVERY -ge 1 ]] || { echo "run-cluster: --nemesis-every must be whole seconds >= 1" >&2; exit 2; }
 fi
@@ -369,6 +374,13 @@ leader_of() {
   echo $(($1 * REPLICAS + RANDOM % REPLICAS))
 }
 
+# follower_of SHARD: a member of shard SHARD's group that is not its leader.
+follower_of() {
+  local leader
+  leader=$(leader_of "$1")
+  echo $(($1 * REPLICAS + (leader % REPLICAS + 1 + RANDOM % (REPLICAS - 1)) % REPLICAS))
+}
+
 # fault HOST NAME TEXT: log a fault on server host HOST, for people (nemesis.txt) and for
 # `kvbench check --faults` (faults.tsv: Unix ms, shard, fault, note).
 fault() {
@@ -407,6 +419,13 @@ nemesis() {
         h=$(leader_of $((RANDOM % SERVERS)))
         on "$h" ip link set eth0 down || true
         fault "$h" partition "host $h ($(server_addr "$h"), its group's leader) cut off for 2 s"
+        sleep 2
+        on "$h" ip link set eth0 up || true
+        ;;
+      isolate)
+        h=$(follower_of $((RANDOM % SERVERS)))
+        on "$h" ip link set eth0 down || true
+        fault "$h" isolate "host $h ($(server_addr "$h"), a follower) cut off for 2 s"
         sleep 2
         on "$h" ip link set eth0 up || true
         ;;
@@ -474,7 +493,8 @@ if [[ -n $CHECK ]]; then
   FAULT_ARGS=()
   # The fault log is written here; a client on another machine (ssh) cannot read it.
   [[ -n $NEMESIS && $MODE != ssh ]] && FAULT_ARGS=(--faults "$OUT/faults.tsv")
-  on "$FIRST_CLIENT" "$KVBENCH" check --nodes "$NODES" --duration "$CHECK" --history "$RESULT_DIR/history.json" "${AUTH[@]}" "${FAULT_ARGS[@]+"${FAULT_ARGS[@]}"}" \
+  # shellcheck disable=SC2086 # the check's extra args are a list of words by design
+  on "$FIRST_CLIENT" "$KVBENCH" check --nodes "$NODES" --duration "$CHECK" --history "$RESULT_DIR/history.json" "${AUTH[@]}" "${FAULT_ARGS[@]+"${FAULT_ARGS[@]}"}" $CHECK_ARGS \
     | save "$OUT/check.txt" || CHECK_STATUS=$?
   if [[ -n $NEMESIS_PID ]]; then
     touch "$OUT/nemesis.stop"

@@ -3,7 +3,7 @@
 //! retried with backoff until it works again; meanwhile [`DiskHealth`] says the shard is
 //! stalled, since when and why, so that batches with writes are refused at once with a
 //! clear reason (reads go on), the state shows in stats, kvtui and `/metrics`, and the log
-//! says so once when it begins, every [`LOG_EVERY`] while it lasts, and once when it ends
+//! says so once when it begins, every `LOG_EVERY` while it lasts, and once when it ends
 //! (a flood of one ERROR line per refused write wrote 14.5 MB in 5 s before).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -48,7 +48,7 @@ pub struct StallFigures {
 
 impl DiskHealth {
     /// Notes that `what` failed with `error` (`detail` names the file): a stall begins, or
-    /// goes on. Logged when it begins and every [`LOG_EVERY`] after.
+    /// goes on. Logged when it begins and every `LOG_EVERY` after.
     pub fn failed(&self, what: &str, detail: &str, error: &std::io::Error) {
         let mut stall = self.stall.lock();
         let now = Instant::now();
@@ -129,7 +129,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    /// The pause before the next try (doubling, up to [`MAX_BACKOFF`]).
+    /// The pause before the next try (doubling, up to `MAX_BACKOFF`).
     pub fn next_pause(&mut self) -> Duration {
         let pause = self.next;
         self.next = (self.next * 2).min(MAX_BACKOFF);

@@ -1,6 +1,6 @@
 //! A shard's log as an openraft log: a group of one voter, or with `--group` the members of
 //! a replica group (over [`super::network`]), over the log files of [`super::log`], the
-//! snapshots of [`super::catalog`] and the node's [`Store`].
+//! snapshots of [`super::catalog`] and the node's [`Store`](crate::store::Store).
 //!
 //! A log entry holds the write parts of the batches that arrived while earlier entries were
 //! committing (see `propose`); each part is a batch frame body, validated again when
