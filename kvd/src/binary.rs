@@ -74,6 +74,8 @@ struct Binary {
     scratch: Scratch,
     /// How fresh this connection's reads must be on a follower (`StaleReads` frame).
     reads: ReadMode,
+    /// The replica group this connection's client believes it talks to (`PinGroup`; 0: any).
+    pinned_group: u64,
     /// Batches waiting for the shard's log, in arrival order.
     waiting: VecDeque<Waiting>,
 }
@@ -87,6 +89,7 @@ pub(crate) async fn serve(conn: Conn) {
         response: BatchResponse::default(),
         scratch: Scratch::default(),
         reads: ReadMode::Linearizable,
+        pinned_group: 0,
         waiting: VecDeque::new(),
     };
     let mut end = b.run().await;
@@ -258,6 +261,7 @@ impl Binary {
             FrameKind::BatchRequest => self.batch(id).map(|()| true),
             FrameKind::RaftRequest => self.raft(id).await.map(|()| true),
             FrameKind::StaleReads => self.read_mode(id).map(|()| true),
+            FrameKind::PinGroup => self.pin_group(id).map(|()| true),
             FrameKind::StatsRequest => {
                 self.conn.publish();
                 let stats = self.conn.edge.node.stats();
@@ -293,6 +297,9 @@ impl Binary {
     /// A batch of ops: run at once, or (a durable node) answered once its log entry is
     /// applied, while the next requests are read.
     fn batch(&mut self, id: u64) -> Result<(), WireError> {
+        if let Some(refusal) = self.wrong_group(self.pinned_group) {
+            return self.encode_error(id, ErrorCode::WrongGroup, refusal);
+        }
         let batch = match BatchView::parse(&self.body) {
             Ok(batch) => batch,
             Err(e) => {
@@ -344,6 +351,40 @@ impl Binary {
                 ErrorCode::Refused,
                 "this node is not a member of a replica group".into(),
             ),
+        }
+    }
+
+    /// `PinGroup`: the group the client believes this member is in. Answered with this
+    /// member's group id; refused when it is in another (or none, while the client knows
+    /// one). The connection's batches are then checked against it.
+    fn pin_group(&mut self, id: u64) -> Result<(), WireError> {
+        let Ok(believed) = <[u8; 8]>::try_from(&self.body[..]).map(u64::from_le_bytes) else {
+            self.conn.tally.malformed_body += 1;
+            let message = "a PinGroup body is 8 bytes (a group id, little-endian)".into();
+            return self.encode_error(id, ErrorCode::MalformedBody, message);
+        };
+        if let Some(refusal) = self.wrong_group(believed) {
+            return self.encode_error(id, ErrorCode::WrongGroup, refusal);
+        }
+        let mine = self.conn.edge.node.group_id().unwrap_or(0);
+        self.pinned_group = if believed != 0 { believed } else { mine };
+        raw_frame(&mut self.out, FrameKind::ConfigOk, id, &mine.to_le_bytes());
+        Ok(())
+    }
+
+    /// Why a request from a client that believes this member is in group `believed` (0: any)
+    /// must not run here, if it must not.
+    fn wrong_group(&self, believed: u64) -> Option<String> {
+        let mine = self.conn.edge.node.group_id();
+        match mine {
+            _ if believed == 0 => None,
+            Some(g) if g == believed => None,
+            Some(g) => Some(format!(
+                "this member belongs to replica group {g:016x}, not {believed:016x}: check --nodes"
+            )),
+            None => Some(format!(
+                "this member belongs to no replica group yet (expected {believed:016x}): it waits for kvd admin add-replica"
+            )),
         }
     }
 

@@ -402,6 +402,14 @@ impl Node {
         Ok(())
     }
 
+    /// The replica group this node is a member of (`None`: none yet, or not in a group).
+    pub fn group_id(&self) -> Option<u64> {
+        self.durable
+            .as_ref()
+            .filter(|_| self.config.group.is_some())?
+            .group_id()
+    }
+
     /// Answers a raft RPC from another member of this node's replica group (`None`: this
     /// node is in no group).
     pub async fn serve_raft(&self, body: &[u8]) -> Option<Vec<u8>> {

@@ -310,6 +310,44 @@ fn foreign_and_mutated_raft_rpcs_are_refused_and_never_stop_a_member() {
 
 /// Finding 4: a log segment cut after kvd wrote it (`truncate -s 16`), or deleted, is
 /// refused at start naming what is missing; kvd never serves a shortened history.
+/// Finding 3, the client's side: a client's batch reaches only a member of the group it
+/// believes it talks to. `--nodes` lists a member of another group (a group of one that
+/// leads, listed first, so the client tries it first): the client learns from the listed
+/// members which group a majority is in, the foreign member refuses the pinned connection
+/// (`WrongGroup`, nothing ran), and every write lands in the right group; none on it.
+#[test]
+fn a_client_writes_only_to_members_of_the_group_it_believes_in() {
+    let g = Group::start("pin");
+    let stray = format!("127.0.0.1:{}", free_port());
+    let stray_dir = scratch("pin-stray").display().to_string();
+    let (_stray, _) = start_at(&stray, &["--data-dir", &stray_dir, "--group", &stray]);
+    let init = kvd(&["admin", "init-group", "--nodes", &stray]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let ours = stats(&g.addrs[0])["group_id"].as_u64().unwrap();
+    let theirs = stats(&stray)["group_id"].as_u64().unwrap();
+    assert!(ours != 0 && theirs != 0 && ours != theirs, "{ours} {theirs}");
+
+    let listed = format!("{stray}|{}", g.nodes());
+    put_all(&listed, "pin", 0..20);
+    assert_eq!(stats(&stray)["keys"], 0, "a write reached the member of another group");
+    read_all(&g.nodes(), "pin", 0..20);
+    read_all(&listed, "pin", 0..20);
+
+    // The member itself refuses a connection pinned to another group, naming both.
+    let client = kvshared::client::Cluster::new(&[stray.clone()], Default::default()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let reply = rt
+        .block_on(client.call(0, kvshared::frame::FrameKind::PinGroup, &ours.to_le_bytes()))
+        .unwrap();
+    match reply.unexpected() {
+        kvshared::client::ClientError::Server { code, message, .. } => {
+            assert_eq!(code, kvshared::wire::ErrorCode::WrongGroup);
+            assert!(message.contains(&format!("{theirs:016x}")), "{message}");
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
 #[test]
 fn a_cut_or_deleted_log_is_refused_at_start() {
     let dir = scratch("cut");

@@ -39,7 +39,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// the shard manager's decisions.
 /// 9: `Counts` carries per-front auth failures, read and write timeouts, and connections
 /// that spoke another front's protocol.
-pub const VERSION: u8 = 9;
+/// 10: the `PinGroup` frame and the error `WrongGroup`; a group's figures carry its id.
+pub const VERSION: u8 = 10;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).
@@ -73,6 +74,12 @@ pub enum FrameKind {
     /// replica group from its own store while it is at most that far behind its leader
     /// (bounded staleness, like Redis Cluster's `READONLY`). Answered `ConfigOk`.
     StaleReads = 0x06,
+    /// Body: 8 bytes, a little-endian u64: the replica group this client believes the
+    /// member belongs to (0: not known yet). Answered `ConfigOk` whose body is the member's
+    /// own group id (8 bytes; 0 while it has none), or `ErrorResponse` `WrongGroup` when it
+    /// belongs to another. From then on the connection's batches run only while the member
+    /// is in that group.
+    PinGroup = 0x07,
     /// Body: [`crate::wire::BatchResponse`].
     BatchResponse = 0x81,
     /// Body: [`crate::stats::NodeStats`].
@@ -99,6 +106,7 @@ impl FrameKind {
             0x04 => FrameKind::ConfigRequest,
             0x05 => FrameKind::RaftRequest,
             0x06 => FrameKind::StaleReads,
+            0x07 => FrameKind::PinGroup,
             0x81 => FrameKind::BatchResponse,
             0x82 => FrameKind::StatsResponse,
             0x83 => FrameKind::AuthOk,

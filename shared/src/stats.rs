@@ -398,6 +398,10 @@ pub struct GroupFigures {
     /// Its role (see [`GroupRole`]).
     #[serde(default)]
     pub role: GroupRole,
+    /// The replica group's id (made by `kvd admin init-group`; 0 while this member has
+    /// none). Every member of one group reports the same.
+    #[serde(default)]
+    pub group_id: u64,
     /// The raft term this member is in.
     #[serde(default)]
     pub term: u64,

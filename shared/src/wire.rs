@@ -372,6 +372,9 @@ pub enum ErrorCode {
     /// The node will not do this request in its mode (e.g. a flush on a durable node); the
     /// message says why and what to do instead. The connection goes on.
     Refused = 9,
+    /// The member belongs to another replica group than the client believes (or to none):
+    /// nothing ran; another member of the group may serve it.
+    WrongGroup = 10,
 }
 
 /// Why a whole request failed (the body of an `ErrorResponse` frame).
@@ -679,6 +682,7 @@ pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
         ArchivedErrorCode::AuthRequired => ErrorCode::AuthRequired,
         ArchivedErrorCode::AuthFailed => ErrorCode::AuthFailed,
         ArchivedErrorCode::Refused => ErrorCode::Refused,
+        ArchivedErrorCode::WrongGroup => ErrorCode::WrongGroup,
     };
     Ok(ErrorReply {
         code,

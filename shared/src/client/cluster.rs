@@ -64,7 +64,7 @@ fn another_member_may_serve(e: &ClientError) -> bool {
             | ClientError::Unavailable { .. }
             | ClientError::Stalled { .. }
             | ClientError::Server {
-                code: ErrorCode::ShuttingDown,
+                code: ErrorCode::ShuttingDown | ErrorCode::WrongGroup,
                 ..
             }
     )
@@ -115,6 +115,8 @@ struct Readers {
     asked_ms: AtomicU64,
     /// An ask is under way.
     asking: AtomicBool,
+    /// The group the shard's members must be in (see [`super::pin`]).
+    pin: super::pin::GroupPin,
 }
 
 /// One member reads may go to, and its connection.
@@ -323,7 +325,7 @@ impl Cluster {
                 | ClientError::NodeDown { .. }
                 | ClientError::Stalled { .. }
                 | ClientError::Server {
-                    code: ErrorCode::ShuttingDown,
+                    code: ErrorCode::ShuttingDown | ErrorCode::WrongGroup,
                     ..
                 },
             ) if self.is_group(node) => self.follow(node, None),
@@ -377,8 +379,31 @@ impl Cluster {
             false => pool.addr.clone(),
         };
         let conn = Arc::new(self.open(&addr).await?);
+        if self.is_group(node) {
+            self.pinned(node, &conn).await?;
+        }
         *guard = Some((member, conn.clone()));
         Ok(conn)
+    }
+
+    /// Pins a new connection to a member of shard `node`'s group to the group this client
+    /// believes in (learned from the listed members first): a member of another group
+    /// refuses it, nothing ran.
+    async fn pinned(&self, node: usize, conn: &Connection) -> Result<(), ClientError> {
+        let pool = &self.nodes[node];
+        let timeout = self
+            .config
+            .request_timeout
+            .min(self.config.connect_timeout.max(Duration::from_secs(1)));
+        if pool.readers.pin.get() == 0 {
+            let members = pool.members.read().clone();
+            let ask = |addr: String| async move {
+                let conn = self.open(&addr).await?;
+                super::pin::pin(&conn, 0, timeout).await
+            };
+            pool.readers.pin.learn(&members, ask).await;
+        }
+        super::pin::pin(conn, pool.readers.pin.get(), timeout).await.map(|_| ())
     }
 
     /// A new connection to `addr`, with this client's limits, token and TLS.
@@ -485,7 +510,7 @@ impl Cluster {
             if r.avoid_until_ms.load(Ordering::Relaxed) > self.now_ms() {
                 continue;
             }
-            match self.reader_connection(&r).await {
+            match self.reader_connection(node, &r).await {
                 Ok(conn) => return Some((r, conn)),
                 Err(e) => {
                     tracing::debug!(member = %r.addr, error = %e, "a member for reads cannot be reached");
@@ -502,13 +527,14 @@ impl Cluster {
     }
 
     /// `r`'s connection, opened (and told the staleness it may answer with) when needed.
-    async fn reader_connection(&self, r: &Reader) -> Result<Arc<Connection>, ClientError> {
+    async fn reader_connection(&self, node: usize, r: &Reader) -> Result<Arc<Connection>, ClientError> {
         let mut guard = r.conn.lock().await;
         if let Some(conn) = guard.as_ref().filter(|c| c.is_alive()) {
             return Ok(conn.clone());
         }
         let c = &self.config;
         let conn = Arc::new(self.open(&r.addr).await?);
+        self.pinned(node, &conn).await?;
         if let ReadFrom::Stale(bound) = c.reads {
             let ms = u32::try_from(bound.as_millis()).unwrap_or(u32::MAX).max(1);
             let reply = conn

@@ -5,6 +5,7 @@ mod connection;
 mod error;
 mod layout;
 mod node_batches;
+mod pin;
 mod recording;
 
 use std::time::Duration;

@@ -38,6 +38,7 @@ impl DurableShard {
         let applied_index = m.last_applied.map_or(0, |l| l.index);
         kvshared::stats::GroupFigures {
             role,
+            group_id: self.group_id().unwrap_or(0),
             term: m.current_term,
             leader: m.current_leader.map(addr).unwrap_or_default(),
             log_index: last,
