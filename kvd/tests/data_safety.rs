@@ -334,7 +334,7 @@ fn a_client_writes_only_to_members_of_the_group_it_believes_in() {
     read_all(&listed, "pin", 0..20);
 
     // The member itself refuses a connection pinned to another group, naming both.
-    let client = kvshared::client::Cluster::new(&[stray.clone()], Default::default()).unwrap();
+    let client = kvshared::client::Cluster::new(std::slice::from_ref(&stray), Default::default()).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let reply = rt
         .block_on(client.call(0, kvshared::frame::FrameKind::PinGroup, &ours.to_le_bytes()))
