@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kvshared::client::{ClientError, Cluster, NodeBatches, Reply, STALL_AFTER};
+use kvshared::client::{ClientError, Cluster, NodeBatches, Reply};
 use kvshared::latency::Latency;
 use kvshared::routing::{key_hash, owner_node};
 use kvshared::wire::{BatchRequest, OpKind, OpStatus};
@@ -416,7 +416,7 @@ async fn task_loop(
         }
         collect_parked(&mut parked, &mut out, &live).await;
         if parked[node].is_some() {
-            // This node left an earlier batch of ours unanswered past STALL_AFTER: do not
+            // This node left an earlier batch of ours unanswered past its stall threshold: do not
             // queue more behind it; the ops fail now and the other nodes' ops go on.
             let ops: u64 = filler.take_counts(lane).iter().sum();
             out.error("stalled", ops);
@@ -428,6 +428,7 @@ async fn task_loop(
         let result = match cluster.start_batch(node, filler.request(lane)).await {
             Err(e) => Err(e),
             Ok(flight) => {
+                let stall_after = flight.stall_after();
                 let waiting = {
                     let cluster = cluster.clone();
                     async move { cluster.finish_batch(node, flight).await }
@@ -435,7 +436,7 @@ async fn task_loop(
                 let mut waiting = Box::pin(waiting);
                 tokio::select! {
                     result = &mut waiting => result,
-                    _ = tokio::time::sleep(STALL_AFTER) => {
+                    _ = tokio::time::sleep(stall_after) => {
                         // Stalled node: park the batch (it waits for its timeout on its own)
                         // and go on with the other nodes.
                         let wire_ops = filler.request(lane).len() as u64;
@@ -530,7 +531,7 @@ async fn task_loop(
     out
 }
 
-/// A batch left waiting on a node that stopped answering (see `STALL_AFTER`).
+/// A batch left waiting on a node that stopped answering (see `InFlight::stall_after`).
 struct Parked {
     wait: tokio::task::JoinHandle<Result<Reply, ClientError>>,
     counts: [u64; 4],

@@ -432,7 +432,8 @@ fn dry_run_measures_generation_without_a_cluster() {
 }
 
 /// A node that accepts connections and then answers nothing (as a SIGSTOPped kvd does):
-/// once its requests have gone unanswered for `STALL_AFTER`, the tasks park them and go on,
+/// once its requests have gone unanswered for the stall threshold (its floor, 1 s, on a fresh
+/// connection), the tasks park them and go on,
 /// so the other nodes' ops keep flowing every second while the stalled ones wait for their
 /// timeout; they end as failed (`stalled` or `timeout`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

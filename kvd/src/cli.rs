@@ -310,21 +310,33 @@ impl ServeArgs {
 /// The client verbs.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Print the value of KEY (exit 1 if absent).
+    /// Print the value of KEY (exit 1 if absent): its bytes as stored, followed by a
+    /// newline only when stdout is a terminal (as redis-cli).
     Get {
         #[command(flatten)]
         nodes: NodesArgs,
+        /// Never add a newline, even on a terminal.
+        #[arg(long, conflicts_with = "text")]
+        raw: bool,
+        /// Print the value as text (invalid UTF-8 shown as U+FFFD) and a newline.
+        #[arg(long)]
+        text: bool,
         /// The key.
         key: String,
     },
-    /// Store VALUE under KEY.
+    /// Store VALUE under KEY: the argument's bytes, stdin's with `-`, or a file's with
+    /// --file.
     Put {
         #[command(flatten)]
         nodes: NodesArgs,
+        /// Read the value from this file instead (bounded by --max-frame).
+        #[arg(long, value_name = "FILE", conflicts_with = "value")]
+        file: Option<std::path::PathBuf>,
         /// The key.
         key: String,
-        /// The value (stored as these bytes).
-        value: String,
+        /// The value; `-` reads it from stdin (bounded by --max-frame).
+        #[arg(required_unless_present = "file")]
+        value: Option<String>,
     },
     /// Delete KEY (prints whether it existed).
     Del {

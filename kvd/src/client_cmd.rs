@@ -19,18 +19,27 @@ const SHOWN_CHANGES: usize = 5;
 /// Runs one client verb and returns the process exit code.
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let code = match command {
-        Command::Get { nodes, key } => match explained(&cluster(&nodes)?, |c| c.get(key.as_bytes())).await? {
-            Some(v) => {
-                kvshared::outln!("{}", String::from_utf8_lossy(&v))?;
-                0
+        Command::Get { nodes, raw, text, key } => {
+            match explained(&cluster(&nodes)?, |c| c.get(key.as_bytes())).await? {
+                Some(v) => {
+                    print_value(&v, raw, text)?;
+                    0
+                }
+                None => {
+                    eprintln!("kvd: {key:?} not found");
+                    NOT_ALL
+                }
             }
-            None => {
-                eprintln!("kvd: {key:?} not found");
-                NOT_ALL
-            }
-        },
-        Command::Put { nodes, key, value } => {
-            explained(&cluster(&nodes)?, |c| c.put(key.as_bytes(), value.as_bytes())).await?;
+        }
+        Command::Put {
+            nodes,
+            file,
+            key,
+            value,
+        } => {
+            let cluster = cluster(&nodes)?;
+            let value = put_value(file.as_deref(), value.as_deref(), cluster.config().max_frame)?;
+            explained(&cluster, |c| c.put(key.as_bytes(), &value)).await?;
             kvshared::outln!("OK")?;
             0
         }
@@ -68,6 +77,42 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
     };
     Ok(ExitCode::from(code))
+}
+
+/// Writes a value as `kvd get` does: its bytes, then a newline on a terminal (never with
+/// `raw`); with `text`, as lossy UTF-8 and a newline.
+fn print_value(v: &[u8], raw: bool, text: bool) -> anyhow::Result<()> {
+    use std::io::{IsTerminal, Write};
+    if text {
+        kvshared::outln!("{}", String::from_utf8_lossy(v))?;
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    let newline = !raw && out.is_terminal();
+    let written = out
+        .write_all(v)
+        .and_then(|()| if newline { out.write_all(b"\n") } else { Ok(()) })
+        .and_then(|()| out.flush());
+    match written {
+        // A closed pipe (`kvd get k | head -c 10`) is not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// The value `kvd put` stores: the argument's bytes, stdin's for `-`, or `file`'s; read
+/// bounded by the frame limit (a value must fit in one frame).
+fn put_value(file: Option<&std::path::Path>, value: Option<&str>, max_frame: u32) -> anyhow::Result<Vec<u8>> {
+    let max = u64::from(max_frame);
+    match (file, value) {
+        (Some(path), _) => {
+            kvshared::files::read_bounded(path, max).map_err(|e| anyhow::anyhow!("--file {}: {e}", path.display()))
+        }
+        (None, Some("-")) => kvshared::files::read_all_bounded(std::io::stdin().lock(), max)
+            .map_err(|e| anyhow::anyhow!("the value on stdin: {e} (--max-frame)")),
+        (None, Some(v)) => Ok(v.as_bytes().to_vec()),
+        (None, None) => anyhow::bail!("give a VALUE, - for stdin, or --file FILE"),
+    }
 }
 
 /// Runs `op`; when a node refuses it as not its shard, asks every node which shard it

@@ -402,6 +402,14 @@ impl Node {
         Ok(())
     }
 
+    /// This node's place in its replica group (empty figures when it is in none).
+    pub fn group_figures(&self) -> GroupFigures {
+        match (&self.durable, &self.config.group) {
+            (Some(log), Some(_)) => log.group_figures(),
+            _ => GroupFigures::default(),
+        }
+    }
+
     /// The replica group this node is a member of (`None`: none yet, or not in a group).
     pub fn group_id(&self) -> Option<u64> {
         self.durable
@@ -457,10 +465,7 @@ impl Node {
                 .map_or(String::new(), |l| l.eviction.name().to_string()),
             worker_threads: self.config.worker_threads as u32,
             durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
-            group: match (&self.durable, &self.config.group) {
-                (Some(log), Some(_)) => log.group_figures(),
-                _ => GroupFigures::default(),
-            },
+            group: self.group_figures(),
             latency,
             recent,
             counts,

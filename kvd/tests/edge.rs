@@ -632,11 +632,11 @@ fn failed_authentication_is_counted_per_front() {
     ]);
     assert_eq!(code, 200, "the bearer scheme in lower case is accepted");
     assert!(
-        metrics.contains("kvd_auth_failed_resp_total{shard=\"0/1\"} 6"),
+        metrics.contains("kvd_errors_total{shard=\"0\",shards=\"1\",kind=\"auth_failed_resp\"} 6"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("kvd_auth_failed_http_total{shard=\"0/1\"} 2"),
+        metrics.contains("kvd_errors_total{shard=\"0\",shards=\"1\",kind=\"auth_failed_http\"} 2"),
         "{metrics}"
     );
 }

@@ -112,7 +112,7 @@ fn stats_healthz_and_metrics_that_promtool_accepts() {
     let (status, body) = request(&http[0], "GET", "/metrics", b"");
     assert_eq!(status, 200);
     let text = String::from_utf8(body).unwrap();
-    assert!(text.contains("kvd_puts_total{shard=\"0/2\"}"), "{text}");
+    assert!(text.contains("kvd_puts_total{shard=\"0\",shards=\"2\"}"), "{text}");
     assert!(text.contains("# TYPE kvd_keys gauge"), "{text}");
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])

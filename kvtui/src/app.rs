@@ -263,6 +263,7 @@ pub fn run_dashboard(
         if !app.paused {
             app.now = now;
             if now.duration_since(last_tick) >= app.interval {
+                app.view.mark_silent(now, app.interval);
                 app.view.tick(now);
                 last_tick = now;
             }

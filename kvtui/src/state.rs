@@ -24,6 +24,9 @@ pub enum Health {
     /// Not answered yet.
     Waiting,
     Up,
+    /// Answered before, but a poll is overdue (one sample missed): a frozen process
+    /// (SIGSTOP, a stall) or a cut network; its figures are as old as `last_seen`.
+    Silent,
     /// The last poll failed with `error`.
     Down {
         error: String,
@@ -196,6 +199,24 @@ impl ClusterView {
         }
     }
 
+    /// Marks `Silent` every node that answered before but has not for two poll intervals
+    /// (at least a second): it missed a sample. Its rates are dropped (they are not current);
+    /// its next answer makes it `Up` again. (A frozen kvd used to look alive, with frozen
+    /// figures, until its poll timed out 5-8 s later.)
+    pub fn mark_silent(&mut self, now: Instant, interval: Duration) {
+        let missed = (interval * 2).max(Duration::from_secs(1));
+        for node in &mut self.nodes {
+            let overdue = node
+                .last_seen
+                .is_some_and(|t| now.saturating_duration_since(t) > missed);
+            if node.health == Health::Up && overdue {
+                node.health = Health::Silent;
+                node.rates = None;
+                node.latency = None;
+            }
+        }
+    }
+
     /// Records the current cluster total for the total-throughput series.
     pub fn tick(&mut self, now: Instant) {
         let t = self.secs(now);
@@ -351,6 +372,31 @@ mod tests {
         let t = v.totals();
         assert_eq!((t.up, t.nodes, t.keys, t.ops_per_sec), (1, 2, 10, 2000.0));
         assert_eq!(t.hit_ratio, Some(1.0));
+    }
+
+    #[test]
+    fn a_node_that_misses_a_sample_is_silent_until_it_answers_again() {
+        let mut v = ClusterView::new(&["a:1".into()]);
+        let t0 = v.started;
+        let every = Duration::from_millis(500);
+        for (i, at) in [0u64, 500].into_iter().enumerate() {
+            v.apply(Sample {
+                node: 0,
+                at: t0 + Duration::from_millis(at),
+                result: Ok(stats(1000 + at, i as u64 * 100)),
+            });
+        }
+        v.mark_silent(t0 + Duration::from_millis(1400), every);
+        assert_eq!(v.nodes[0].health, Health::Up, "within two intervals (and a second)");
+        v.mark_silent(t0 + Duration::from_millis(1600), every);
+        assert_eq!(v.nodes[0].health, Health::Silent);
+        assert!(v.nodes[0].rates.is_none() && !v.nodes[0].is_up());
+        v.apply(Sample {
+            node: 0,
+            at: t0 + Duration::from_millis(3000),
+            result: Ok(stats(3500, 300)),
+        });
+        assert_eq!(v.nodes[0].health, Health::Up);
     }
 
     #[test]

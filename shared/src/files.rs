@@ -8,9 +8,14 @@ use std::path::Path;
 /// Reads `path` whole if it holds at most `max` bytes; a larger file (or an endless one,
 /// such as a device) is refused naming the limit.
 pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    let file = std::fs::File::open(path)?;
+    read_all_bounded(std::fs::File::open(path)?, max)
+}
+
+/// Reads `input` to its end if it holds at most `max` bytes (stdin, a file); more is
+/// refused naming the limit.
+pub fn read_all_bounded(input: impl Read, max: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    input.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

@@ -1,24 +1,48 @@
 //! `GET /metrics`: the node's figures in the Prometheus text exposition format (0.0.4),
 //! written over the counters kvd already keeps. Counters end in `_total`, units are in the
-//! names (`_bytes`, `_seconds`), and every series has a `shard` label, so one Prometheus
-//! scraping every node can sum or split by shard.
+//! names (`_bytes`, `_seconds`), and every series has a `shard` (the node's index) and a
+//! `shards` (the cluster's size) label, so one Prometheus scraping every node can sum or
+//! split by shard. The process's own figures use the standard `process_*` names every
+//! Prometheus client library exports; the error counters are one `kvd_errors_total` with a
+//! `kind` label; a replica group member exports its role, term and log positions.
 
 use std::fmt::Write;
 
 use kvshared::latency::upper_ns;
-use kvshared::stats::{Counter, NodeStats};
+use kvshared::stats::{Counter, CounterClass, NodeStats};
+
+/// The labels every series has: `shard="0",shards="2"`.
+fn labels(s: &NodeStats) -> String {
+    format!("shard=\"{}\",shards=\"{}\"", s.shard.index, s.shard.count)
+}
 
 /// The exposition text for one node's stats.
 pub fn render(s: &NodeStats) -> String {
-    let shard = s.shard.to_string();
+    let labels = labels(s);
     let mut out = String::with_capacity(8 * 1024);
-    for &c in Counter::ALL {
+    for &c in Counter::ALL.iter().filter(|c| c.class() != CounterClass::Error) {
         let name = format!("kvd_{}_total", c.name());
         family(&mut out, &name, "counter", c.help());
-        let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {}", s.counts.get(c));
+        let _ = writeln!(out, "{name}{{{labels}}} {}", s.counts.get(c));
     }
+    family(
+        &mut out,
+        "kvd_errors_total",
+        "counter",
+        "Things clients did wrong and connections that failed, by kind (see docs/HTTP.md).",
+    );
+    for &c in Counter::ALL.iter().filter(|c| c.class() == CounterClass::Error) {
+        let _ = writeln!(
+            out,
+            "kvd_errors_total{{{labels},kind=\"{}\"}} {}",
+            c.name(),
+            s.counts.get(c)
+        );
+    }
+    super::process_metrics::render(&mut out, s);
+    super::group_metrics::render(&mut out, &labels, s);
     let d = &s.durability;
-    let gauges: [(&str, &str, f64); 15] = [
+    let gauges: [(&str, &str, f64); 14] = [
         ("kvd_keys", "Keys stored on this node.", s.keys as f64),
         (
             "kvd_uptime_seconds",
@@ -39,11 +63,6 @@ pub fn render(s: &NodeStats) -> String {
             "kvd_memory_max_bytes",
             "--max-memory (0: no cap).",
             s.max_memory_bytes as f64,
-        ),
-        (
-            "kvd_process_resident_memory_bytes",
-            "Resident memory of the kvd process.",
-            s.system.process_rss_bytes as f64,
         ),
         (
             "kvd_host_memory_used_bytes",
@@ -93,36 +112,25 @@ pub fn render(s: &NodeStats) -> String {
     ];
     for (name, help, value) in gauges {
         family(&mut out, name, "gauge", help);
-        let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {value}");
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
     }
-    family(
-        &mut out,
-        "kvd_process_cpu_seconds_total",
-        "counter",
-        "CPU time the kvd process used (user and system), as last sampled.",
-    );
-    let _ = writeln!(
-        out,
-        "kvd_process_cpu_seconds_total{{shard=\"{shard}\"}} {}",
-        s.system.process_cpu_ms as f64 / 1e3
-    );
     family(
         &mut out,
         "kvd_disk_stalls_total",
         "counter",
         "Times the disk began refusing writes (no space, read-only, failing).",
     );
-    let _ = writeln!(out, "kvd_disk_stalls_total{{shard=\"{shard}\"}} {}", d.disk_stalls);
+    let _ = writeln!(out, "kvd_disk_stalls_total{{{labels}}} {}", d.disk_stalls);
     family(&mut out, "kvd_fsyncs_total", "counter", "Fsyncs of the log.");
-    let _ = writeln!(out, "kvd_fsyncs_total{{shard=\"{shard}\"}} {}", d.fsyncs);
+    let _ = writeln!(out, "kvd_fsyncs_total{{{labels}}} {}", d.fsyncs);
     family(
         &mut out,
         "kvd_snapshots_total",
         "counter",
         "Snapshots this process wrote.",
     );
-    let _ = writeln!(out, "kvd_snapshots_total{{shard=\"{shard}\"}} {}", d.snapshots_taken);
-    op_durations(&mut out, &shard, s);
+    let _ = writeln!(out, "kvd_snapshots_total{{{labels}}} {}", d.snapshots_taken);
+    op_durations(&mut out, &labels, s);
     family(
         &mut out,
         "kvd_info",
@@ -131,7 +139,7 @@ pub fn render(s: &NodeStats) -> String {
     );
     let _ = writeln!(
         out,
-        "kvd_info{{shard=\"{shard}\",version=\"{}\",durability=\"{}\"}} 1",
+        "kvd_info{{{labels},version=\"{}\",durability=\"{}\"}} 1",
         s.version, d.mode
     );
     out
@@ -140,7 +148,7 @@ pub fn render(s: &NodeStats) -> String {
 /// The service-time histograms: per op kind a Prometheus histogram with one bucket per
 /// doubling (every fourth of kvd's own buckets, so the cumulative counts are exact), and per
 /// map shard a summary of sum and count (64 histograms per node would swamp a scrape).
-fn op_durations(out: &mut String, shard: &str, s: &NodeStats) {
+fn op_durations(out: &mut String, labels: &str, s: &NodeStats) {
     let name = "kvd_op_duration_seconds";
     family(
         out,
@@ -156,22 +164,16 @@ fn op_durations(out: &mut String, shard: &str, s: &NodeStats) {
             let upper = upper_ns(i);
             if i % 4 == 0 && upper != u64::MAX {
                 let le = upper as f64 / 1e9;
-                let _ = writeln!(
-                    out,
-                    "{name}_bucket{{shard=\"{shard}\",op=\"{op}\",le=\"{le}\"}} {cumulative}"
-                );
+                let _ = writeln!(out, "{name}_bucket{{{labels},op=\"{op}\",le=\"{le}\"}} {cumulative}");
             }
         }
+        let _ = writeln!(out, "{name}_bucket{{{labels},op=\"{op}\",le=\"+Inf\"}} {cumulative}");
         let _ = writeln!(
             out,
-            "{name}_bucket{{shard=\"{shard}\",op=\"{op}\",le=\"+Inf\"}} {cumulative}"
-        );
-        let _ = writeln!(
-            out,
-            "{name}_sum{{shard=\"{shard}\",op=\"{op}\"}} {}",
+            "{name}_sum{{{labels},op=\"{op}\"}} {}",
             latency.sum_ns as f64 / 1e9
         );
-        let _ = writeln!(out, "{name}_count{{shard=\"{shard}\",op=\"{op}\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_count{{{labels},op=\"{op}\"}} {cumulative}");
     }
     let name = "kvd_map_shard_duration_seconds";
     family(
@@ -183,18 +185,14 @@ fn op_durations(out: &mut String, shard: &str, s: &NodeStats) {
     for (i, latency) in s.latency.map_shards.iter().enumerate() {
         let _ = writeln!(
             out,
-            "{name}_sum{{shard=\"{shard}\",map_shard=\"{i}\"}} {}",
+            "{name}_sum{{{labels},map_shard=\"{i}\"}} {}",
             latency.sum_ns as f64 / 1e9
         );
-        let _ = writeln!(
-            out,
-            "{name}_count{{shard=\"{shard}\",map_shard=\"{i}\"}} {}",
-            latency.count()
-        );
+        let _ = writeln!(out, "{name}_count{{{labels},map_shard=\"{i}\"}} {}", latency.count());
     }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(super) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let help = help.replace('\\', "\\\\").replace('\n', " ");
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -210,13 +208,17 @@ mod tests {
         s.counts.gets = 42;
         let text = render(&s);
         assert!(
-            text.contains("# TYPE kvd_gets_total counter\nkvd_gets_total{shard=\"0/1\"} 42\n"),
+            text.contains("# TYPE kvd_gets_total counter\nkvd_gets_total{shard=\"0\",shards=\"1\"} 42\n"),
             "{text}"
         );
         for &c in Counter::ALL {
-            assert!(text.contains(&format!("kvd_{}_total{{", c.name())));
+            let series = match c.class() {
+                CounterClass::Error => format!("kvd_errors_total{{shard=\"0\",shards=\"1\",kind=\"{}\"}} ", c.name()),
+                _ => format!("kvd_{}_total{{", c.name()),
+            };
+            assert!(text.contains(&series), "{series}");
         }
-        assert!(text.contains("kvd_info{shard=\"0/1\""));
+        assert!(text.contains("kvd_info{shard=\"0\",shards=\"1\""));
     }
 
     /// Buckets are cumulative, end in +Inf equal to the count, and a value lands under the
@@ -231,7 +233,7 @@ mod tests {
         s.latency.map_shards = vec![Default::default(); 2];
         let text = render(&s);
         let bucket = |le: &str| {
-            let key = format!("kvd_op_duration_seconds_bucket{{shard=\"0/1\",op=\"get\",le=\"{le}\"}} ");
+            let key = format!("kvd_op_duration_seconds_bucket{{shard=\"0\",shards=\"1\",op=\"get\",le=\"{le}\"}} ");
             let line = text
                 .lines()
                 .find(|l| l.starts_with(&key))
@@ -243,8 +245,8 @@ mod tests {
         assert_eq!(bucket("0.001048576"), 5);
         assert_eq!(bucket("0.002097152"), 6);
         assert_eq!(bucket("+Inf"), 6);
-        assert!(text.contains("kvd_op_duration_seconds_count{shard=\"0/1\",op=\"get\"} 6\n"));
-        assert!(text.contains("kvd_op_duration_seconds_sum{shard=\"0/1\",op=\"get\"} 0.017\n"));
-        assert!(text.contains("kvd_map_shard_duration_seconds_count{shard=\"0/1\",map_shard=\"1\"} 0\n"));
+        assert!(text.contains("kvd_op_duration_seconds_count{shard=\"0\",shards=\"1\",op=\"get\"} 6\n"));
+        assert!(text.contains("kvd_op_duration_seconds_sum{shard=\"0\",shards=\"1\",op=\"get\"} 0.017\n"));
+        assert!(text.contains("kvd_map_shard_duration_seconds_count{shard=\"0\",shards=\"1\",map_shard=\"1\"} 0\n"));
     }
 }

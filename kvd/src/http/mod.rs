@@ -10,7 +10,9 @@
 //! paid from the buffer budget as it arrives) and drains it on shutdown.
 
 mod body;
+mod group_metrics;
 mod metrics;
+mod process_metrics;
 
 use std::sync::Arc;
 
@@ -174,9 +176,19 @@ async fn stats(State(s): State<Arc<Shared>>) -> Response {
     axum::Json(s.edge.node.stats()).into_response()
 }
 
+/// `/healthz`: serving, the shard, and the node's role in its replica group (`standalone`
+/// for a node in none; else `leader`, `follower`, `learner`, `joining` or `removed`) with
+/// the leader it knows.
 async fn healthz(State(s): State<Arc<Shared>>) -> Response {
-    let shard = s.edge.node.config.shard.to_string();
-    axum::Json(serde_json::json!({ "status": "serving", "shard": shard, "role": "standalone" })).into_response()
+    let node = &s.edge.node;
+    let shard = node.config.shard.to_string();
+    let group = node.group_figures();
+    let role = match group.role {
+        kvshared::stats::GroupRole::None => "standalone",
+        other => other.as_str(),
+    };
+    let body = serde_json::json!({ "status": "serving", "shard": shard, "role": role, "leader": group.leader });
+    axum::Json(body).into_response()
 }
 
 /// Runs one op through the shared pipeline and maps its answer; found values are paid from

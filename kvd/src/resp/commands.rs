@@ -6,21 +6,34 @@ use kvshared::wire::OpKind;
 use super::info::REDIS_VERSION;
 use super::parse::Args;
 use super::pipeline::Pipeline;
-use super::reply;
+use super::reply::{self, Proto};
 use crate::edge::conn::Auth;
 use crate::node::Node;
 
 /// Commands answered (for `COMMAND COUNT`).
 const COMMANDS: &[&str] = &[
-    "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DEL", "ECHO", "EXISTS", "GET", "GETSET", "HELLO", "INFO", "MGET",
-    "MSET", "PING", "QUIT", "SELECT", "SET",
+    "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DEL", "DISCARD", "ECHO", "EXEC", "EXISTS", "GET", "GETSET",
+    "HELLO", "INFO", "MGET", "MSET", "MULTI", "PING", "QUIT", "ROLE", "SELECT", "SET", "SETNX", "UNLINK", "UNWATCH",
+    "WATCH",
 ];
+
+/// Whether the connection is inside `MULTI`. kvd runs no transactions yet: inside one,
+/// every command is refused at queue time (none runs) and `EXEC` answers `EXECABORT`, as
+/// Redis does for a transaction with a queue-time error. Queued commands never run one by
+/// one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Multi {
+    #[default]
+    Off,
+    Refusing,
+}
 
 /// What a connection remembers between commands.
 pub struct Session {
     id: u64,
     peer: String,
     name: Vec<u8>,
+    multi: Multi,
 }
 
 impl Session {
@@ -30,6 +43,7 @@ impl Session {
             id,
             peer,
             name: Vec::new(),
+            multi: Multi::Off,
         }
     }
 }
@@ -61,6 +75,9 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
         p.immediate(|o| reply::error(o, "NOAUTH Authentication required."));
         return false;
     }
+    if ctx.session.multi == Multi::Refusing || is(name, "MULTI") || is(name, "EXEC") || is(name, "DISCARD") {
+        return transaction(ctx.session, name, p);
+    }
     let (node, forward) = (ctx.node, ctx.forward);
     match name {
         _ if is(name, "GET") => match n {
@@ -68,6 +85,10 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
             _ => wrong_args(p, name),
         },
         _ if is(name, "SET") => set(node, forward, args, p),
+        _ if is(name, "SETNX") => match n {
+            3 => p.setnx(node, forward, args.get(1), args.get(2)),
+            _ => wrong_args(p, name),
+        },
         _ if is(name, "GETSET") => match n {
             3 => p.set(node, forward, args.get(1), args.get(2), true),
             _ => wrong_args(p, name),
@@ -115,10 +136,18 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
             let keys = node.store.len() as i64;
             p.immediate(|o| reply::integer(o, keys));
         }
+        _ if is(name, "ROLE") => p.immediate(|o| super::info::role_reply(node, o)),
         _ if is(name, "INFO") => {
             let text = super::info::info(node, args.get(1), ctx.session.id);
             p.immediate(|o| reply::bulk(o, text.as_bytes()));
         }
+        _ if is(name, "WATCH") => p.immediate(|o| {
+            reply::error(
+                o,
+                "ERR kvd runs no transactions (MULTI/EXEC) yet, so WATCH is not supported",
+            )
+        }),
+        _ if is(name, "UNWATCH") => p.immediate(|o| reply::simple(o, "OK")),
         _ if is(name, "CONFIG") => config(node, args, p),
         _ if is(name, "COMMAND") => command(args, p),
         _ if is(name, "CLIENT") => client(ctx.session, args, p),
@@ -175,6 +204,38 @@ fn set(node: &Node, forward: bool, args: &Args<'_>, p: &mut Pipeline) {
     p.set_if(node, forward, args.get(1), args.get(2), get_old, kind);
 }
 
+/// MULTI, EXEC, DISCARD, and every command inside MULTI (see [`Multi`]). Returns false:
+/// QUIT inside MULTI closes the connection only after its own reply, as outside.
+fn transaction(s: &mut Session, name: &[u8], p: &mut Pipeline) -> bool {
+    let inside = s.multi == Multi::Refusing;
+    let text: Result<&str, &str> = match name {
+        _ if is(name, "MULTI") && inside => Err("ERR MULTI calls can not be nested"),
+        _ if is(name, "MULTI") => Ok("OK"),
+        _ if is(name, "EXEC") && inside => Err("EXECABORT Transaction discarded because of previous errors."),
+        _ if is(name, "DISCARD") && inside => Ok("OK"),
+        _ if is(name, "EXEC") => Err("ERR EXEC without MULTI"),
+        _ if is(name, "DISCARD") => Err("ERR DISCARD without MULTI"),
+        _ if is(name, "QUIT") => {
+            s.multi = Multi::Off;
+            p.immediate(|o| reply::simple(o, "OK"));
+            return true;
+        }
+        _ => Err(
+            "ERR kvd runs no transactions yet: this command was not queued and will not run (EXEC will answer EXECABORT; DISCARD ends the MULTI)",
+        ),
+    };
+    s.multi = match name {
+        _ if is(name, "MULTI") => Multi::Refusing,
+        _ if is(name, "EXEC") || is(name, "DISCARD") => Multi::Off,
+        _ => s.multi,
+    };
+    match text {
+        Ok(ok) => p.immediate(|o| reply::simple(o, ok)),
+        Err(e) => p.immediate(|o| reply::error(o, e)),
+    }
+    false
+}
+
 /// CONFIG GET pattern: the few settings benchmark tools ask for at start.
 fn config(node: &Node, args: &Args<'_>, p: &mut Pipeline) {
     if !is(args.get(1), "GET") || args.len() != 3 {
@@ -206,8 +267,9 @@ fn config(node: &Node, args: &Args<'_>, p: &mut Pipeline) {
         .iter()
         .filter(|(name, _)| pattern == b"*" || is(pattern, name))
         .collect();
+    let proto = p.proto();
     p.immediate(|o| {
-        reply::array(o, hits.len() * 2);
+        reply::map(o, hits.len(), proto);
         for (name, value) in hits {
             reply::bulk(o, name.as_bytes());
             reply::bulk(o, value.as_bytes());
@@ -226,7 +288,7 @@ fn command(args: &Args<'_>, p: &mut Pipeline) {
     }
 }
 
-/// CLIENT SETNAME / GETNAME / ID / INFO.
+/// CLIENT SETNAME / GETNAME / ID / INFO / SETINFO.
 fn client(s: &mut Session, args: &Args<'_>, p: &mut Pipeline) {
     let sub = args.get(1);
     if is(sub, "SETNAME") && args.len() == 3 {
@@ -241,11 +303,15 @@ fn client(s: &mut Session, args: &Args<'_>, p: &mut Pipeline) {
         }
         s.name = name.to_vec();
         p.immediate(|o| reply::simple(o, "OK"));
+    } else if is(sub, "SETINFO") && args.len() == 4 && (is(args.get(2), "LIB-NAME") || is(args.get(2), "LIB-VER")) {
+        // Client libraries say who they are (redis-py, go-redis); kvd only acknowledges it.
+        p.immediate(|o| reply::simple(o, "OK"));
     } else if is(sub, "GETNAME") {
         let name = s.name.clone();
+        let proto = p.proto();
         p.immediate(|o| {
             if name.is_empty() {
-                reply::null(o)
+                reply::null(o, proto)
             } else {
                 reply::bulk(o, &name)
             }
@@ -255,14 +321,15 @@ fn client(s: &mut Session, args: &Args<'_>, p: &mut Pipeline) {
         p.immediate(|o| reply::integer(o, id));
     } else if is(sub, "INFO") {
         let text = format!(
-            "id={} addr={} name={} db=0 resp=2\n",
+            "id={} addr={} name={} db=0 resp={}\n",
             s.id,
             s.peer,
-            String::from_utf8_lossy(&s.name)
+            String::from_utf8_lossy(&s.name),
+            p.proto().number()
         );
         p.immediate(|o| reply::bulk(o, text.as_bytes()));
     } else {
-        p.immediate(|o| reply::error(o, "ERR kvd answers CLIENT SETNAME, GETNAME, ID and INFO only"));
+        p.immediate(|o| reply::error(o, "ERR kvd answers CLIENT SETNAME, GETNAME, ID, INFO and SETINFO only"));
     }
 }
 
@@ -286,48 +353,57 @@ fn auth(ctx: &mut Ctx<'_>, token: &[u8], n: usize, p: &mut Pipeline) {
     }
 }
 
-/// HELLO [protover [AUTH user token] [SETNAME name]]: RESP2 only.
+/// HELLO [protover [AUTH user token] [SETNAME name]]: RESP2 or RESP3, as Redis 7.
 fn hello(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
-    let version = args.get(1);
-    if !version.is_empty() && version != b"2" {
-        return p.immediate(|o| {
-            reply::error(
-                o,
-                "NOPROTO sorry, this protocol version is not supported (kvd speaks RESP2)",
-            )
-        });
-    }
+    let proto = match args.get(1) {
+        b"" => p.proto(),
+        b"2" => Proto::Resp2,
+        b"3" => Proto::Resp3,
+        v if std::str::from_utf8(v).is_ok_and(|v| v.parse::<i64>().is_ok()) => {
+            return p.immediate(|o| reply::error(o, "NOPROTO unsupported protocol version"));
+        }
+        _ => {
+            return p.immediate(|o| reply::error(o, "ERR Protocol version is not an integer or out of range"));
+        }
+    };
     let mut i = 2;
+    let mut name = None;
     while i < args.len() {
-        if is(args.get(i), "AUTH") && i + 2 < args.len() + 1 {
+        if is(args.get(i), "AUTH") && i + 2 < args.len() {
             if ctx.auth.needs_token() && !ctx.auth.present(args.get(i + 2)) {
                 return p
                     .immediate(|o| reply::error(o, "WRONGPASS invalid username-password pair or user is disabled."));
             }
             i += 3;
-        } else if is(args.get(i), "SETNAME") {
-            ctx.session.name = args.get(i + 1).to_vec();
+        } else if is(args.get(i), "SETNAME") && i + 1 < args.len() {
+            name = Some(args.get(i + 1).to_vec());
             i += 2;
         } else {
-            return p.immediate(|o| reply::error(o, "ERR syntax error in HELLO"));
+            let option = String::from_utf8_lossy(args.get(i)).into_owned();
+            return p.immediate(|o| reply::error(o, &format!("ERR Syntax error in HELLO option '{option}'")));
         }
     }
     if !ctx.auth.admitted() {
         ctx.auth.refused();
         return p.immediate(|o| reply::error(o, "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"));
     }
+    if let Some(name) = name {
+        ctx.session.name = name;
+    }
+    p.switch(proto);
     let id = ctx.session.id as i64;
+    let role = super::info::role(ctx.node);
     p.immediate(|o| {
-        reply::array(o, 14);
+        reply::map(o, 7, proto);
         for (k, v) in [("server", "redis"), ("version", REDIS_VERSION)] {
             reply::bulk(o, k.as_bytes());
             reply::bulk(o, v.as_bytes());
         }
         reply::bulk(o, b"proto");
-        reply::integer(o, 2);
+        reply::integer(o, proto.number());
         reply::bulk(o, b"id");
         reply::integer(o, id);
-        for (k, v) in [("mode", "standalone"), ("role", "master")] {
+        for (k, v) in [("mode", "standalone"), ("role", role)] {
             reply::bulk(o, k.as_bytes());
             reply::bulk(o, v.as_bytes());
         }

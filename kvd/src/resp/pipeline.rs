@@ -12,7 +12,7 @@ use kvshared::routing::{key_hash, owner_node};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, encode_body};
 
-use super::reply;
+use super::reply::{self, Proto};
 use crate::edge::budget::{BufferBudget, ReplyAllowance};
 use crate::node::Node;
 use crate::store::Scratch;
@@ -32,6 +32,8 @@ enum Step {
     Get(usize),
     /// SET: `+OK`, or with GET the old value.
     Set { put: usize, old: Option<usize> },
+    /// SETNX: `:1` when stored, `:0` when the key was there.
+    SetNx(usize),
     /// DEL: how many of `n` ops found their key.
     Del { first: usize, n: usize },
     /// EXISTS: how many of `n` gets found their key.
@@ -40,6 +42,8 @@ enum Step {
     MGet { first: usize, n: usize },
     /// MSET: `+OK` once all `n` puts are stored.
     MSet { first: usize, n: usize },
+    /// HELLO switched the protocol: the replies after it are in this one (no reply).
+    Switch(Proto),
 }
 
 /// The steps and ops of one pipeline, reused from read to read.
@@ -56,6 +60,10 @@ pub struct Pipeline {
     local_error: Option<String>,
     body: AlignedVec,
     scratch: Scratch,
+    /// The protocol the connection speaks now (after this pipeline's HELLOs so far).
+    proto: Proto,
+    /// The protocol it spoke when this pipeline began.
+    start_proto: Proto,
 }
 
 /// One op's result, wherever it ran.
@@ -75,6 +83,18 @@ impl Pipeline {
         self.immediate.clear();
         self.remote_results.clear();
         self.local_error = None;
+        self.start_proto = self.proto;
+    }
+
+    /// The protocol the connection speaks now.
+    pub fn proto(&self) -> Proto {
+        self.proto
+    }
+
+    /// HELLO: the replies from here on are in `proto`.
+    pub fn switch(&mut self, proto: Proto) {
+        self.proto = proto;
+        self.steps.push(Step::Switch(proto));
     }
 
     /// Whether no command is waiting.
@@ -129,6 +149,12 @@ impl Pipeline {
         let old = get_old.then(|| self.op(node, forward, OpKind::Get, key, &[]));
         let put = self.op(node, forward, kind, key, value);
         self.steps.push(Step::Set { put, old });
+    }
+
+    /// SETNX key value: a conditional put answered 1 or 0.
+    pub fn setnx(&mut self, node: &Node, forward: bool, key: &[u8], value: &[u8]) {
+        let put = self.op(node, forward, OpKind::PutIfAbsent, key, value);
+        self.steps.push(Step::SetNx(put));
     }
 
     /// DEL key... or EXISTS key...
@@ -257,16 +283,25 @@ impl Pipeline {
 
     fn write_replies(&self, out: &mut Vec<u8>) {
         let result = |i: usize| self.result(i);
+        let mut proto = self.start_proto;
         for step in &self.steps {
             match *step {
                 Step::Immediate(ref r) => out.extend_from_slice(&self.immediate[r.clone()]),
-                Step::Get(op) => value_reply(out, result(op)),
+                Step::Switch(p) => proto = p,
+                Step::Get(op) => value_reply(out, result(op), proto),
                 Step::Set { put, old } => match (result(put), old) {
                     (Result1::Reply(OpReply::Stored), None) => reply::simple(out, "OK"),
-                    (Result1::Reply(OpReply::Stored | OpReply::NotStored), Some(old)) => value_reply(out, result(old)),
+                    (Result1::Reply(OpReply::Stored | OpReply::NotStored), Some(old)) => {
+                        value_reply(out, result(old), proto)
+                    }
                     // SET NX/XX whose condition did not hold: a null reply, as Redis.
-                    (Result1::Reply(OpReply::NotStored), None) => reply::null(out),
+                    (Result1::Reply(OpReply::NotStored), None) => reply::null(out, proto),
                     (other, _) => error_reply(out, other),
+                },
+                Step::SetNx(put) => match result(put) {
+                    Result1::Reply(OpReply::Stored) => reply::integer(out, 1),
+                    Result1::Reply(OpReply::NotStored) => reply::integer(out, 0),
+                    other => error_reply(out, other),
                 },
                 Step::Del { first, n } | Step::Exists { first, n } => {
                     let mut count = 0;
@@ -286,7 +321,7 @@ impl Pipeline {
                 Step::MGet { first, n } => {
                     reply::array(out, n);
                     for i in first..first + n {
-                        value_reply(out, result(i));
+                        value_reply(out, result(i), proto);
                     }
                 }
                 Step::MSet { first, n } => {
@@ -331,9 +366,13 @@ async fn run_local(
     log.wait().await;
     match log.finish(response, max_reply) {
         Some(Ok(())) => None,
+        // Redis's answer from a replica, which clients with replica support act on (they go
+        // to the master); kvd names the leader's binary address, the one it knows.
         Some(Err(crate::durable::raft::LogError::NotLeader(leader))) => Some(format!(
-            "ERR this node is not its replica group's leader; nothing ran{}",
-            leader.map_or(String::new(), |l| format!(" (the leader is {l})"))
+            "READONLY You can't write against a read only replica. (kvd: nothing ran; {})",
+            leader.map_or("no leader is known yet".to_string(), |l| format!(
+                "the group's leader is {l}"
+            ))
         )),
         Some(Err(crate::durable::raft::LogError::Refused(why))) => Some(format!("ERR {why}")),
         Some(Err(e)) => Some(format!(
@@ -343,10 +382,10 @@ async fn run_local(
     }
 }
 
-fn value_reply(out: &mut Vec<u8>, r: Result1<'_>) {
+fn value_reply(out: &mut Vec<u8>, r: Result1<'_>, proto: Proto) {
     match r {
         Result1::Reply(OpReply::Found(v)) => reply::bulk(out, v),
-        Result1::Reply(OpReply::NotFound) => reply::null(out),
+        Result1::Reply(OpReply::NotFound) => reply::null(out, proto),
         other => error_reply(out, other),
     }
 }

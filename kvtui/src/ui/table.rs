@@ -116,6 +116,10 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
             _ => "up".to_string(),
         },
         Health::Waiting => "…".to_string(),
+        Health::Silent => match n.last_seen {
+            Some(t) => format!("not answering {}", uptime(now.saturating_duration_since(t).as_secs())),
+            None => "not answering".to_string(),
+        },
         Health::Down { .. } => match n.last_seen {
             Some(t) => format!("down {}", uptime(now.saturating_duration_since(t).as_secs())),
             None => "down".to_string(),
@@ -155,6 +159,7 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
         if down { String::new() } else { trend(&n.ops, 12) },
         match &n.health {
             Health::Down { error } => error.clone(),
+            Health::Silent => "no answer to the last poll yet: its figures are old".to_string(),
             _ => String::new(),
         },
     ]
@@ -238,6 +243,7 @@ pub fn table(view: &ClusterView, now: Instant, width: u16) -> Table<'static> {
             let style = match n.health {
                 Health::Down { .. } => Style::default().fg(Color::Red),
                 Health::Waiting => Style::default().fg(Color::DarkGray),
+                Health::Silent => Style::default().fg(Color::Yellow),
                 Health::Up => Style::default(),
             };
             let errors = n.rates.as_ref().is_some_and(|r| r.errors_per_sec > 0.0);

@@ -35,12 +35,11 @@ type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 const AUTH_REQUEST_ID: u64 = u64::MAX;
 
 /// Most buffers a connection keeps for reuse, and the largest it keeps.
-/// A connection whose requests have waited this long with no reply at all is stalled: new
-/// requests fail at once (`ClientError::Stalled`) rather than queue behind the old ones,
-/// which wait for their timeout. A working node under any load answers something far more
-/// often (a batch takes milliseconds); a stopped process (SIGSTOP, a debugger, a swap storm)
-/// answers nothing.
-pub const STALL_AFTER: Duration = Duration::from_secs(1);
+// A connection whose requests have waited its stall threshold (see `super::rtt`: at least
+// a second, more when its round trips have been long) with no reply at all is stalled: new
+// requests fail at once (`ClientError::Stalled`) rather than queue behind the old ones,
+// which wait for their timeout. A stopped process (SIGSTOP, a debugger, a swap storm)
+// answers nothing.
 /// How often a caller waiting for a pipeline slot checks for a stall.
 const STALL_CHECK: Duration = Duration::from_millis(100);
 
@@ -141,10 +140,13 @@ impl Reply {
     }
 }
 
-type Waiter = oneshot::Sender<Result<Reply, ClientError>>;
+/// A request's reply channel, and when it was sent (for the round-trip estimate).
+type Waiter = (oneshot::Sender<Result<Reply, ClientError>>, Instant);
 
 struct Pending {
     waiters: HashMap<u64, Waiter>,
+    /// The round trips seen, which set the stall threshold.
+    rtt: super::rtt::RttEstimate,
     /// Since when requests have waited with no reply arriving: set when the first request
     /// of an idle connection is sent, moved on by every reply, cleared when none waits.
     silent_since: Option<Instant>,
@@ -185,6 +187,12 @@ impl InFlight {
     /// The address of the node it was sent to.
     pub(crate) fn addr(&self) -> Arc<str> {
         self.addr.clone()
+    }
+
+    /// How long this request may wait before its node counts as stalled (see
+    /// [`super::rtt`]): at least a second, more on a connection whose round trips are long.
+    pub fn stall_after(&self) -> Duration {
+        self.pending.lock().rtt.stall_after()
     }
 
     /// Waits for the reply, at most `timeout`.
@@ -260,6 +268,7 @@ impl Connection {
         let pending = Arc::new(Mutex::new(Pending {
             waiters: HashMap::new(),
             silent_since: None,
+            rtt: Default::default(),
             failed: None,
         }));
         let alive = Arc::new(AtomicBool::new(true));
@@ -286,20 +295,16 @@ impl Connection {
         })
     }
 
-    /// Fails with `Stalled` once requests have waited [`STALL_AFTER`] with no reply.
+    /// Fails with `Stalled` once requests have waited the stall threshold with no reply.
     fn check_not_stalled(&self) -> Result<(), ClientError> {
-        match self.silent_for() {
-            Some(silent_for) if silent_for >= STALL_AFTER => Err(ClientError::Stalled {
+        let p = self.pending.lock();
+        match p.silent_since.map(|t| t.elapsed()) {
+            Some(silent_for) if silent_for >= p.rtt.stall_after() => Err(ClientError::Stalled {
                 addr: self.addr.to_string(),
                 silent_for,
             }),
             _ => Ok(()),
         }
-    }
-
-    /// How long requests on this connection have waited with no reply arriving.
-    fn silent_for(&self) -> Option<Duration> {
-        self.pending.lock().silent_since.map(|t| t.elapsed())
     }
 
     /// Whether no request waits for a reply on this connection.
@@ -351,7 +356,8 @@ impl Connection {
             if let Some(e) = &p.failed {
                 return Err(e.clone());
             }
-            if let Some(silent_for) = p.silent_since.map(|t| t.elapsed()).filter(|&d| d >= STALL_AFTER) {
+            let stall_after = p.rtt.stall_after();
+            if let Some(silent_for) = p.silent_since.map(|t| t.elapsed()).filter(|&d| d >= stall_after) {
                 return Err(ClientError::Stalled {
                     addr: self.addr.to_string(),
                     silent_for,
@@ -360,7 +366,7 @@ impl Connection {
             if p.waiters.is_empty() {
                 p.silent_since = Some(Instant::now());
             }
-            p.waiters.insert(id, tx);
+            p.waiters.insert(id, (tx, Instant::now()));
         }
         if let Err(e) = self.send(frame).await {
             let err = self.down(&e.to_string());
@@ -468,7 +474,7 @@ fn fail_all(pending: &Mutex<Pending>, alive: &AtomicBool, err: ClientError) {
         }
         std::mem::take(&mut p.waiters)
     };
-    for (_, w) in waiters {
+    for (_, (w, _)) in waiters {
         let _ = w.send(Err(err.clone()));
     }
 }
@@ -525,7 +531,10 @@ async fn read_loop(
                     let mut p = pending.lock();
                     let waiter = p.waiters.remove(&header.id);
                     p.silent_since = (!p.waiters.is_empty()).then(Instant::now);
-                    waiter
+                    if let Some((_, sent)) = &waiter {
+                        p.rtt.sample(sent.elapsed());
+                    }
+                    waiter.map(|(w, _)| w)
                 };
                 if header.id == CONNECTION_ERROR_ID && header.kind == FrameKind::ErrorResponse {
                     // The server is refusing the connection as a whole.

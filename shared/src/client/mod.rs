@@ -7,16 +7,18 @@ mod layout;
 mod node_batches;
 mod pin;
 mod recording;
+mod rtt;
 
 use std::time::Duration;
 
 pub use cluster::{Cluster, Op, Outcome};
 
-pub use connection::{InFlight, Reply, STALL_AFTER};
+pub use connection::{InFlight, Reply};
 pub use error::ClientError;
 pub use layout::{LayoutProblem, check_layout, entry_shards, expand_members};
 pub use node_batches::NodeBatches;
 pub use recording::{RecordConfig, Recording, record};
+pub use rtt::{STALL_CEILING, STALL_FLOOR};
 
 use crate::auth::AuthToken;
 use crate::frame::DEFAULT_MAX_FRAME;

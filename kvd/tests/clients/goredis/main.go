@@ -1,0 +1,78 @@
+// go-redis v9 against kvd with Protocol: 3 (RESP3 via HELLO 3) and with its default, on a
+// 2-shard cluster through one node: run by kvd/tests/redis_clients.rs with the RESP
+// address and, optionally, the token. Exits 1 at the first difference from Redis.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func check(ok bool, format string, args ...any) {
+	if !ok {
+		fmt.Fprintf(os.Stderr, "FAIL: "+format+"\n", args...)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, addr, password string, protocol int) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: password, Protocol: protocol})
+	defer rdb.Close()
+	check(rdb.Ping(ctx).Val() == "PONG", "ping (protocol %d)", protocol)
+	prefix := fmt.Sprintf("go%d-", protocol)
+	for i := 0; i < 200; i++ {
+		check(rdb.Set(ctx, fmt.Sprintf("%s%d", prefix, i), fmt.Sprintf("v%d", i), 0).Err() == nil, "set %d", i)
+	}
+	for i := 0; i < 200; i++ {
+		v, err := rdb.Get(ctx, fmt.Sprintf("%s%d", prefix, i)).Result()
+		check(err == nil && v == fmt.Sprintf("v%d", i), "get %d: %q %v", i, v, err)
+	}
+	_, err := rdb.Get(ctx, prefix+"missing").Result()
+	check(errors.Is(err, redis.Nil), "a missing key is redis.Nil: %v", err)
+	vals, err := rdb.MGet(ctx, prefix+"1", prefix+"missing").Result()
+	check(err == nil && len(vals) == 2 && vals[0] == "v1" && vals[1] == nil, "mget: %v %v", vals, err)
+	check(rdb.MSet(ctx, prefix+"a", "1", prefix+"b", "2").Err() == nil, "mset")
+	n, err := rdb.Exists(ctx, prefix+"a", prefix+"b", prefix+"missing").Result()
+	check(err == nil && n == 2, "exists: %d %v", n, err)
+	ok, err := rdb.SetNX(ctx, prefix+"a", "x", 0).Result()
+	check(err == nil && !ok, "setnx on a present key: %v %v", ok, err)
+	d, err := rdb.Del(ctx, prefix+"a", prefix+"b").Result()
+	check(err == nil && d == 2, "del: %d %v", d, err)
+	pipe := rdb.Pipeline()
+	pipe.Set(ctx, prefix+"p", "x", 0)
+	get := pipe.Get(ctx, prefix+"p")
+	_, err = pipe.Exec(ctx)
+	check(err == nil && get.Val() == "x", "pipeline: %v %q", err, get.Val())
+	// A transaction is refused as a whole; none of its commands runs.
+	_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, prefix+"tx", "1", 0)
+		return nil
+	})
+	check(err != nil, "a MULTI/EXEC transaction was acknowledged")
+	_, err = rdb.Get(ctx, prefix+"tx").Result()
+	check(errors.Is(err, redis.Nil), "a queued command ran: %v", err)
+	info, err := rdb.Info(ctx, "replication").Result()
+	check(err == nil && strings.Contains(info, "role:master"), "info replication: %v", err)
+}
+
+func main() {
+	ctx := context.Background()
+	addr := os.Args[1]
+	password := ""
+	if len(os.Args) > 2 {
+		password = os.Args[2]
+	}
+	run(ctx, addr, password, 3)
+	run(ctx, addr, password, 2)
+	if password != "" {
+		bad := redis.NewClient(&redis.Options{Addr: addr, Password: "wrong", Protocol: 3})
+		check(bad.Ping(ctx).Err() != nil, "a wrong token was accepted")
+		bad.Close()
+	}
+	fmt.Println("go-redis v9: every check passed")
+}

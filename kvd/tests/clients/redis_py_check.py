@@ -1,0 +1,86 @@
+"""redis-py against kvd, with its defaults (RESP3 since redis-py 8): run by
+kvd/tests/redis_clients.rs with the RESP addresses of a 2-shard cluster and, optionally,
+the token. Exits non-zero (an AssertionError and its traceback) on the first difference
+from what Redis would answer."""
+
+import asyncio
+import sys
+
+import redis
+import redis.asyncio
+
+
+def check_sync(host, port, password):
+    r = redis.Redis(host=host, port=port, password=password)
+    assert r.connection_pool.connection_kwargs.get("protocol") in (None, 3), "redis-py default"
+    assert r.ping() is True
+    meta = r.execute_command("HELLO", 3, *(["AUTH", "default", password] if password else []))
+    assert meta[b"proto"] == 3, meta
+    # 200 keys: about half belong to the other shard and are forwarded by this node.
+    for i in range(200):
+        assert r.set(f"py{i}", f"v{i}") is True
+    for i in range(200):
+        assert r.get(f"py{i}") == f"v{i}".encode()
+    assert r.get("py-missing") is None
+    assert r.mget(["py1", "py-missing", "py2"]) == [b"v1", None, b"v2"]
+    assert r.mset({"pa": "1", "pb": "2"}) is True
+    assert r.exists("pa", "pb", "py-missing") == 2
+    assert r.set("pa", "x", nx=True) is None
+    assert r.setnx("pa", "x") is False and r.setnx("pnx", "y") is True
+    assert r.set("pa", "3", xx=True) is True
+    assert r.getset("pa", "4") == b"3"
+    assert r.delete("pa", "pb", "py-missing") == 2
+    assert r.client_setname("tester") is True
+    assert r.client_getname() == "tester" or r.client_getname() == b"tester"
+    assert r.info("replication")["role"] == "master"
+    assert r.execute_command("ROLE")[0] in (b"master", "master")
+    cfg = r.config_get("maxmemory-policy")
+    assert cfg.get(b"maxmemory-policy", cfg.get("maxmemory-policy")) in (b"noeviction", "noeviction"), cfg
+    # A plain pipeline runs its commands.
+    p = r.pipeline(transaction=False)
+    p.set("pp1", "a").get("pp1").get("py-missing")
+    assert p.execute() == [True, b"a", None]
+    # A transaction is refused as a whole and none of its commands runs.
+    t = r.pipeline(transaction=True)
+    t.set("tx1", "a").set("tx2", "b")
+    try:
+        t.execute()
+        raise AssertionError("a MULTI/EXEC pipeline was acknowledged")
+    except redis.exceptions.ResponseError as e:
+        assert "transactions" in str(e) or "EXECABORT" in str(e), e
+    assert r.get("tx1") is None and r.get("tx2") is None, "a queued command ran"
+    # The unknown type commands get Redis's error, and the connection goes on.
+    try:
+        r.lpush("list", "a")
+        raise AssertionError("LPUSH answered")
+    except redis.exceptions.ResponseError as e:
+        assert "unknown command" in str(e), e
+    assert r.ping() is True
+    r.close()
+
+
+async def check_async(host, port, password):
+    r = redis.asyncio.Redis(host=host, port=port, password=password)
+    assert await r.ping() is True
+    await r.set("apy", "v")
+    assert await r.get("apy") == b"v"
+    assert await r.get("apy-missing") is None
+    await r.aclose()
+
+
+def main():
+    addr = sys.argv[1]
+    password = sys.argv[2] if len(sys.argv) > 2 else None
+    host, port = addr.rsplit(":", 1)
+    check_sync(host, int(port), password)
+    asyncio.run(check_async(host, int(port), password))
+    if password:
+        try:
+            redis.Redis(host=host, port=int(port), password="wrong").ping()
+            raise AssertionError("a wrong token was accepted")
+        except redis.exceptions.AuthenticationError:
+            pass
+    print(f"redis-py {redis.__version__}: every check passed")
+
+
+main()

@@ -1,0 +1,244 @@
+//! Redis clients as their users run them (issue 28, first part): RESP3 after `HELLO 3`
+//! (redis-py 8's default), Redis's roles, and `MULTI`, which kvd refuses as a whole: a
+//! queued command never runs. On a 2-shard cluster through one node, with and without a
+//! token; redis-py from the venv `.ci/run` makes (`.ci/requirements.txt`) and go-redis v9
+//! (`kvd/tests/clients/goredis`, which `.ci/run` builds).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Kvd, free_port, start_at, token_file};
+
+/// Two nodes, each with a RESP port and the other's address for forwarding.
+fn cluster(extra: &[&str]) -> (Vec<Kvd>, Vec<String>) {
+    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let resp: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let nodes = bin.join(",");
+    let mut guards = Vec::new();
+    for i in 0..2 {
+        let shard = format!("{i}/2");
+        let mut args = vec!["--shard", &shard, "--resp", &resp[i], "--nodes", &nodes];
+        args.extend(extra);
+        guards.push(start_at(&bin[i], &args).0);
+    }
+    (guards, resp)
+}
+
+/// Sends `bytes` (ending in QUIT) and returns everything the node answered.
+fn raw(addr: &str, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn hello_3_switches_to_resp3_and_hello_2_back() {
+    let (_nodes, resp) = cluster(&[]);
+    let got = raw(
+        &resp[0],
+        b"GET nope\r\nHELLO 3 SETNAME me\r\nGET nope\r\nMGET nope nope\r\nCONFIG GET databases\r\nCLIENT GETNAME\r\nHELLO 2\r\nGET nope\r\nHELLO 4\r\nQUIT\r\n",
+    );
+    let expected_start = "$-1\r\n%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n";
+    assert!(got.starts_with(expected_start), "{got:?}");
+    assert!(got.contains("$5\r\nproto\r\n:3\r\n"), "{got:?}");
+    // After HELLO 3: RESP3 nulls and maps; after HELLO 2: RESP2 again.
+    let after3 = got.split("$7\r\nmodules\r\n*0\r\n").nth(1).unwrap();
+    assert!(
+        after3.starts_with("_\r\n*2\r\n_\r\n_\r\n%1\r\n$9\r\ndatabases\r\n$1\r\n1\r\n$2\r\nme\r\n*14\r\n"),
+        "{after3:?}"
+    );
+    let after2 = got.split("$7\r\nmodules\r\n*0\r\n").nth(2).unwrap();
+    assert_eq!(after2, "$-1\r\n-NOPROTO unsupported protocol version\r\n+OK\r\n");
+}
+
+#[test]
+fn multi_refuses_the_whole_transaction_and_no_queued_command_runs() {
+    let (_nodes, resp) = cluster(&[]);
+    let got = raw(
+        &resp[0],
+        b"MULTI\r\nSET tx-a 1\r\nSET tx-b 2\r\nMULTI\r\nEXEC\r\nGET tx-a\r\nGET tx-b\r\nEXEC\r\nMULTI\r\nDISCARD\r\nDISCARD\r\nQUIT\r\n",
+    );
+    let lines: Vec<&str> = got.split("\r\n").collect();
+    assert_eq!(lines[0], "+OK", "{got:?}");
+    assert!(lines[1].starts_with("-ERR kvd runs no transactions yet"), "{got:?}");
+    assert!(lines[2].starts_with("-ERR kvd runs no transactions yet"), "{got:?}");
+    assert_eq!(lines[3], "-ERR MULTI calls can not be nested");
+    assert_eq!(lines[4], "-EXECABORT Transaction discarded because of previous errors.");
+    assert_eq!(&lines[5..7], ["$-1", "$-1"], "a queued command ran: {got:?}");
+    assert_eq!(lines[7], "-ERR EXEC without MULTI");
+    assert_eq!(&lines[8..11], ["+OK", "+OK", "-ERR DISCARD without MULTI"]);
+    // The redis crate's atomic pipeline: an error, and nothing written.
+    let client = redis::Client::open(format!("redis://{}/", resp[1])).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let result: redis::RedisResult<((), ())> = redis::pipe().atomic().set("tx-c", "1").set("tx-d", "2").query(&mut con);
+    assert!(result.is_err(), "{result:?}");
+    let left: (Option<String>, Option<String>) = redis::pipe().get("tx-c").get("tx-d").query(&mut con).unwrap();
+    assert_eq!(left, (None, None));
+}
+
+#[test]
+fn role_and_info_replication_tell_a_plain_node_is_a_master() {
+    let (_nodes, resp) = cluster(&[]);
+    let got = raw(&resp[0], b"ROLE\r\nINFO replication\r\nQUIT\r\n");
+    assert!(got.starts_with("*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"), "{got:?}");
+    assert!(got.contains("role:master\r\nconnected_slaves:0\r\n"), "{got:?}");
+}
+
+/// The venv's Python with redis-py, made by `.ci/run` (or `KV_PYTHON`).
+fn python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("KV_PYTHON") {
+        return Some(PathBuf::from(p));
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/pyvenv/bin/python");
+    venv.exists().then_some(venv)
+}
+
+fn redis_py(addr: &str, token: Option<&str>) {
+    let Some(python) = python() else {
+        // CI always has it (.ci/run makes the venv); say so loudly anywhere else.
+        eprintln!("SKIPPED: no target/pyvenv (run .ci/run, or set KV_PYTHON to a Python with redis-py)");
+        return;
+    };
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/redis_py_check.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(script).arg(addr);
+    if let Some(t) = token {
+        cmd.arg(t);
+    }
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "redis-py failed:\n{text}");
+    assert!(text.contains("every check passed"), "{text}");
+    eprintln!("{text}");
+}
+
+#[test]
+fn redis_py_with_its_defaults_works_through_one_node() {
+    let (_nodes, resp) = cluster(&[]);
+    redis_py(&resp[0], None);
+}
+
+#[test]
+fn redis_py_with_a_token_works_through_one_node() {
+    let token = "py-token-0123456789abcdef";
+    let path = token_file("redis-py-token", token);
+    let (_nodes, resp) = cluster(&["--auth-token-file", &path]);
+    redis_py(&resp[1], Some(token));
+}
+
+/// In a replica group the roles are the group's: the leader is a `master` with two
+/// replicas, a follower a `slave` naming its master, which answers a write with Redis's
+/// `-READONLY` (nothing ran) and serves reads.
+#[test]
+fn a_group_shows_true_roles_and_a_follower_refuses_writes_as_a_redis_replica() {
+    let bin: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let resp: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let http: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let group = bin.join(",");
+    let mut guards = Vec::new();
+    for i in 0..3 {
+        let dir = std::env::temp_dir().join(format!("kvd-redis-roles-{}-{i}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let d = dir.display().to_string();
+        let args = [
+            "--data-dir",
+            &d,
+            "--group",
+            &group,
+            "--resp",
+            &resp[i],
+            "--http",
+            &http[i],
+        ];
+        guards.push(start_at(&bin[i], &args).0);
+    }
+    let init = common::kvd(&["admin", "init-group", "--nodes", &bin.join("|")]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let role = |i: usize| raw(&resp[i], b"INFO replication\r\nQUIT\r\n");
+    let mut leader = None;
+    for _ in 0..100 {
+        leader = (0..3).find(|&i| role(i).contains("role:master"));
+        if leader.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let leader = leader.expect("a master among the members");
+    let info = role(leader);
+    assert!(info.contains("connected_slaves:2"), "{info}");
+    let follower = (leader + 1) % 3;
+    let info = role(follower);
+    assert!(
+        info.contains("role:slave") && info.contains("master_link_status:"),
+        "{info}"
+    );
+    let got = raw(&resp[leader], b"SET roles-k v\r\nQUIT\r\n");
+    assert!(got.starts_with("+OK"), "{got:?}");
+    let got = raw(&resp[follower], b"SET roles-k w\r\nQUIT\r\n");
+    assert!(
+        got.starts_with("-READONLY You can't write against a read only replica."),
+        "{got:?}"
+    );
+    let got = raw(&resp[follower], b"GET roles-k\r\nROLE\r\nQUIT\r\n");
+    assert!(got.starts_with("$1\r\nv\r\n*5\r\n$5\r\nslave\r\n"), "{got:?}");
+    // /healthz tells the same roles (it said "standalone" for every node).
+    let health = |i: usize| {
+        let out = Command::new("curl")
+            .args(["-s", &format!("http://{}/healthz", http[i])])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(health(leader).contains("\"role\":\"leader\""), "{}", health(leader));
+    assert!(
+        health(follower).contains("\"role\":\"follower\""),
+        "{}",
+        health(follower)
+    );
+    drop(guards);
+}
+
+/// go-redis v9's checks (`kvd/tests/clients/goredis`), built by `.ci/run` into
+/// target/goredis-check.
+fn go_redis(addr: &str, token: Option<&str>) {
+    let binary = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/goredis-check");
+    if !binary.exists() {
+        eprintln!("SKIPPED: no target/goredis-check (run .ci/run, which builds kvd/tests/clients/goredis)");
+        return;
+    }
+    let mut cmd = Command::new(binary);
+    cmd.arg(addr);
+    if let Some(t) = token {
+        cmd.arg(t);
+    }
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "go-redis failed:\n{text}");
+    assert!(text.contains("every check passed"), "{text}");
+}
+
+#[test]
+fn go_redis_with_resp3_and_resp2_works_through_one_node_also_with_a_token() {
+    let (_nodes, resp) = cluster(&[]);
+    go_redis(&resp[0], None);
+    let token = "go-token-0123456789abcdef";
+    let path = token_file("go-redis-token", token);
+    let (_nodes, resp) = cluster(&["--auth-token-file", &path]);
+    go_redis(&resp[1], Some(token));
+}
