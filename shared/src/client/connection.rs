@@ -190,7 +190,7 @@ impl InFlight {
     }
 
     /// How long this request may wait before its node counts as stalled (see
-    /// [`super::rtt`]): at least a second, more on a connection whose round trips are long.
+    /// `client::rtt`): at least a second, more on a connection whose round trips are long.
     pub fn stall_after(&self) -> Duration {
         self.pending.lock().rtt.stall_after()
     }
