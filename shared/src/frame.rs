@@ -40,7 +40,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 9: `Counts` carries per-front auth failures, read and write timeouts, and connections
 /// that spoke another front's protocol.
 /// 10: the `PinGroup` frame and the error `WrongGroup`; a group's figures carry its id.
-pub const VERSION: u8 = 10;
+/// 11: the op `IncrBy` and the statuses `Counted`, `NotAnInteger`, `Overflow`.
+pub const VERSION: u8 = 11;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

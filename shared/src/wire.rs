@@ -36,12 +36,24 @@ pub enum OpKind {
     PutIfAbsent = 3,
     /// Store the value only if the key is present (Redis `SET XX`).
     PutIfPresent = 4,
+    /// Add the value (8 bytes, a little-endian `i64`) to the key's value read as a decimal
+    /// integer (an absent key counts as 0) and store the sum in decimal (Redis `INCRBY`);
+    /// answered `Counted` with the sum, `NotAnInteger` or `Overflow` (nothing changed).
+    IncrBy = 5,
 }
 
 impl OpKind {
-    /// Whether the op carries a value (the puts).
+    /// Whether the op carries a value (the puts, and an increment's delta).
     pub fn has_value(self) -> bool {
-        matches!(self, OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent)
+        matches!(
+            self,
+            OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent | OpKind::IncrBy
+        )
+    }
+
+    /// Whether the op changes the store (everything but a get).
+    pub fn is_write(self) -> bool {
+        self != OpKind::Get
     }
 }
 
@@ -53,8 +65,24 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::Delete => OpKind::Delete,
             ArchivedOpKind::PutIfAbsent => OpKind::PutIfAbsent,
             ArchivedOpKind::PutIfPresent => OpKind::PutIfPresent,
+            ArchivedOpKind::IncrBy => OpKind::IncrBy,
         }
     }
+}
+
+/// A decimal 64-bit integer as Redis reads one (`INCR`'s stored values, `INCRBY`'s
+/// argument): no sign but `-`, no spaces, no leading zeros but `0` itself, within `i64`.
+pub fn decimal_i64(bytes: &[u8]) -> Option<i64> {
+    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    let canonical = match digits {
+        [b'0'] => bytes.len() == 1,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if !canonical || bytes.len() > 20 {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
 /// A batch of operations for one node, built in place and reused between batches.
@@ -162,6 +190,13 @@ pub enum OpStatus {
     /// A conditional put's condition did not hold (the key was present for `PutIfAbsent`,
     /// absent for `PutIfPresent`); nothing changed.
     NotStored = 9,
+    /// An increment stored this sum (an `i64`: its low half in the value offset slot, its
+    /// high half in the value length slot).
+    Counted = 10,
+    /// An increment found a value that is not a decimal 64-bit integer; nothing changed.
+    NotAnInteger = 11,
+    /// An increment's sum would overflow 64 bits; nothing changed.
+    Overflow = 12,
 }
 
 /// Why an op in a received batch is malformed.
@@ -174,6 +209,8 @@ pub enum MalformedOp {
     KeySpan = 1,
     /// The value's end offsets do not describe a span of the value column.
     ValueSpan = 2,
+    /// An increment's value is not 8 bytes (a little-endian `i64`).
+    BadIncrement = 3,
 }
 
 impl MalformedOp {
@@ -183,6 +220,7 @@ impl MalformedOp {
             MalformedOp::IndexOutOfRange => "op index out of range",
             MalformedOp::KeySpan => "key span out of bounds",
             MalformedOp::ValueSpan => "value span out of bounds",
+            MalformedOp::BadIncrement => "an increment's value is not 8 bytes",
         }
     }
 
@@ -191,6 +229,7 @@ impl MalformedOp {
             MalformedOp::IndexOutOfRange,
             MalformedOp::KeySpan,
             MalformedOp::ValueSpan,
+            MalformedOp::BadIncrement,
         ]
         .into_iter()
         .find(|m| *m as u32 == code)
@@ -283,6 +322,14 @@ impl BatchResponse {
         self.value_lens[i] = nodes;
     }
 
+    /// Records that increment `i` stored `sum`.
+    pub fn set_counted(&mut self, i: usize, sum: i64) {
+        let bits = sum as u64;
+        self.status[i] = OpStatus::Counted;
+        self.value_offsets[i] = bits as u32;
+        self.value_lens[i] = (bits >> 32) as u32;
+    }
+
     /// Records that op `i` was malformed, and why.
     pub fn set_malformed(&mut self, i: usize, why: MalformedOp) {
         self.status[i] = OpStatus::Malformed;
@@ -318,6 +365,9 @@ impl BatchResponse {
             OpReply::Absent => self.set(i, OpStatus::Absent),
             OpReply::OutOfMemory => self.set(i, OpStatus::OutOfMemory),
             OpReply::NotStored => self.set(i, OpStatus::NotStored),
+            OpReply::Counted(sum) => self.set_counted(i, sum),
+            OpReply::NotAnInteger => self.set(i, OpStatus::NotAnInteger),
+            OpReply::Overflow => self.set(i, OpStatus::Overflow),
             OpReply::WrongShard { owner, nodes } => self.set_wrong_shard(i, owner, nodes),
             OpReply::Malformed(_) => {
                 let code = from.archived.value_offsets.get(j).map_or(0, |c| c.to_native());
@@ -583,6 +633,12 @@ pub enum OpReply<'a> {
     OutOfMemory,
     /// A conditional put's condition did not hold; nothing changed.
     NotStored,
+    /// An increment stored this sum.
+    Counted(i64),
+    /// An increment found a value that is not a decimal 64-bit integer; nothing changed.
+    NotAnInteger,
+    /// An increment's sum would overflow; nothing changed.
+    Overflow,
 }
 
 /// A validated batch response.
@@ -624,6 +680,9 @@ impl<'a> ReplyView<'a> {
             ArchivedOpStatus::TooLarge => OpStatus::TooLarge,
             ArchivedOpStatus::OutOfMemory => OpStatus::OutOfMemory,
             ArchivedOpStatus::NotStored => OpStatus::NotStored,
+            ArchivedOpStatus::Counted => OpStatus::Counted,
+            ArchivedOpStatus::NotAnInteger => OpStatus::NotAnInteger,
+            ArchivedOpStatus::Overflow => OpStatus::Overflow,
         })
     }
 
@@ -659,6 +718,9 @@ fn op_reply(status: OpStatus, off: u32, len: u32, values: &[u8]) -> OpReply<'_> 
         OpStatus::TooLarge => OpReply::TooLarge,
         OpStatus::OutOfMemory => OpReply::OutOfMemory,
         OpStatus::NotStored => OpReply::NotStored,
+        OpStatus::Counted => OpReply::Counted((u64::from(len) << 32 | u64::from(off)) as i64),
+        OpStatus::NotAnInteger => OpReply::NotAnInteger,
+        OpStatus::Overflow => OpReply::Overflow,
     }
 }
 
@@ -693,6 +755,32 @@ pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_i64_reads_what_redis_reads() {
+        for (text, want) in [
+            (&b"0"[..], Some(0)),
+            (b"-7", Some(-7)),
+            (b"9223372036854775807", Some(i64::MAX)),
+            (b"-9223372036854775808", Some(i64::MIN)),
+            (b"9223372036854775808", None),
+            (b"007", None),
+            (b"-0", None),
+            (b"+1", None),
+            (b" 1", None),
+            (b"", None),
+            (b"1.5", None),
+        ] {
+            assert_eq!(decimal_i64(text), want, "{:?}", String::from_utf8_lossy(text));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decimal_i64_reads_back_every_i64(n in proptest::prelude::any::<i64>()) {
+            proptest::prop_assert_eq!(decimal_i64(n.to_string().as_bytes()), Some(n));
+        }
+    }
 
     fn body_of(frame: &AlignedVec) -> AlignedVec {
         let mut body: AlignedVec = AlignedVec::new();

@@ -91,7 +91,7 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                                 }
                                 None => resp.set(i, OpStatus::NotFound),
                             },
-                            OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent => {
+                            OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent | OpKind::IncrBy => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

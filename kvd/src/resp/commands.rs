@@ -12,9 +12,9 @@ use crate::node::Node;
 
 /// Commands answered (for `COMMAND COUNT`).
 const COMMANDS: &[&str] = &[
-    "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DEL", "DISCARD", "ECHO", "EXEC", "EXISTS", "GET", "GETSET",
-    "HELLO", "INFO", "MGET", "MSET", "MULTI", "PING", "QUIT", "ROLE", "SELECT", "SET", "SETNX", "UNLINK", "UNWATCH",
-    "WATCH",
+    "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DECR", "DECRBY", "DEL", "DISCARD", "ECHO", "EXEC", "EXISTS",
+    "GET", "GETSET", "HELLO", "INCR", "INCRBY", "INFO", "MGET", "MSET", "MULTI", "PING", "QUIT", "ROLE", "SELECT",
+    "SET", "SETNX", "UNLINK", "UNWATCH", "WATCH",
 ];
 
 /// Whether the connection is inside `MULTI`. kvd runs no transactions yet: inside one,
@@ -87,6 +87,20 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
         _ if is(name, "SET") => set(node, forward, args, p),
         _ if is(name, "SETNX") => match n {
             3 => p.setnx(node, forward, args.get(1), args.get(2)),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "INCR") || is(name, "DECR") => match n {
+            2 => p.incr_by(node, forward, args.get(1), if is(name, "INCR") { 1 } else { -1 }),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "INCRBY") || is(name, "DECRBY") => match (n, kvshared::wire::decimal_i64(args.get(2))) {
+            (3, Some(by)) if is(name, "INCRBY") => p.incr_by(node, forward, args.get(1), by),
+            // DECRBY of i64::MIN has no negation: Redis refuses it the same way.
+            (3, Some(by)) => match by.checked_neg() {
+                Some(neg) => p.incr_by(node, forward, args.get(1), neg),
+                None => p.immediate(|o| reply::error(o, "ERR decrement would overflow")),
+            },
+            (3, None) => p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range")),
             _ => wrong_args(p, name),
         },
         _ if is(name, "GETSET") => match n {

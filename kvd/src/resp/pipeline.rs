@@ -34,6 +34,8 @@ enum Step {
     Set { put: usize, old: Option<usize> },
     /// SETNX: `:1` when stored, `:0` when the key was there.
     SetNx(usize),
+    /// INCR, DECR, INCRBY, DECRBY: the sum as an integer.
+    Incr(usize),
     /// DEL: how many of `n` ops found their key.
     Del { first: usize, n: usize },
     /// EXISTS: how many of `n` gets found their key.
@@ -157,6 +159,12 @@ impl Pipeline {
         self.steps.push(Step::SetNx(put));
     }
 
+    /// INCRBY key by (INCR, DECR and DECRBY are this with 1, -1, -by).
+    pub fn incr_by(&mut self, node: &Node, forward: bool, key: &[u8], by: i64) {
+        let op = self.op(node, forward, OpKind::IncrBy, key, &by.to_le_bytes());
+        self.steps.push(Step::Incr(op));
+    }
+
     /// DEL key... or EXISTS key...
     pub fn count(&mut self, node: &Node, forward: bool, keys: &[&[u8]], delete: bool) {
         let first = self.ops.len();
@@ -227,6 +235,10 @@ impl Pipeline {
                     OpKind::PutIfAbsent => Op::PutIfAbsent(key, &self.remote_bytes[v.clone()]),
                     OpKind::PutIfPresent => Op::PutIfPresent(key, &self.remote_bytes[v.clone()]),
                     OpKind::Delete => Op::Delete(key),
+                    OpKind::IncrBy => {
+                        let by = <[u8; 8]>::try_from(&self.remote_bytes[v.clone()]).map_or(0, i64::from_le_bytes);
+                        Op::IncrBy(key, by)
+                    }
                 }
             })
             .collect();
@@ -274,6 +286,9 @@ impl Pipeline {
                 Some(Ok(Outcome::Deleted(true))) => Result1::Reply(OpReply::Deleted),
                 Some(Ok(Outcome::Deleted(false))) => Result1::Reply(OpReply::Absent),
                 Some(Ok(Outcome::NotStored)) => Result1::Reply(OpReply::NotStored),
+                Some(Ok(Outcome::Counted(sum))) => Result1::Reply(OpReply::Counted(*sum)),
+                Some(Ok(Outcome::NotAnInteger)) => Result1::Reply(OpReply::NotAnInteger),
+                Some(Ok(Outcome::Overflow)) => Result1::Reply(OpReply::Overflow),
                 Some(Err(e)) => Result1::Failed(format!("ERR forwarding to the key's owner failed: {e}")),
                 None => Result1::Failed("ERR no node to forward the key to".into()),
             },
@@ -297,6 +312,10 @@ impl Pipeline {
                     // SET NX/XX whose condition did not hold: a null reply, as Redis.
                     (Result1::Reply(OpReply::NotStored), None) => reply::null(out, proto),
                     (other, _) => error_reply(out, other),
+                },
+                Step::Incr(op) => match result(op) {
+                    Result1::Reply(OpReply::Counted(sum)) => reply::integer(out, sum),
+                    other => error_reply(out, other),
                 },
                 Step::SetNx(put) => match result(put) {
                     Result1::Reply(OpReply::Stored) => reply::integer(out, 1),
@@ -403,6 +422,9 @@ fn error_reply(out: &mut Vec<u8>, r: Result1<'_>) {
             reply::error(out, "OOM command not allowed when used memory > 'maxmemory'.")
         }
         Result1::Reply(OpReply::Malformed(why)) => reply::error(out, &format!("ERR malformed: {why}")),
+        // Redis's own texts, which clients match.
+        Result1::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not an integer or out of range"),
+        Result1::Reply(OpReply::Overflow) => reply::error(out, "ERR increment or decrement would overflow"),
         Result1::Reply(OpReply::TooLarge) => reply::error(
             out,
             "ERR the pipeline's values do not fit in one reply (--max-frame): send fewer commands at once",

@@ -510,6 +510,7 @@ impl Store {
                         ans.out.set(i, OpStatus::OutOfMemory);
                     }
                 }
+                OpKind::IncrBy => self.incr_by(shard, &mut table, hash, op.key, op.value, i, ans),
                 OpKind::Delete => {
                     ans.tally.deletes += 1;
                     let existed = match table.table.find(hash, op.key) {
@@ -532,6 +533,46 @@ impl Store {
 }
 
 impl Store {
+    /// Op `i`, an increment of `key` by `delta` (8 bytes, a little-endian `i64`) in `shard`
+    /// (locked for writing as `s`): reads the value as a decimal integer (absent: 0) and
+    /// stores the sum in decimal, under the shard's lock, so concurrent increments all
+    /// count. A value that is not an integer, a sum that overflows or a bad delta changes
+    /// nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn incr_by(
+        &self,
+        shard: usize,
+        s: &mut Shard,
+        hash: u64,
+        key: &[u8],
+        delta: &[u8],
+        i: usize,
+        ans: &mut Answers<'_, impl ReplyRoom>,
+    ) {
+        let Ok(by) = <[u8; 8]>::try_from(delta).map(i64::from_le_bytes) else {
+            ans.tally.malformed_op += 1;
+            return ans.out.set_malformed(i, kvshared::wire::MalformedOp::BadIncrement);
+        };
+        let old = match s.table.find(hash, key).and_then(|at| s.table.at(at)) {
+            None => Some(0),
+            Some(e) => kvshared::wire::decimal_i64(e.value()),
+        };
+        let Some(old) = old else {
+            return ans.out.set(i, OpStatus::NotAnInteger);
+        };
+        let Some(sum) = old.checked_add(by) else {
+            return ans.out.set(i, OpStatus::Overflow);
+        };
+        let text = itoa::Buffer::new().format(sum).as_bytes().to_vec();
+        if self.put(shard, s, hash, key, &text, ans) {
+            ans.tally.puts += 1;
+            ans.out.set_counted(i, sum);
+        } else {
+            ans.tally.out_of_memory += 1;
+            ans.out.set(i, OpStatus::OutOfMemory);
+        }
+    }
+
     /// Stores `value` under `key` in `shard` (locked for writing as `s`): takes the bytes
     /// it will need first, making room at the cap as the eviction policy says; false (and
     /// nothing changed) when they cannot be had.
@@ -816,6 +857,39 @@ mod tests {
         let mut rbody: AlignedVec = AlignedVec::new();
         rbody.extend_from_slice(&resp[HEADER_LEN..]);
         (rbody, tally)
+    }
+
+    /// Increments as Redis's: an absent key counts as 0, the sum is stored in decimal and
+    /// answered; a value that is not an integer and a sum that overflows change nothing;
+    /// ops on one key in one batch apply in order.
+    #[test]
+    fn increments_add_in_order_and_refuse_non_integers_and_overflow() {
+        let store = Store::new(ShardId::SOLO, 8, 0).unwrap();
+        let mut req = BatchRequest::new();
+        req.push(OpKind::IncrBy, b"n", &5i64.to_le_bytes());
+        req.push(OpKind::IncrBy, b"n", &(-7i64).to_le_bytes());
+        req.push_get(b"n");
+        req.push_put(b"s", b"abc");
+        req.push(OpKind::IncrBy, b"s", &1i64.to_le_bytes());
+        req.push_put(b"big", i64::MAX.to_string().as_bytes());
+        req.push(OpKind::IncrBy, b"big", &1i64.to_le_bytes());
+        req.push(OpKind::IncrBy, b"n", &[1, 2, 3]);
+        let (body, tally) = run(&store, &req);
+        let r = ReplyView::parse(&body).unwrap();
+        assert_eq!(r.result(0), OpReply::Counted(5));
+        assert_eq!(r.result(1), OpReply::Counted(-2));
+        assert_eq!(r.result(2), OpReply::Found(b"-2"));
+        assert_eq!(r.result(4), OpReply::NotAnInteger);
+        assert_eq!(r.result(6), OpReply::Overflow);
+        assert!(matches!(r.result(7), OpReply::Malformed(_)));
+        assert_eq!(tally.malformed_op, 1);
+        let mut read = BatchRequest::new();
+        read.push_get(b"s");
+        read.push_get(b"big");
+        let (body, _) = run(&store, &read);
+        let r = ReplyView::parse(&body).unwrap();
+        assert_eq!(r.result(0), OpReply::Found(b"abc"));
+        assert_eq!(r.result(1), OpReply::Found(i64::MAX.to_string().as_bytes()));
     }
 
     fn limited(max_bytes: usize, eviction: Eviction) -> Store {

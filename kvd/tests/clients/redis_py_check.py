@@ -29,6 +29,13 @@ def check_sync(host, port, password):
     assert r.setnx("pa", "x") is False and r.setnx("pnx", "y") is True
     assert r.set("pa", "3", xx=True) is True
     assert r.getset("pa", "4") == b"3"
+    assert r.incr("pcount") == 1 and r.incrby("pcount", 10) == 11 and r.decr("pcount") == 10
+    assert r.set("pa-text", "x") is True
+    try:
+        r.incr("pa-text")
+        raise AssertionError("INCR of a non-integer answered")
+    except redis.exceptions.ResponseError as e:
+        assert "not an integer" in str(e), e
     assert r.delete("pa", "pb", "py-missing") == 2
     assert r.client_setname("tester") is True
     assert r.client_getname() == "tester" or r.client_getname() == b"tester"

@@ -28,13 +28,20 @@ pub enum Op<'a> {
     PutIfAbsent(&'a [u8], &'a [u8]),
     /// Store a value under a key that is present (Redis `SET XX`).
     PutIfPresent(&'a [u8], &'a [u8]),
+    /// Add to a key's integer value (Redis `INCRBY`; an absent key counts as 0).
+    IncrBy(&'a [u8], i64),
 }
 
 impl<'a> Op<'a> {
     /// The key the op is about.
     pub fn key(&self) -> &'a [u8] {
         match *self {
-            Op::Get(k) | Op::Put(k, _) | Op::Delete(k) | Op::PutIfAbsent(k, _) | Op::PutIfPresent(k, _) => k,
+            Op::Get(k)
+            | Op::Put(k, _)
+            | Op::Delete(k)
+            | Op::PutIfAbsent(k, _)
+            | Op::PutIfPresent(k, _)
+            | Op::IncrBy(k, _) => k,
         }
     }
 }
@@ -52,6 +59,12 @@ pub enum Outcome {
     Deleted(bool),
     /// A conditional put's condition did not hold; nothing changed.
     NotStored,
+    /// An increment stored this sum.
+    Counted(i64),
+    /// An increment found a value that is not a decimal 64-bit integer; nothing changed.
+    NotAnInteger,
+    /// An increment's sum would overflow; nothing changed.
+    Overflow,
 }
 
 /// Whether a request that failed with `e` did not run and another member of the group
@@ -694,6 +707,7 @@ impl Cluster {
                 Op::Delete(k) => parts.push(OpKind::Delete, k, &[]),
                 Op::PutIfAbsent(k, v) => parts.push(OpKind::PutIfAbsent, k, v),
                 Op::PutIfPresent(k, v) => parts.push(OpKind::PutIfPresent, k, v),
+                Op::IncrBy(k, by) => parts.push(OpKind::IncrBy, k, &by.to_le_bytes()),
             };
             index[node].push(i);
         }
@@ -770,6 +784,9 @@ impl Cluster {
             OpReply::TooLarge => Err(ClientError::ReplyTooLarge { addr: addr() }),
             OpReply::OutOfMemory => Err(ClientError::OutOfMemory { addr: addr() }),
             OpReply::NotStored => Ok(Outcome::NotStored),
+            OpReply::Counted(sum) => Ok(Outcome::Counted(sum)),
+            OpReply::NotAnInteger => Ok(Outcome::NotAnInteger),
+            OpReply::Overflow => Ok(Outcome::Overflow),
         }
     }
 
@@ -792,6 +809,12 @@ impl Cluster {
     /// Stores `value` under `key`.
     pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
         self.one(Op::Put(key, value)).await.map(|_| ())
+    }
+
+    /// Adds `by` to `key`'s integer value (an absent key counts as 0) and returns the sum:
+    /// `Outcome::Counted`, or `NotAnInteger`/`Overflow` when nothing changed.
+    pub async fn incr_by(&self, key: &[u8], by: i64) -> Result<Outcome, ClientError> {
+        self.one(Op::IncrBy(key, by)).await
     }
 
     /// Deletes `key`; returns whether it existed.
