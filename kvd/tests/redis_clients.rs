@@ -324,3 +324,25 @@ fn counters_survive_kill_9_through_the_log() {
     assert_eq!(got, "$3\r\n500\r\n$4\r\n1500\r\n:501\r\n+OK\r\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The string reads and GETDEL, as Redis answers them, for a local and a forwarded key.
+#[test]
+fn getdel_strlen_getrange_type_and_touch_answer_as_redis() {
+    let (_nodes, resp) = cluster(&[]);
+    for shard in 0..2 {
+        let k = key_of(shard, "str-");
+        let got = raw(
+            &resp[0],
+            format!(
+                "*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n$16\r\nThis is a string\r\nSTRLEN {k}\r\nGETRANGE {k} 0 3\r\nGETRANGE {k} -3 -1\r\nSUBSTR {k} 10 100\r\nTYPE {k}\r\nTOUCH {k} nope\r\nGETDEL {k}\r\nGETDEL {k}\r\nTYPE {k}\r\nSTRLEN {k}\r\nGETRANGE {k} x 1\r\nQUIT\r\n",
+                k.len()
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            got,
+            "+OK\r\n:16\r\n$4\r\nThis\r\n$3\r\ning\r\n$6\r\nstring\r\n+string\r\n:1\r\n$16\r\nThis is a string\r\n$-1\r\n+none\r\n:0\r\n-ERR value is not an integer or out of range\r\n+OK\r\n",
+            "shard {shard}"
+        );
+    }
+}

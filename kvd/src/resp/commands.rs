@@ -1,11 +1,11 @@
 //! The Redis commands kvd answers, and what each becomes: ops in the pipeline's batch, or
 //! a reply written at once. Anything else is `-ERR unknown command`, and the connection goes on.
 
-use kvshared::wire::OpKind;
+use kvshared::wire::{OpKind, decimal_i64};
 
 use super::info::REDIS_VERSION;
 use super::parse::Args;
-use super::pipeline::Pipeline;
+use super::pipeline::{Pipeline, ReadShape};
 use super::reply::{self, Proto};
 use crate::edge::conn::Auth;
 use crate::node::Node;
@@ -13,8 +13,8 @@ use crate::node::Node;
 /// Commands answered (for `COMMAND COUNT`).
 const COMMANDS: &[&str] = &[
     "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DECR", "DECRBY", "DEL", "DISCARD", "ECHO", "EXEC", "EXISTS",
-    "GET", "GETSET", "HELLO", "INCR", "INCRBY", "INFO", "MGET", "MSET", "MULTI", "PING", "QUIT", "ROLE", "SELECT",
-    "SET", "SETNX", "UNLINK", "UNWATCH", "WATCH",
+    "GET", "GETDEL", "GETRANGE", "GETSET", "HELLO", "INCR", "INCRBY", "INFO", "MGET", "MSET", "MULTI", "PING", "QUIT",
+    "ROLE", "SELECT", "SET", "SETNX", "STRLEN", "SUBSTR", "TOUCH", "TYPE", "UNLINK", "UNWATCH", "WATCH",
 ];
 
 /// Whether the connection is inside `MULTI`. kvd runs no transactions yet: inside one,
@@ -93,7 +93,7 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
             2 => p.incr_by(node, forward, args.get(1), if is(name, "INCR") { 1 } else { -1 }),
             _ => wrong_args(p, name),
         },
-        _ if is(name, "INCRBY") || is(name, "DECRBY") => match (n, kvshared::wire::decimal_i64(args.get(2))) {
+        _ if is(name, "INCRBY") || is(name, "DECRBY") => match (n, decimal_i64(args.get(2))) {
             (3, Some(by)) if is(name, "INCRBY") => p.incr_by(node, forward, args.get(1), by),
             // DECRBY of i64::MIN has no negation: Redis refuses it the same way.
             (3, Some(by)) => match by.checked_neg() {
@@ -103,15 +103,35 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
             (3, None) => p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range")),
             _ => wrong_args(p, name),
         },
+        _ if is(name, "GETDEL") => match n {
+            2 => p.getdel(node, forward, args.get(1)),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "STRLEN") => match n {
+            2 => p.read_of(node, forward, args.get(1), ReadShape::Strlen),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "TYPE") => match n {
+            2 => p.read_of(node, forward, args.get(1), ReadShape::Type),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "GETRANGE") || is(name, "SUBSTR") => {
+            let bounds = (decimal_i64(args.get(2)), decimal_i64(args.get(3)));
+            match (n, bounds) {
+                (4, (Some(start), Some(end))) => p.read_of(node, forward, args.get(1), ReadShape::Range(start, end)),
+                (4, _) => p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range")),
+                _ => wrong_args(p, name),
+            }
+        }
         _ if is(name, "GETSET") => match n {
             3 => p.set(node, forward, args.get(1), args.get(2), true),
             _ => wrong_args(p, name),
         },
-        _ if is(name, "DEL") || is(name, "UNLINK") || is(name, "EXISTS") => match n {
+        _ if is(name, "DEL") || is(name, "UNLINK") || is(name, "EXISTS") || is(name, "TOUCH") => match n {
             1 => wrong_args(p, name),
             _ => {
                 let keys: Vec<&[u8]> = args.rest(1).collect();
-                p.count(node, forward, &keys, !is(name, "EXISTS"));
+                p.count(node, forward, &keys, is(name, "DEL") || is(name, "UNLINK"));
             }
         },
         _ if is(name, "MGET") => match n {

@@ -36,6 +36,14 @@ enum Step {
     SetNx(usize),
     /// INCR, DECR, INCRBY, DECRBY: the sum as an integer.
     Incr(usize),
+    /// GETDEL: the value the get found (the delete after it in the same batch).
+    GetDel { get: usize, del: usize },
+    /// STRLEN: the found value's length, 0 when absent.
+    Strlen(usize),
+    /// GETRANGE: the bytes of the found value between two Redis indexes.
+    GetRange { get: usize, start: i64, end: i64 },
+    /// TYPE: `string` when found, `none` when absent.
+    Type(usize),
     /// DEL: how many of `n` ops found their key.
     Del { first: usize, n: usize },
     /// EXISTS: how many of `n` gets found their key.
@@ -46,6 +54,29 @@ enum Step {
     MSet { first: usize, n: usize },
     /// HELLO switched the protocol: the replies after it are in this one (no reply).
     Switch(Proto),
+}
+
+/// What a command answered from one get makes of the value.
+#[derive(Clone, Copy, Debug)]
+pub enum ReadShape {
+    /// STRLEN: its length.
+    Strlen,
+    /// GETRANGE start end: its bytes between the two (inclusive, negative from the end).
+    Range(i64, i64),
+    /// TYPE: `string` or `none`.
+    Type,
+}
+
+/// The bytes of a value of `len` bytes that Redis's GETRANGE `start end` gives: negative
+/// indexes count from the end, both ends clamped, an empty range when start passes end.
+pub fn redis_range(len: usize, start: i64, end: i64) -> std::ops::Range<usize> {
+    let len_i = i64::try_from(len).unwrap_or(i64::MAX);
+    let fix = |i: i64| if i < 0 { (len_i + i).max(0) } else { i };
+    let (start, end) = (fix(start), fix(end).min(len_i - 1));
+    if len == 0 || start > end || start >= len_i {
+        return 0..0;
+    }
+    start as usize..end as usize + 1
 }
 
 /// The steps and ops of one pipeline, reused from read to read.
@@ -163,6 +194,24 @@ impl Pipeline {
     pub fn incr_by(&mut self, node: &Node, forward: bool, key: &[u8], by: i64) {
         let op = self.op(node, forward, OpKind::IncrBy, key, &by.to_le_bytes());
         self.steps.push(Step::Incr(op));
+    }
+
+    /// GETDEL key: a get and a delete of the key back to back in one batch (under one
+    /// lock: nothing comes between them).
+    pub fn getdel(&mut self, node: &Node, forward: bool, key: &[u8]) {
+        let get = self.op(node, forward, OpKind::Get, key, &[]);
+        let del = self.op(node, forward, OpKind::Delete, key, &[]);
+        self.steps.push(Step::GetDel { get, del });
+    }
+
+    /// A command answered from one get of `key`: STRLEN, GETRANGE, TYPE.
+    pub fn read_of(&mut self, node: &Node, forward: bool, key: &[u8], shape: ReadShape) {
+        let op = self.op(node, forward, OpKind::Get, key, &[]);
+        self.steps.push(match shape {
+            ReadShape::Strlen => Step::Strlen(op),
+            ReadShape::Range(start, end) => Step::GetRange { get: op, start, end },
+            ReadShape::Type => Step::Type(op),
+        });
     }
 
     /// DEL key... or EXISTS key...
@@ -313,6 +362,25 @@ impl Pipeline {
                     (Result1::Reply(OpReply::NotStored), None) => reply::null(out, proto),
                     (other, _) => error_reply(out, other),
                 },
+                Step::GetDel { get, del } => match result(del) {
+                    Result1::Reply(OpReply::Deleted | OpReply::Absent) => value_reply(out, result(get), proto),
+                    other => error_reply(out, other),
+                },
+                Step::Strlen(op) => match result(op) {
+                    Result1::Reply(OpReply::Found(v)) => reply::integer(out, v.len() as i64),
+                    Result1::Reply(OpReply::NotFound) => reply::integer(out, 0),
+                    other => error_reply(out, other),
+                },
+                Step::GetRange { get, start, end } => match result(get) {
+                    Result1::Reply(OpReply::Found(v)) => reply::bulk(out, &v[redis_range(v.len(), start, end)]),
+                    Result1::Reply(OpReply::NotFound) => reply::bulk(out, b""),
+                    other => error_reply(out, other),
+                },
+                Step::Type(op) => match result(op) {
+                    Result1::Reply(OpReply::Found(_) | OpReply::TooLarge) => reply::simple(out, "string"),
+                    Result1::Reply(OpReply::NotFound) => reply::simple(out, "none"),
+                    other => error_reply(out, other),
+                },
                 Step::Incr(op) => match result(op) {
                     Result1::Reply(OpReply::Counted(sum)) => reply::integer(out, sum),
                     other => error_reply(out, other),
@@ -430,5 +498,26 @@ fn error_reply(out: &mut Vec<u8>, r: Result1<'_>) {
             "ERR the pipeline's values do not fit in one reply (--max-frame): send fewer commands at once",
         ),
         Result1::Reply(other) => reply::error(out, &format!("ERR unexpected result {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redis_range;
+
+    /// GETRANGE's indexes as Redis's: "Hello World" examples from its documentation.
+    #[test]
+    fn ranges_are_redis_s() {
+        let v = b"This is a string";
+        let at = |s, e| &v[redis_range(v.len(), s, e)];
+        assert_eq!(at(0, 3), b"This");
+        assert_eq!(at(-3, -1), b"ing");
+        assert_eq!(at(0, -1), &v[..]);
+        assert_eq!(at(10, 100), b"string");
+        assert_eq!(at(5, 2), b"");
+        assert_eq!(at(100, 200), b"");
+        assert_eq!(at(-100, 1), b"Th");
+        assert_eq!(redis_range(0, 0, -1), 0..0);
+        assert_eq!(redis_range(3, i64::MIN, i64::MAX), 0..3);
     }
 }
