@@ -415,17 +415,15 @@ nemesis() {
         sleep 1
         signal "$h" CONT || true
         ;;
-      partition)
-        h=$(leader_of $((RANDOM % SERVERS)))
+      partition | isolate)
+        # A group's leader (partition) or a follower (isolate) cut off from every other host.
+        local who="its group's leader"
+        if [[ $f == partition ]]; then h=$(leader_of $((RANDOM % SERVERS))); else
+          h=$(follower_of $((RANDOM % SERVERS)))
+          who="a follower"
+        fi
         on "$h" ip link set eth0 down || true
-        fault "$h" partition "host $h ($(server_addr "$h"), its group's leader) cut off for 2 s"
-        sleep 2
-        on "$h" ip link set eth0 up || true
-        ;;
-      isolate)
-        h=$(follower_of $((RANDOM % SERVERS)))
-        on "$h" ip link set eth0 down || true
-        fault "$h" isolate "host $h ($(server_addr "$h"), a follower) cut off for 2 s"
+        fault "$h" "$f" "host $h ($(server_addr "$h"), $who) cut off for 2 s"
         sleep 2
         on "$h" ip link set eth0 up || true
         ;;

@@ -12,22 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Kvd, free_port, start_at, token_file};
-
-/// Two nodes, each with a RESP port and the other's address for forwarding.
-fn cluster(extra: &[&str]) -> (Vec<Kvd>, Vec<String>) {
-    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let resp: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let nodes = bin.join(",");
-    let mut guards = Vec::new();
-    for i in 0..2 {
-        let shard = format!("{i}/2");
-        let mut args = vec!["--shard", &shard, "--resp", &resp[i], "--nodes", &nodes];
-        args.extend(extra);
-        guards.push(start_at(&bin[i], &args).0);
-    }
-    (guards, resp)
-}
+use common::{free_port, resp_cluster as cluster, start_at, token_file};
 
 /// Sends `bytes` (ending in QUIT) and returns everything the node answered.
 fn raw(addr: &str, bytes: &[u8]) -> String {
@@ -109,7 +94,14 @@ fn redis_py(addr: &str, token: Option<&str>) {
     };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/redis_py_check.py");
     let mut cmd = Command::new(python);
-    cmd.arg(script).arg(addr);
+    cmd.arg(script);
+    run_check(cmd, "redis-py", addr, token);
+}
+
+/// Runs an outside client's check program against `addr` (with `token`): it must exit 0
+/// and say "every check passed".
+fn run_check(mut cmd: Command, client: &str, addr: &str, token: Option<&str>) {
+    cmd.arg(addr);
     if let Some(t) = token {
         cmd.arg(t);
     }
@@ -119,9 +111,8 @@ fn redis_py(addr: &str, token: Option<&str>) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "redis-py failed:\n{text}");
+    assert!(out.status.success(), "{client} failed:\n{text}");
     assert!(text.contains("every check passed"), "{text}");
-    eprintln!("{text}");
 }
 
 #[test]
@@ -218,19 +209,7 @@ fn go_redis(addr: &str, token: Option<&str>) {
         eprintln!("SKIPPED: no target/goredis-check (run .ci/run, which builds kvd/tests/clients/goredis)");
         return;
     }
-    let mut cmd = Command::new(binary);
-    cmd.arg(addr);
-    if let Some(t) = token {
-        cmd.arg(t);
-    }
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "go-redis failed:\n{text}");
-    assert!(text.contains("every check passed"), "{text}");
+    run_check(Command::new(binary), "go-redis", addr, token);
 }
 
 #[test]

@@ -9,24 +9,8 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Kvd, free_port, start_at};
+use common::resp_cluster as cluster;
 use proptest::prelude::*;
-
-/// Two nodes, each with a RESP port and the other's address for forwarding; returns the
-/// guards and the two RESP addresses.
-fn cluster(extra: &[&str]) -> (Vec<Kvd>, Vec<String>) {
-    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let resp: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let nodes = bin.join(",");
-    let mut guards = Vec::new();
-    for i in 0..2 {
-        let shard = format!("{i}/2");
-        let mut args = vec!["--shard", &shard, "--resp", &resp[i], "--nodes", &nodes];
-        args.extend(extra);
-        guards.push(start_at(&bin[i], &args).0);
-    }
-    (guards, resp)
-}
 
 fn redis_url(addr: &str) -> String {
     format!("redis://{addr}/")

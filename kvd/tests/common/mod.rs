@@ -222,3 +222,19 @@ pub fn self_signed(name: &str) -> (String, String) {
     std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
     (cert.display().to_string(), key.display().to_string())
 }
+
+/// Two nodes (shards 0/2 and 1/2), each with a RESP port and the other's address for
+/// forwarding; returns the guards and the two RESP addresses.
+pub fn resp_cluster(extra: &[&str]) -> (Vec<Kvd>, Vec<String>) {
+    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let resp: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let nodes = bin.join(",");
+    let mut guards = Vec::new();
+    for i in 0..2 {
+        let shard = format!("{i}/2");
+        let mut args = vec!["--shard", &shard, "--resp", &resp[i], "--nodes", &nodes];
+        args.extend(extra);
+        guards.push(start_at(&bin[i], &args).0);
+    }
+    (guards, resp)
+}
