@@ -95,7 +95,7 @@ pub fn start_command(mut command: Command, stall: bool) -> (Kvd, String, String)
             }
             ready
         })
-        .expect("kvd printed no ready line");
+        .unwrap_or_else(|| panic!("kvd printed no ready line; it said:\n{before}"));
     let addr = ready
         .rsplit("listening on ")
         .next()
@@ -115,11 +115,23 @@ pub fn start_command(mut command: Command, stall: bool) -> (Kvd, String, String)
 
 /// A port free at the time of asking (for nodes that must know each other's addresses
 /// before they start).
+///
+/// Picked below Linux's ephemeral range (32768-60999), from which outgoing connections take
+/// their source ports: a port picked there (by binding port 0) could be taken by a test's
+/// client connection before kvd binds it, and kvd then fails to start ("printed no ready
+/// line", seen once under the 64-connection INCR test). Distinct within a process.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (start.wrapping_add(n) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000-31999 on 127.0.0.1");
 }
 
 /// Runs `kvd` with `args` (a client verb, or a bad flag) and waits for it.
