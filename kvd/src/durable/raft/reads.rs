@@ -143,17 +143,7 @@ pub(super) async fn follow_reads(
         while let Ok(more) = queue.try_recv() {
             waiting.push(more);
         }
-        let leader_at = {
-            let m = raft.metrics();
-            let m = m.borrow();
-            m.current_leader.and_then(|id| {
-                m.membership_config
-                    .membership()
-                    .get_node(&id)
-                    .map(|n| (id, n.addr.clone()))
-            })
-        };
-        let Some((leader_id, addr)) = leader_at else {
+        let Some((leader_id, addr)) = leader_of(&raft) else {
             for w in waiting {
                 let _ = w.send(Err(LogError::NotLeader(None)));
             }
