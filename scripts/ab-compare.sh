@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A B A B: the course YCSB-B against two builds, alternately, in one session.
+# A B A B: YCSB-B (1M records, 128 B values, 95% get, zipfian 0.99) against two builds, alternately, in one session.
 set -euo pipefail
 usage() {
   cat <<'TXT'

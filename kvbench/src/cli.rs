@@ -83,7 +83,7 @@ pub struct DataArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct WorkloadArgs {
-    /// Workload: YCSB a, b, c, d, f, or a preset from the seed reports (see --help).
+    /// Workload: YCSB a, b, c, d, f, or one of the presets below (see --help).
     #[arg(long, short = 'w', value_enum, default_value = "b")]
     pub workload: Workload,
     /// Contention of the read-mostly / write-mostly presets.
@@ -98,7 +98,7 @@ pub struct WorkloadArgs {
     #[arg(long)]
     pub theta: Option<f64>,
     /// Scramble zipfian ranks over the key space (YCSB's scrambled zipfian); by default
-    /// record 0 is the hottest, as in the course skeleton.
+    /// record 0 is the hottest (rank order).
     #[arg(long)]
     pub scrambled: bool,
     /// Hotspot distribution: fraction of keys that are hot [default: 0.2].
@@ -265,6 +265,9 @@ pub struct MergeArgs {
     /// STEM.png and STEM.svg (as `kvbench run --timeline`).
     #[arg(long, value_name = "STEM")]
     pub timeline: Option<PathBuf>,
+    /// Exit 0 even when some runs had failed ops (as `kvbench run --allow-failures`).
+    #[arg(long)]
+    pub allow_failures: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
             Command::Load(a) => kvbench::load::command(a).await.map(|()| ExitCode::SUCCESS),
             Command::Run(a) => kvbench::run::command(a, interrupt).await,
             Command::Sweep(a) => kvbench::sweep::command(a, interrupt).await,
-            Command::Merge(a) => kvbench::merge::command(a).map(|()| ExitCode::SUCCESS),
+            Command::Merge(a) => kvbench::merge::command(a),
             Command::Check(a) => kvbench::check::command(a).await,
         }
     });

@@ -260,6 +260,7 @@ impl RunResult {
         };
         let mut m = first.clone();
         m.merged_runs = 0;
+        m.interrupted = results.iter().any(|r| r.interrupted);
         m.ops = 0;
         m.ops_per_sec = 0.0;
         m.ops_by_type.clear();

@@ -86,3 +86,112 @@ fn every_documented_command_line_parses() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The documents of the repository that state flags and defaults.
+fn documents() -> Vec<(PathBuf, String)> {
+    let mut files = vec![repo_root().join("README.md")];
+    for entry in std::fs::read_dir(repo_root().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    files
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap();
+            (f, text)
+        })
+        .collect()
+}
+
+/// Every default value clap knows for a long flag, over all three tools and their
+/// subcommands: `("snapshot-every", "64mib")`.
+fn flag_defaults() -> Vec<(String, String)> {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, out: &mut Vec<(String, String)>) {
+        for arg in cmd.get_arguments() {
+            if let Some(long) = arg.get_long() {
+                for d in arg.get_default_values() {
+                    out.push((long.to_string(), d.to_string_lossy().into_owned()));
+                }
+            }
+        }
+        cmd.get_subcommands().for_each(|s| walk(s, out));
+    }
+    let mut out = Vec::new();
+    walk(&kvd::cli::Cli::command(), &mut out);
+    walk(&kvbench::cli::Cli::command(), &mut out);
+    walk(&kvtui::cli::Cli::command(), &mut out);
+    out
+}
+
+/// "`--flag` (default `value`" or "`--flag` (default value)" in prose: (flag, value).
+fn stated_defaults(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("` (default ") {
+        let Some(open) = text[..at].rfind("`--") else { continue };
+        let flag = &text[open + 3..at];
+        if flag.contains([' ', '`']) {
+            continue;
+        }
+        let rest = &text[at + "` (default ".len()..];
+        let value: String = rest
+            .trim_start_matches('`')
+            .chars()
+            .take_while(|c| !matches!(c, '`' | ')' | ',' | ';' | ' '))
+            .collect();
+        out.push((flag.to_string(), value));
+    }
+    out
+}
+
+#[test]
+fn documented_defaults_are_the_tools_defaults() {
+    let known = flag_defaults();
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for (file, text) in documents() {
+        for (flag, value) in stated_defaults(&text) {
+            checked += 1;
+            let code: Vec<&String> = known.iter().filter(|(f, _)| *f == flag).map(|(_, v)| v).collect();
+            if !code.contains(&&value) {
+                failures.push(format!(
+                    "{}: `--{flag}` is documented with default {value}; the tools' defaults: {code:?}",
+                    file.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        checked >= 2,
+        "only {checked} stated defaults found: is the extraction broken?"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_documented_histogram_buckets_are_the_exposed_ones() {
+    let (_, http) = documents()
+        .into_iter()
+        .find(|(f, _)| f.ends_with("docs/HTTP.md"))
+        .unwrap();
+    let first_ns = kvshared::latency::upper_ns(0);
+    let stated = format!("one bucket per doubling from {first_ns} ns");
+    assert!(
+        http.contains(&stated),
+        "docs/HTTP.md should say \"{stated}\" (the first `le` kvd exposes)"
+    );
+}
+
+#[test]
+fn the_stated_default_extraction_reads_both_spellings() {
+    let text = "past `--snapshot-every` (default `64mib`, or more); `--timeout` (default 5s) bounds";
+    assert_eq!(
+        stated_defaults(text),
+        vec![
+            ("snapshot-every".into(), "64mib".into()),
+            ("timeout".into(), "5s".into())
+        ]
+    );
+}

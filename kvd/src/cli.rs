@@ -93,8 +93,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_FRAME)]
     pub max_frame: u32,
     /// Bytes all connections together may hold in buffers beyond 256 KiB each (large
-    /// request bodies, large replies): past it, a large frame waits for room up to
-    /// --read-timeout and is then refused with a reason. Sizes like 512mb, 2gb, 1gib.
+    /// request bodies, large replies): past it, a large frame waits for room up to 1 s (less
+    /// if --read-timeout is shorter) and is then refused with a reason. Sizes like 512mb,
+    /// 2gb, 1gib.
     #[arg(long, default_value = "1gib", value_parser = parse_size, value_name = "SIZE")]
     pub max_buffer_memory: u64,
     #[command(flatten)]

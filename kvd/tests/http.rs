@@ -134,8 +134,20 @@ fn stats_healthz_and_metrics_that_promtool_accepts() {
 #[test]
 fn unknown_paths_and_methods_are_refused() {
     let (_nodes, http) = cluster();
-    assert_eq!(request(&http[0], "GET", "/nope", b"").0, 404);
-    assert_eq!(request(&http[0], "POST", "/kv/a", b"x").0, 405);
+    let (status, body) = request(&http[0], "GET", "/nope", b"");
+    assert_eq!(status, 404);
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(json["error"].as_str().unwrap().contains("/kv/{key}"), "{json}");
+    let (status, body) = request(&http[0], "POST", "/kv/a", b"x");
+    assert_eq!(status, 405);
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        json["error"],
+        "method not allowed here; this path takes GET, HEAD, PUT, DELETE"
+    );
+    let (status, body) = request(&http[0], "DELETE", "/metrics", b"");
+    assert_eq!(status, 405);
+    assert!(String::from_utf8_lossy(&body).contains("takes GET, HEAD"));
 }
 
 /// With a token, everything but /healthz wants `Authorization: Bearer TOKEN`.

@@ -238,6 +238,8 @@ pub fn run_dashboard(
             // The recording knows members, not how they were grouped on --nodes.
             app.view.judge_layout = false;
             app.replay = Some(speed);
+            // The header says how often the recording sampled, not the --interval default.
+            app.interval = recording.interval().unwrap_or(app.interval);
             recording::play(recording, clock, tx);
             Some(clock)
         }

@@ -126,6 +126,23 @@ pub fn read(path: &Path) -> anyhow::Result<Recording> {
     Ok(Recording { records, nodes })
 }
 
+impl Recording {
+    /// The interval it was recorded at: the median gap between one node's samples (the
+    /// first node's), `None` for fewer than two of them.
+    pub fn interval(&self) -> Option<Duration> {
+        let first = self.nodes.first()?;
+        let times: Vec<u64> = self
+            .records
+            .iter()
+            .filter(|r| &r.addr == first)
+            .map(|r| r.unix_ms)
+            .collect();
+        let mut gaps: Vec<u64> = times.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+        gaps.sort_unstable();
+        gaps.get(gaps.len() / 2).map(|&ms| Duration::from_millis(ms))
+    }
+}
+
 /// The dashboard's time while replaying: the recording's time, running `speed` times as
 /// fast as the wall clock from `origin` (the first record).
 #[derive(Debug, Clone, Copy)]
@@ -253,6 +270,7 @@ mod tests {
             ],
             nodes: vec!["a:1".into()],
         };
+        assert_eq!(recording.interval(), Some(Duration::from_secs(2)));
         let mut view = crate::state::ClusterView::new(&recording.nodes);
         let (tx, rx) = std::sync::mpsc::channel();
         play(recording, ReplayClock::new(view.started, 100.0), tx);

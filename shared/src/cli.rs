@@ -185,12 +185,49 @@ pub fn exit_code(tool: &str, err: &(dyn Error + 'static)) -> ExitCode {
         {
             return ExitCode::SUCCESS;
         }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&e.to_string());
+        append_cause(&mut text, &e.to_string());
         chain = e.source();
     }
     eprintln!("{tool}: {text}");
     ExitCode::from(EXIT_ERROR)
+}
+
+/// Adds one cause to an error's text, unless the text already ends with it (an error that
+/// names its source in its own message, as many `thiserror` types do, would say it twice).
+fn append_cause(text: &mut String, cause: &str) {
+    if cause.is_empty() || text.ends_with(cause) {
+        return;
+    }
+    if !text.is_empty() {
+        text.push_str(": ");
+    }
+    text.push_str(cause);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let err = crate::auth::AuthToken::from_file(std::path::Path::new("/nonexistent/kv-token")).unwrap_err();
+        let mut text = String::new();
+        let mut chain: Option<&(dyn Error + 'static)> = Some(&err);
+        while let Some(e) = chain {
+            append_cause(&mut text, &e.to_string());
+            chain = e.source();
+        }
+        assert_eq!(text.matches("No such file").count(), 1, "{text}");
+        assert!(
+            text.starts_with("cannot read the token file /nonexistent/kv-token"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_new_cause_is_appended() {
+        let mut text = "cannot connect".to_string();
+        append_cause(&mut text, "refused");
+        assert_eq!(text, "cannot connect: refused");
+    }
 }

@@ -24,7 +24,8 @@ pub use zipf::{ZipfTable, scramble};
 pub enum Workload {
     /// YCSB A: 50% read, 50% update, zipfian.
     A,
-    /// YCSB B: 95% read, 5% update, zipfian (the course workload).
+    /// YCSB B: 95% read, 5% update, zipfian 0.99 (the headline workload with the default
+    /// 1M records of 128 B values).
     B,
     /// YCSB C: 100% read, zipfian.
     C,

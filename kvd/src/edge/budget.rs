@@ -180,6 +180,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_help_states_the_wait_the_code_keeps() {
+        use clap::CommandFactory;
+        let cmd = crate::cli::Cli::command();
+        let arg = cmd.get_arguments().find(|a| a.get_long() == Some("max-buffer-memory"));
+        let help = arg
+            .and_then(|a| a.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        let stated = format!("up to {} s", BUDGET_WAIT.as_secs());
+        assert!(
+            help.contains(&stated),
+            "--max-buffer-memory's help should say {stated:?}: {help}"
+        );
+    }
+
+    #[test]
     fn takes_only_what_is_free_and_gets_it_back() {
         let b = BufferBudget::new(100);
         assert!(b.try_take(60));

@@ -55,11 +55,37 @@ fn router(edge: Arc<Edge>, cluster: Option<Arc<Cluster>>, peer: Peer) -> Router 
         .route("/stats", get(stats))
         .route("/kv/{*key}", get(get_key).put(put_key).delete(delete_key))
         .route_layer(middleware::from_fn_with_state(shared.clone(), admit));
-    Router::new()
+    let routes = Router::new()
         .route("/healthz", get(healthz))
         .merge(guarded)
         .fallback(not_found)
-        .with_state(shared)
+        .with_state(shared);
+    // Around the whole router: axum adds `Allow` to a 405 after a route's own layers ran.
+    Router::new()
+        .fallback_service(routes)
+        .layer(middleware::map_response(explain_method))
+}
+
+/// A 405 says, in the JSON body every error has, which methods the path takes (axum's own
+/// 405 has the `Allow` header and an empty body).
+async fn explain_method(response: Response) -> Response {
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let methods = allow
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .replace(',', ", ");
+    let mut out = json_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method not allowed here; this path takes {methods}"),
+    );
+    if let Some(v) = allow {
+        out.headers_mut().insert(header::ALLOW, v);
+    }
+    out
 }
 
 /// Serves one connection (opened by the edge) until the client leaves, its keep-alive

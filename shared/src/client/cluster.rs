@@ -776,6 +776,7 @@ impl Cluster {
                 addr: addr(),
                 owner,
                 nodes,
+                listed: self.node_count() as u32,
             }),
             OpReply::Malformed(reason) => Err(ClientError::MalformedOp {
                 addr: addr(),

@@ -37,8 +37,17 @@ pub enum ClientError {
         code: ErrorCode,
         message: String,
     },
-    #[error("wrong shard: {addr} does not own this key; node {owner} of {nodes} does (is --nodes in shard order?)")]
-    WrongShard { addr: String, owner: u32, nodes: u32 },
+    #[error(
+        "wrong shard: {addr} does not own this key; node {owner} of the {nodes} it reports does ({})",
+        wrong_shard_hint(*nodes, *listed)
+    )]
+    WrongShard {
+        addr: String,
+        owner: u32,
+        nodes: u32,
+        /// How many nodes (shards) the client was given.
+        listed: u32,
+    },
     #[error(
         "{addr} found the value but it did not fit in the reply (over the server's frame limit); read it in a smaller batch"
     )]
@@ -104,5 +113,14 @@ impl ClientError {
             | ClientError::OutOfMemory { .. }
             | ClientError::BadNodes(_) => false,
         }
+    }
+}
+
+/// The likely cause of a wrong-shard refusal: a node list of another length than the
+/// cluster's, or one in another order.
+fn wrong_shard_hint(nodes: u32, listed: u32) -> String {
+    match nodes == listed {
+        true => "is --nodes in shard order?".to_string(),
+        false => format!("--nodes lists {listed} but the cluster has {nodes}: list every shard, in shard order"),
     }
 }
