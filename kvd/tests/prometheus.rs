@@ -1,6 +1,7 @@
-//! Every PromQL query docs/HTTP.md shows, against a real Prometheus (Debian's, which
-//! `.ci/run` takes out of its package into target/tools) scraping a 2-node cluster and a
-//! replica group of three on 127.0.0.1 every second: each must be valid and return data.
+//! Every PromQL query docs/HTTP.md shows and every query of the Grafana dashboard
+//! (docs/grafana/kvd-dashboard.json), against a real Prometheus (Debian's, which `.ci/run`
+//! takes out of its package into target/tools) scraping a 2-node cluster and a replica
+//! group of three on 127.0.0.1 every second: each must be valid and return data.
 //! (The "errors by kind" query once failed with "vector cannot contain metrics with the
 //! same labelset".)
 
@@ -31,6 +32,27 @@ fn documented_queries() -> Vec<String> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(str::to_string)
         .collect()
+}
+
+/// Every panel query of the Grafana dashboard, with Grafana's own range variable
+/// (`$__rate_interval`) as Grafana would fill it in for a short dashboard range.
+fn dashboard_queries() -> Vec<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/grafana/kvd-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    let panels = dashboard["panels"].as_array().expect("a panels list");
+    for panel in panels {
+        assert_eq!(
+            panel["datasource"]["uid"], "${datasource}",
+            "{}: the dashboard's data source",
+            panel["title"]
+        );
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("a PromQL expr");
+            out.push(expr.replace("$__rate_interval", "1m"));
+        }
+    }
+    out
 }
 
 /// Runs `query` through Prometheus's HTTP API; the JSON answer.
@@ -120,9 +142,14 @@ fn every_documented_query_returns_data_from_a_real_prometheus() {
         round += 1;
     }
     // Every query: valid, and with data once the scrapes are in (waiting up to 20 s more).
-    let queries = documented_queries();
-    assert!(queries.len() >= 10, "the promql block of docs/HTTP.md: {queries:?}");
-    for q in queries {
+    let documented = documented_queries();
+    assert!(
+        documented.len() >= 10,
+        "the promql block of docs/HTTP.md: {documented:?}"
+    );
+    let dashboard = dashboard_queries();
+    assert!(dashboard.len() >= 15, "the dashboard's queries: {dashboard:?}");
+    for q in documented.into_iter().chain(dashboard) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let answer = query(&web, &q);

@@ -41,7 +41,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// that spoke another front's protocol.
 /// 10: the `PinGroup` frame and the error `WrongGroup`; a group's figures carry its id.
 /// 11: the op `IncrBy` and the statuses `Counted`, `NotAnInteger`, `Overflow`.
-pub const VERSION: u8 = 11;
+/// 12: a node's durability figures carry the fsync times as a histogram.
+pub const VERSION: u8 = 12;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

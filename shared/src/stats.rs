@@ -247,10 +247,9 @@ pub struct Durability {
     pub fsyncs: u64,
     /// Log records (entries) written so far.
     pub log_records_written: u64,
-    /// Median and 99th percentile fsync time, microseconds.
-    pub fsync_p50_us: u64,
-    /// See `fsync_p50_us`.
-    pub fsync_p99_us: u64,
+    /// How long the log's fsyncs took (a histogram, as the service times).
+    #[serde(default)]
+    pub fsync: crate::latency::Latency,
     /// When writes to the disk began failing (Unix ms; 0: they work). Meanwhile the node
     /// refuses batches with writes (reads go on) and retries the disk until it works again.
     #[serde(default)]
@@ -278,8 +277,7 @@ impl Default for Durability {
             last_snapshot_ms: 0,
             fsyncs: 0,
             log_records_written: 0,
-            fsync_p50_us: 0,
-            fsync_p99_us: 0,
+            fsync: crate::latency::Latency::default(),
             stalled_since_unix_ms: 0,
             stall_reason: String::new(),
             disk_stalls: 0,
@@ -330,8 +328,8 @@ impl Durability {
             format!(
                 "{snapshot}; fsyncs {} (p50 {}, p99 {})",
                 grouped(self.fsyncs),
-                micros(self.fsync_p50_us),
-                micros(self.fsync_p99_us)
+                micros(self.fsync.quantile_ns(0.5).unwrap_or(0) / 1000),
+                micros(self.fsync.quantile_ns(0.99).unwrap_or(0) / 1000)
             ),
         ]);
         lines

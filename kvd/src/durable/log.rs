@@ -480,8 +480,10 @@ pub struct WriterFigures {
     pub bytes: u64,
     /// Bytes of the segments on disk now.
     pub disk_bytes: u64,
-    /// How long fsyncs took, in microseconds.
-    pub fsync_us: hdrhistogram::Histogram<u64>,
+    /// How long fsyncs took: counts per `kvshared::latency` bucket...
+    pub fsync_buckets: Vec<u64>,
+    /// ...and their sum, ns.
+    pub fsync_sum_ns: u64,
 }
 
 impl Default for WriterFigures {
@@ -492,7 +494,8 @@ impl Default for WriterFigures {
             appends: 0,
             bytes: 0,
             disk_bytes: 0,
-            fsync_us: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid histogram bounds"),
+            fsync_buckets: vec![0; kvshared::latency::BUCKETS],
+            fsync_sum_ns: 0,
         }
     }
 }
@@ -707,7 +710,11 @@ impl Writer {
         let mut f = self.figures.lock();
         if let Some(took) = took {
             f.fsyncs += 1;
-            let _ = f.fsync_us.record((took.as_micros() as u64).max(1));
+            let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+            if let Some(c) = f.fsync_buckets.get_mut(kvshared::latency::bucket_of(ns)) {
+                *c += 1;
+            }
+            f.fsync_sum_ns = f.fsync_sum_ns.saturating_add(ns);
         }
         f.appends += appends;
         f.records += records;

@@ -42,7 +42,7 @@ pub fn render(s: &NodeStats) -> String {
     super::process_metrics::render(&mut out, s);
     super::group_metrics::render(&mut out, &labels, s);
     let d = &s.durability;
-    let gauges: [(&str, &str, f64); 14] = [
+    let gauges: [(&str, &str, f64); 12] = [
         ("kvd_keys", "Keys stored on this node.", s.keys as f64),
         (
             "kvd_uptime_seconds",
@@ -95,16 +95,6 @@ pub fn render(s: &NodeStats) -> String {
             d.snapshot_age_ms as f64 / 1e3,
         ),
         (
-            "kvd_fsync_p50_seconds",
-            "Median time of a log fsync.",
-            d.fsync_p50_us as f64 / 1e6,
-        ),
-        (
-            "kvd_fsync_p99_seconds",
-            "99th percentile time of a log fsync.",
-            d.fsync_p99_us as f64 / 1e6,
-        ),
-        (
             "kvd_durability_stalled",
             "1 while the disk refuses writes (writes are refused, reads go on), else 0.",
             f64::from(u8::from(d.stalled_since_unix_ms != 0)),
@@ -123,6 +113,9 @@ pub fn render(s: &NodeStats) -> String {
     let _ = writeln!(out, "kvd_disk_stalls_total{{{labels}}} {}", d.disk_stalls);
     family(&mut out, "kvd_fsyncs_total", "counter", "Fsyncs of the log.");
     let _ = writeln!(out, "kvd_fsyncs_total{{{labels}}} {}", d.fsyncs);
+    let name = "kvd_fsync_duration_seconds";
+    family(&mut out, name, "histogram", "Time of each fsync of the log.");
+    histogram(&mut out, name, &labels, &d.fsync);
     family(
         &mut out,
         "kvd_snapshots_total",
@@ -157,23 +150,7 @@ fn op_durations(out: &mut String, labels: &str, s: &NodeStats) {
         "Service time of ops, from the start of their batch to their result (through the log when durable).",
     );
     for (op, latency) in s.latency.kinds() {
-        let dense = latency.dense();
-        let mut cumulative = 0;
-        for (i, count) in dense.iter().enumerate() {
-            cumulative += count;
-            let upper = upper_ns(i);
-            if i % 4 == 0 && upper != u64::MAX {
-                let le = upper as f64 / 1e9;
-                let _ = writeln!(out, "{name}_bucket{{{labels},op=\"{op}\",le=\"{le}\"}} {cumulative}");
-            }
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels},op=\"{op}\",le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(
-            out,
-            "{name}_sum{{{labels},op=\"{op}\"}} {}",
-            latency.sum_ns as f64 / 1e9
-        );
-        let _ = writeln!(out, "{name}_count{{{labels},op=\"{op}\"}} {cumulative}");
+        histogram(out, name, &format!("{labels},op=\"{op}\""), latency);
     }
     let name = "kvd_map_shard_duration_seconds";
     family(
@@ -190,6 +167,23 @@ fn op_durations(out: &mut String, labels: &str, s: &NodeStats) {
         );
         let _ = writeln!(out, "{name}_count{{{labels},map_shard=\"{i}\"}} {}", latency.count());
     }
+}
+
+/// One histogram's series from kvd's own buckets: one bucket per doubling (every fourth of
+/// kvd's, so the cumulative counts are exact), `+Inf`, `_sum` and `_count`.
+fn histogram(out: &mut String, name: &str, labels: &str, latency: &kvshared::latency::Latency) {
+    let mut cumulative = 0;
+    for (i, count) in latency.dense().iter().enumerate() {
+        cumulative += count;
+        let upper = upper_ns(i);
+        if i % 4 == 0 && upper != u64::MAX {
+            let le = upper as f64 / 1e9;
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", latency.sum_ns as f64 / 1e9);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
 }
 
 pub(super) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
