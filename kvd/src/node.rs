@@ -10,7 +10,7 @@ use kvshared::latency::LatencyStats;
 use kvshared::routing::ShardId;
 use kvshared::stats::{Counts, GroupFigures, NodeStats, RecentLoad};
 use kvshared::tls::TlsServer;
-use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, OpKind, ReplyView, encode_body};
+use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, OpKind, OpStatus, ReplyView, encode_body};
 use tokio::sync::oneshot;
 
 use crate::counters::Counters;
@@ -360,7 +360,12 @@ impl Node {
             answer,
             got: None,
             positions: logged,
-            timing: (began, logged_kinds, self.latencies.clone()),
+            served: Served {
+                began,
+                kinds: logged_kinds,
+                latencies: self.latencies.clone(),
+                counters: self.counters.clone(),
+            },
         }))
     }
 
@@ -552,8 +557,8 @@ enum Waiting {
         got: Option<LogAnswer>,
         /// Where each logged op's result goes in the batch's response.
         positions: Vec<u32>,
-        /// When the batch began, its logged ops per kind, and where their service time goes.
-        timing: (Instant, [u64; KINDS], Arc<OpLatencies>),
+        /// What the logged ops count as, once answered.
+        served: Served,
     },
     /// Answered (by [`LogWait::finish`]).
     Finished,
@@ -635,9 +640,9 @@ impl LogWait {
                 None => Err(LogError::NotLeader(None)),
             },
             Waiting::Logged {
-                got, positions, timing, ..
+                got, positions, served, ..
             } => match got {
-                Some(Ok(reply)) => merge_logged(&reply, &positions, timing, out, max_reply),
+                Some(Ok(reply)) => merge_logged(&reply, &positions, served, out, max_reply),
                 Some(Err(e)) => Err(e),
                 None => Err(LogError::Failed(LOG_STOPPED.into())),
             },
@@ -646,12 +651,43 @@ impl LogWait {
     }
 }
 
+/// A batch's logged ops as the member that serves them counts them: when the batch began,
+/// its logged ops per kind, where their service time goes and where they are counted (the
+/// log's apply counts them only as applied, on every member).
+struct Served {
+    began: Instant,
+    kinds: [u64; KINDS],
+    latencies: Arc<OpLatencies>,
+    counters: Arc<Counters>,
+}
+
+impl Served {
+    /// Counts the ops, with a get's hit or miss from its answer in `view`.
+    fn count(&self, view: &ReplyView<'_>) {
+        let mut tally = Counts {
+            gets: self.kinds[0],
+            puts: self.kinds[1],
+            deletes: self.kinds[2],
+            ..Counts::default()
+        };
+        for j in 0..view.len() {
+            match view.status(j) {
+                Some(OpStatus::Found) => tally.hits += 1,
+                Some(OpStatus::NotFound) => tally.misses += 1,
+                _ => {}
+            }
+        }
+        self.counters.add_counts(0, &tally);
+        self.latencies.record(self.kinds, elapsed_ns(self.began));
+    }
+}
+
 /// Puts the log's answer for the logged ops (`reply`, an encoded response body) into the
-/// batch's response at `positions`, and records their service time.
+/// batch's response at `positions`, and counts them served with their service time.
 fn merge_logged(
     reply: &[u8],
     positions: &[u32],
-    (began, kinds, latencies): (Instant, [u64; KINDS], Arc<OpLatencies>),
+    served: Served,
     out: &mut BatchResponse,
     max_reply: usize,
 ) -> Result<(), LogError> {
@@ -662,7 +698,7 @@ fn merge_logged(
         Ok(_) => return Err(LogError::Failed("the log answered a different number of ops".into())),
         Err(e) => return Err(LogError::Failed(format!("the log's answer does not decode: {e}"))),
     };
-    latencies.record(kinds, elapsed_ns(began));
+    served.count(&view);
     let room = BatchResponse::value_room(out.len(), max_reply);
     for (j, &i) in positions.iter().enumerate() {
         let used = out.value_bytes();

@@ -55,6 +55,19 @@ impl Drop for Sampler {
     }
 }
 
+/// The host's CPU time by state, from `/proc/stat` (`None` where there is none).
+fn host_cpu_time() -> Option<kvshared::stats::HostCpuTime> {
+    use procfs::CurrentSI;
+    let t = procfs::KernelStats::current().ok()?.total;
+    Some(kvshared::stats::HostCpuTime {
+        user_ms: t.user_ms() + t.nice_ms(),
+        system_ms: t.system_ms(),
+        irq_ms: t.irq_ms().unwrap_or(0) + t.softirq_ms().unwrap_or(0),
+        idle_ms: t.idle_ms() + t.iowait_ms().unwrap_or(0),
+        steal_ms: t.steal_ms().unwrap_or(0),
+    })
+}
+
 /// sysinfo state kept between samples (CPU figures are deltas between refreshes).
 struct Probe {
     system: Option<System>,
@@ -98,6 +111,7 @@ impl Probe {
                 }
             }
         }
+        out.host_cpu = host_cpu_time().unwrap_or_default();
         if let Some(nets) = self.networks.as_mut() {
             nets.refresh(true);
             out.interfaces = nets

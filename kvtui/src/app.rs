@@ -9,9 +9,10 @@ use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, Ke
 use tokio::sync::watch;
 
 use crate::bench::{BenchProgress, BenchSource};
+use crate::collector::Collector;
 use crate::recording::{self, Recorder, Recording, ReplayClock};
 use crate::state::{ClusterView, Sample, Series};
-use crate::{collector, terminal};
+use crate::terminal;
 
 /// Which screen is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,11 +228,11 @@ pub fn run_dashboard(
     let (tx, rx) = channel();
     let (interval_tx, interval_rx) = watch::channel(config.interval);
     let mut app = App::new(&config, bench.is_some());
-    let clock = match config.replay.clone() {
+    let (clock, mut collector) = match config.replay.clone() {
         None => {
             let members = crate::state::members(&config.nodes);
-            collector::spawn(runtime, &members, &config.client, interval_rx, tx)?;
-            None
+            let collector = Collector::spawn(runtime, &members, &config.client, interval_rx, tx)?;
+            (None, Some(collector))
         }
         Some((recording, speed)) => {
             let clock = ReplayClock::new(app.view.started, speed);
@@ -241,7 +242,7 @@ pub fn run_dashboard(
             // The header says how often the recording sampled, not the --interval default.
             app.interval = recording.interval().unwrap_or(app.interval);
             recording::play(recording, clock, tx);
-            Some(clock)
+            (Some(clock), None)
         }
     };
     let mut recorder = match &config.record {
@@ -261,6 +262,9 @@ pub fn run_dashboard(
     let mut last_tick = Instant::now();
     loop {
         app.drain(&rx, recorder.as_mut())?;
+        if let Some(c) = collector.as_mut() {
+            learn_members(&mut app.view, c, recorder.as_mut())?;
+        }
         let now = clock.map_or_else(Instant::now, |c| c.now());
         if !app.paused {
             app.now = now;
@@ -290,6 +294,22 @@ pub fn run_dashboard(
             return Ok(Exit::Quit);
         }
     }
+}
+
+/// Polls (and records) the members the groups report that no row shows yet.
+fn learn_members(
+    view: &mut ClusterView,
+    collector: &mut Collector,
+    recorder: Option<&mut Recorder>,
+) -> anyhow::Result<()> {
+    let added = view.discover();
+    if let Some(r) = recorder {
+        added.iter().for_each(|(_, addr)| r.add_node(addr));
+    }
+    for (row, addr) in added {
+        collector.poll(row, &addr)?;
+    }
+    Ok(())
 }
 
 /// How long after SIGTERM/SIGHUP the dashboard may take to return before the process ends.

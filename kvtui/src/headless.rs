@@ -7,13 +7,19 @@ use std::time::{Duration, Instant};
 use kvshared::client::{ClientConfig, Cluster};
 use serde::Serialize;
 
-use crate::state::{ClusterView, Health, Sample, Totals};
+use crate::state::{ClusterView, Health, Origin, Sample, Standing, Totals};
 use crate::ui::table;
 
 /// One node in the JSON output: the table's fields.
 #[derive(Debug, Serialize)]
 pub struct NodeRow {
     pub addr: String,
+    /// Not in `--nodes`: a member its replica group reported.
+    pub learned: bool,
+    /// Its group's leader no longer lists it.
+    pub removed: bool,
+    /// Its role in its replica group (`leader`, `follower`, `learner`, ...); null in none.
+    pub role: Option<String>,
     pub up: bool,
     pub error: Option<String>,
     pub shard: Option<String>,
@@ -22,6 +28,8 @@ pub struct NodeRow {
     pub ops_per_sec: Option<f64>,
     pub gets_per_sec: Option<f64>,
     pub puts_per_sec: Option<f64>,
+    /// Ops applied from the log per second (on a follower: the leader's writes, not served).
+    pub applied_per_sec: Option<f64>,
     pub errors_per_sec: Option<f64>,
     pub hit_ratio: Option<f64>,
     /// Server-side service time over every op in the interval, in microseconds.
@@ -53,6 +61,8 @@ pub struct OnceReport {
     /// What is wrong with `--nodes` as the nodes report it (wrong order, a shard served
     /// twice, a cluster of another size).
     pub problems: Vec<String>,
+    /// Each host's CPU split: kvd, other processes, interrupts, idle.
+    pub hosts: Vec<crate::hosts::HostView>,
 }
 
 async fn sample_all(cluster: &Cluster) -> Vec<Sample> {
@@ -75,10 +85,17 @@ const SYSTEM_SAMPLE_WAIT: Duration = Duration::from_millis(2500);
 /// node that answered both times has taken a new CPU/NIC sample of its own in between
 /// (kvd samples those once a second; two polls between the same two kvd samples would show
 /// CPU 0).
+/// The members replica groups report that `--nodes` left out are sampled too (a probe round
+/// finds them).
 pub async fn sample_once(nodes: &[String], config: ClientConfig, interval: Duration) -> anyhow::Result<ClusterView> {
-    let cluster = Cluster::new(&crate::state::members(nodes), config)?;
+    let mut addrs = crate::state::members(nodes);
     // Made first: sample times are measured from its start.
     let mut view = ClusterView::new(nodes);
+    for s in sample_all(&Cluster::new(&addrs, config.clone())?).await {
+        view.apply(s);
+    }
+    addrs.extend(view.discover().into_iter().map(|(_, addr)| addr));
+    let cluster = Cluster::new(&addrs, config)?;
     let first = sample_all(&cluster).await;
     let started = Instant::now();
     tokio::time::sleep(interval).await;
@@ -109,6 +126,9 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
             let r = n.rates.as_ref();
             NodeRow {
                 addr: n.addr.clone(),
+                learned: n.origin == Origin::Learned,
+                removed: n.standing == Standing::Removed,
+                role: s.filter(|s| s.group.role.in_group()).map(|s| s.group.role.to_string()),
                 up: n.is_up(),
                 error: match &n.health {
                     Health::Down { error } => Some(error.clone()),
@@ -120,6 +140,7 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
                 ops_per_sec: r.map(|r| r.ops_per_sec),
                 gets_per_sec: r.map(|r| r.gets_per_sec),
                 puts_per_sec: r.map(|r| r.puts_per_sec),
+                applied_per_sec: r.map(|r| r.applied_per_sec),
                 errors_per_sec: r.map(|r| r.errors_per_sec),
                 hit_ratio: r.and_then(|r| r.hit_ratio),
                 p50_us: n.recent_quantiles_ns().map(|(p50, _)| p50 as f64 / 1e3),
@@ -145,6 +166,7 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
         nodes,
         total: Some(view.totals()).filter(|t| t.up > 0),
         problems: view.layout_problems().iter().map(ToString::to_string).collect(),
+        hosts: crate::hosts::hosts(view),
     }
 }
 
@@ -158,6 +180,9 @@ pub fn text(view: &ClusterView) -> String {
         if let Health::Down { error } = &n.health {
             out.push_str(&format!("{} is down: {error}\n", n.addr));
         }
+    }
+    for h in crate::hosts::hosts(view) {
+        out.push_str(&format!("{}\n", h.summary()));
     }
     for (shard, c) in view.recent_changes(CHANGE_LINES) {
         out.push_str(&format!("shard {shard}: {}\n", c.summary()));

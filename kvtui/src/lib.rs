@@ -18,6 +18,7 @@ pub mod bench;
 pub mod cli;
 pub mod collector;
 pub mod headless;
+pub mod hosts;
 pub mod recording;
 pub mod state;
 pub mod terminal;

@@ -52,6 +52,11 @@ impl Recorder {
         })
     }
 
+    /// Records the samples of one more row (a member learned from its group).
+    pub fn add_node(&mut self, addr: &str) {
+        self.nodes.push(addr.to_string());
+    }
+
     /// Writes one sample (taken now).
     pub fn write(&mut self, sample: &Sample) -> anyhow::Result<()> {
         let record = Record {

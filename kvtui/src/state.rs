@@ -54,10 +54,32 @@ fn push(series: &mut Series, t: f64, v: f64) {
     }
 }
 
+/// How a node came to be shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `--nodes` (or the recording) lists it.
+    Listed,
+    /// A replica group reported it as a member (voter or learner) that `--nodes` left out,
+    /// e.g. one `kvd admin add-replica` added, which may lead the group now.
+    Learned,
+}
+
+/// A group member's standing in its group, as the group's leader reports the membership.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// In no group, or its group's leader is not seen, or the leader lists it.
+    Member,
+    /// The leader of its group no longer lists it: it was removed (it may still think it
+    /// follows, and its figures are not the group's).
+    Removed,
+}
+
 /// Everything shown about one node.
 #[derive(Debug, Clone)]
 pub struct NodeView {
     pub addr: String,
+    pub origin: Origin,
+    pub standing: Standing,
     pub health: Health,
     /// The most recent stats that arrived (kept while the node is down).
     pub stats: Option<NodeStats>,
@@ -80,6 +102,8 @@ impl NodeView {
     pub fn new(addr: String) -> NodeView {
         NodeView {
             addr,
+            origin: Origin::Listed,
+            standing: Standing::Member,
             health: Health::Waiting,
             stats: None,
             rates: None,
@@ -103,7 +127,7 @@ impl NodeView {
         self.health == Health::Up
     }
 
-    /// A member of a replica group that does not lead it.
+    /// A member of a replica group that does not lead it (or no longer belongs to it).
     pub fn is_follower(&self) -> bool {
         self.stats
             .as_ref()
@@ -133,8 +157,11 @@ pub struct Totals {
 /// The dashboard's model of the cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterView {
-    /// One per member: a single node, or each member of a replica group, in `--nodes` order.
+    /// One per member: a single node, or each member of a replica group, in `--nodes` order;
+    /// then the members learned from the groups ([`ClusterView::discover`]).
     pub nodes: Vec<NodeView>,
+    /// How many of `nodes` `--nodes` lists (the first ones).
+    pub listed: usize,
     /// The `--nodes` entries (a replica group's members joined by `|`).
     pub entries: Vec<String>,
     /// Whether to check the node list against what the nodes serve (not for a replay).
@@ -147,8 +174,10 @@ pub struct ClusterView {
 impl ClusterView {
     /// The view of `entries` (`--nodes`): a row per member.
     pub fn new(entries: &[String]) -> ClusterView {
+        let nodes: Vec<NodeView> = members(entries).into_iter().map(NodeView::new).collect();
         ClusterView {
-            nodes: members(entries).into_iter().map(NodeView::new).collect(),
+            listed: nodes.len(),
+            nodes,
             entries: entries.to_vec(),
             judge_layout: true,
             started: Instant::now(),
@@ -197,6 +226,62 @@ impl ClusterView {
                 node.tracker.reset();
             }
         }
+        self.judge_standing();
+    }
+
+    /// Adds a row for every member a replica group reports (voters and learners) that no
+    /// row shows yet, up to [`crate::collector::MAX_NODES`] rows; returns each new row's
+    /// index and address, for the collector to poll. A leader that moved to a member
+    /// `--nodes` left out is found this way, as the cluster client finds it.
+    pub fn discover(&mut self) -> Vec<(usize, String)> {
+        let mut known: std::collections::HashSet<String> = self.nodes.iter().map(|n| n.addr.clone()).collect();
+        let mut found = Vec::new();
+        for s in self.nodes.iter().filter(|n| n.is_up()).filter_map(|n| n.stats.as_ref()) {
+            if !s.group.role.in_group() {
+                continue;
+            }
+            for m in s.group.members.iter().chain(&s.group.learners) {
+                if known.len() < crate::collector::MAX_NODES && known.insert(m.clone()) {
+                    found.push(m.clone());
+                }
+            }
+        }
+        let mut added = Vec::new();
+        for addr in found {
+            let mut node = NodeView::new(addr.clone());
+            node.origin = Origin::Learned;
+            added.push((self.nodes.len(), addr));
+            self.nodes.push(node);
+        }
+        added
+    }
+
+    /// Marks `Removed` each member whose group's leader (seen up, same group id) does not
+    /// list it among its voters or learners.
+    fn judge_standing(&mut self) {
+        let leaders: Vec<(u64, Vec<String>)> = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_up())
+            .filter_map(|n| n.stats.as_ref())
+            .filter(|s| s.group.role == GroupRole::Leader && s.group.group_id != 0)
+            .map(|s| {
+                (
+                    s.group.group_id,
+                    s.group.members.iter().chain(&s.group.learners).cloned().collect(),
+                )
+            })
+            .collect();
+        for node in &mut self.nodes {
+            let gone = node.stats.as_ref().is_some_and(|s| {
+                s.group.role.in_group()
+                    && s.group.role != GroupRole::Leader
+                    && leaders
+                        .iter()
+                        .any(|(g, m)| *g == s.group.group_id && !m.contains(&node.addr))
+            });
+            node.standing = if gone { Standing::Removed } else { Standing::Member };
+        }
     }
 
     /// Marks `Silent` every node that answered before but has not for two poll intervals
@@ -242,7 +327,8 @@ impl ClusterView {
         if !self.judge_layout {
             return Vec::new();
         }
-        let member_shards: Vec<_> = self.nodes.iter().map(|n| n.stats.as_ref().map(|s| s.shard)).collect();
+        let listed = &self.nodes[..self.listed.min(self.nodes.len())];
+        let member_shards: Vec<_> = listed.iter().map(|n| n.stats.as_ref().map(|s| s.shard)).collect();
         let (shards, mut problems) = kvshared::client::entry_shards(&self.entries, &member_shards);
         problems.extend(kvshared::client::check_layout(&self.entries, &shards));
         problems
@@ -397,6 +483,47 @@ mod tests {
             result: Ok(stats(3500, 300)),
         });
         assert_eq!(v.nodes[0].health, Health::Up);
+    }
+
+    fn member(role: GroupRole, members: &[&str]) -> NodeStats {
+        let mut s = stats(1000, 0);
+        s.group.role = role;
+        s.group.group_id = 7;
+        s.group.members = members.iter().map(|m| m.to_string()).collect();
+        s
+    }
+
+    #[test]
+    fn members_a_group_reports_get_rows_and_one_its_leader_dropped_is_removed() {
+        let mut v = ClusterView::new(&["a:1|b:2".into()]);
+        let t0 = v.started;
+        for (node, s) in [
+            (0, member(GroupRole::Follower, &["a:1", "b:2", "c:3"])),
+            (1, member(GroupRole::Follower, &["a:1", "b:2", "c:3"])),
+        ] {
+            v.apply(Sample {
+                node,
+                at: t0,
+                result: Ok(s),
+            });
+        }
+        assert_eq!(v.discover(), vec![(2, "c:3".to_string())]);
+        assert_eq!(v.discover(), vec![], "found once");
+        assert_eq!((v.listed, v.nodes[2].origin), (2, Origin::Learned));
+        // The learned member leads, and has removed a:1.
+        v.apply(Sample {
+            node: 2,
+            at: t0,
+            result: Ok(member(GroupRole::Leader, &["b:2", "c:3"])),
+        });
+        assert_eq!(v.nodes[0].standing, Standing::Removed);
+        assert_eq!(v.nodes[1].standing, Standing::Member);
+        assert_eq!(v.totals().keys, 10, "the leader's keys, once");
+        assert!(
+            v.layout_problems().is_empty(),
+            "the listed entry is judged alone: {:?}",
+            v.layout_problems()
+        );
     }
 
     #[test]

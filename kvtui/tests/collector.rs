@@ -17,7 +17,7 @@ async fn a_node_that_comes_back_is_picked_up_again() {
         .to_string();
     let (tx, rx) = channel();
     let (_interval_tx, interval) = watch::channel(Duration::from_millis(100));
-    kvtui::collector::spawn(
+    kvtui::collector::Collector::spawn(
         &tokio::runtime::Handle::current(),
         std::slice::from_ref(&addr),
         &kvshared::client::ClientConfig::default(),
@@ -71,7 +71,7 @@ async fn a_shorter_interval_takes_effect_at_once() {
     }));
     let (tx, rx) = channel();
     let (interval_tx, interval) = watch::channel(Duration::from_secs(10));
-    kvtui::collector::spawn(
+    kvtui::collector::Collector::spawn(
         &tokio::runtime::Handle::current(),
         std::slice::from_ref(&addr),
         &kvshared::client::ClientConfig::default(),

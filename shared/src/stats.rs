@@ -108,6 +108,7 @@ counters! {
     hits / Hits : Ops, "Gets that found their key.";
     misses / Misses : Ops, "Gets that found no value.";
     evicted / Evicted : Ops, "Keys evicted to stay within --max-memory.";
+    applied / Applied : Ops, "Ops applied from the log (a durable node's logged ops; on a replica group's followers, the leader's writes they replay, which they did not serve).";
     batches / Batches : Traffic, "Batch requests executed.";
     bytes_in / BytesIn : Traffic, "Bytes read from client sockets (frames, headers included).";
     bytes_out / BytesOut : Traffic, "Bytes written to client sockets.";
@@ -210,6 +211,57 @@ pub struct SystemFigures {
     pub host_name: String,
     /// Every network interface of the host, sorted by name.
     pub interfaces: Vec<InterfaceStats>,
+    /// The host's CPU time by state since boot (Linux `/proc/stat`); rate it for the
+    /// host's split between processes and the kernel's interrupt work.
+    #[serde(default)]
+    pub host_cpu: HostCpuTime,
+}
+
+/// A host's CPU time by state, milliseconds summed over all its CPUs since boot.
+#[derive(Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostCpuTime {
+    /// In processes' user mode (nice included).
+    pub user_ms: u64,
+    /// In the kernel on behalf of processes (system calls, page faults).
+    pub system_ms: u64,
+    /// In hard and soft interrupts (network receive and send work lands here), which no
+    /// process is charged for.
+    pub irq_ms: u64,
+    /// Idle, waiting for I/O included.
+    pub idle_ms: u64,
+    /// Taken by the hypervisor for other guests.
+    pub steal_ms: u64,
+}
+
+/// A host's CPU use between two samples, percent of one core each (a 2-core host busy
+/// everywhere is 200), split as htop's header and bottom's process view would.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostCpuSplit {
+    /// Processes: user and system time.
+    pub processes_percent: f64,
+    /// Hard and soft interrupts (not charged to any process).
+    pub irq_percent: f64,
+    /// Stolen by the hypervisor.
+    pub steal_percent: f64,
+    /// Idle.
+    pub idle_percent: f64,
+}
+
+impl HostCpuSplit {
+    /// The split between two samples `secs` apart; `None` without a usable span or when
+    /// the host gave no figures.
+    pub fn between(before: &HostCpuTime, after: &HostCpuTime, secs: f64) -> Option<HostCpuSplit> {
+        if secs <= 0.0 || after.user_ms + after.idle_ms == 0 {
+            return None;
+        }
+        let pct = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs / 10.0;
+        Some(HostCpuSplit {
+            processes_percent: pct(before.user_ms + before.system_ms, after.user_ms + after.system_ms),
+            irq_percent: pct(before.irq_ms, after.irq_ms),
+            steal_percent: pct(before.steal_ms, after.steal_ms),
+            idle_percent: pct(before.idle_ms, after.idle_ms),
+        })
+    }
 }
 
 impl SystemFigures {
@@ -644,6 +696,9 @@ pub struct NodeRates {
     pub puts_per_sec: f64,
     /// Deletes per second.
     pub deletes_per_sec: f64,
+    /// Ops applied from the log per second (a follower's replayed writes; not served).
+    #[serde(default)]
+    pub applied_per_sec: f64,
     /// Errors of every kind per second.
     pub errors_per_sec: f64,
     /// Hits / (hits + misses) over the span; `None` if there were no lookups.
@@ -660,6 +715,9 @@ pub struct NodeRates {
     pub host_tx_per_sec: f64,
     /// Per host interface.
     pub interfaces: Vec<InterfaceRate>,
+    /// The host's CPU split over the system span (`None`: not measured).
+    #[serde(default)]
+    pub host_cpu: Option<HostCpuSplit>,
     /// The span the CPU and NIC rates cover: between kvd's own sampling times, which
     /// change only about once a second. 0 when kvd had not sampled twice in the span.
     pub system_seconds: f64,
@@ -698,6 +756,7 @@ impl NodeRates {
             ops_per_sec: rate(d.ops()),
             gets_per_sec: rate(d.gets),
             puts_per_sec: rate(d.puts),
+            applied_per_sec: rate(d.applied),
             deletes_per_sec: rate(d.deletes),
             errors_per_sec: rate(d.errors()),
             hit_ratio: d.hit_ratio(),
@@ -717,6 +776,7 @@ impl NodeRates {
         let (rx1, tx1) = after.host_net_totals();
         self.system_seconds = secs;
         self.process_cpu_percent = rate(before.process_cpu_ms, after.process_cpu_ms) / 10.0;
+        self.host_cpu = HostCpuSplit::between(&before.host_cpu, &after.host_cpu, secs);
         self.host_rx_per_sec = rate(rx0, rx1);
         self.host_tx_per_sec = rate(tx0, tx1);
         self.interfaces = after

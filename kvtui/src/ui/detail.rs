@@ -29,6 +29,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 .map(|(name, v)| format!("{} {}", name.replace('_', " "), grouped(v)))
                 .collect();
             let per = |f: fn(&kvshared::stats::NodeRates) -> f64| r.as_ref().map_or("-".to_string(), |r| si(f(r)));
+            let host = crate::hosts::hosts(&app.view)
+                .into_iter()
+                .find(|h| h.name == sys.host_name)
+                .map_or_else(|| "host CPU split: not measured yet".to_string(), |h| h.summary());
             lines.extend([
                 Line::styled(
                     format!(
@@ -37,6 +41,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     ),
                     Style::default().add_modifier(Modifier::BOLD),
                 ),
+                Line::from(host),
                 Line::from(format!(
                     "uptime {}   keys {}   map shards {}   worker threads {}",
                     uptime(s.uptime_ms / 1000),

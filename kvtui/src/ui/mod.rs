@@ -32,6 +32,8 @@ pub fn node_color(i: usize) -> Color {
 
 /// Membership changes shown under the table, at most.
 const CHANGE_LINES: usize = 3;
+/// Hosts whose CPU split is shown under the table, at most.
+const HOST_LINES: usize = 4;
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, app: &App) {
@@ -43,11 +45,21 @@ pub fn draw(frame: &mut Frame, app: &App) {
     // rest (and shrink to nothing on a short screen).
     let room = area.height.saturating_sub(1 + banner_height + bench_height);
     let table_height = table::wanted_height(&app.view).min(room);
-    // The groups' last membership changes (the shard manager's), a line each, under the
-    // table while there is room for charts too.
-    let changes = app.view.recent_changes(CHANGE_LINES);
-    let changes_height = match room.saturating_sub(table_height) >= 5 + changes.len() as u16 {
-        true => changes.len() as u16,
+    // Each host's CPU split and the groups' last membership changes (the shard manager's),
+    // a line each, under the table while there is room for charts too.
+    let mut notes: Vec<Line> = crate::hosts::hosts(&app.view)
+        .iter()
+        .take(HOST_LINES)
+        .map(|h| Line::styled(format!(" {}", h.summary()), Style::default().fg(Color::Gray)))
+        .collect();
+    notes.extend(app.view.recent_changes(CHANGE_LINES).iter().map(|(shard, c)| {
+        Line::styled(
+            format!(" shard {shard}: {}", c.summary()),
+            Style::default().fg(Color::Cyan),
+        )
+    }));
+    let changes_height = match room.saturating_sub(table_height) >= 5 + notes.len() as u16 {
+        true => notes.len() as u16,
         false => 0,
     };
     let [header, banner, bench_area, table_area, changes_area, rest] = Layout::vertical([
@@ -81,16 +93,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
     table::render(frame, table_area, app);
     if changes_height > 0 {
-        let lines: Vec<Line> = changes
-            .iter()
-            .map(|(shard, c)| {
-                Line::styled(
-                    format!(" shard {shard}: {}", c.summary()),
-                    Style::default().fg(Color::Cyan),
-                )
-            })
-            .collect();
-        frame.render_widget(Paragraph::new(lines), changes_area);
+        frame.render_widget(Paragraph::new(notes), changes_area);
     }
     if rest.height >= 5 {
         match app.screen_under_help() {

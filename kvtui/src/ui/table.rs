@@ -12,7 +12,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 
 use super::node_color;
 use crate::app::App;
-use crate::state::{ClusterView, Health, NodeView, Series};
+use crate::state::{ClusterView, Health, NodeView, Origin, Series, Standing};
 
 /// One column: its header, width, and how much it matters when the terminal is narrow
 /// (0 is kept longest; columns are dropped from the highest rank down).
@@ -27,7 +27,7 @@ const fn col(header: &'static str, width: u16, rank: u8) -> Column {
 }
 
 /// The columns in display order. NODE's width is a most; it shrinks to the longest address.
-const COLUMNS: [Column; 20] = [
+const COLUMNS: [Column; 21] = [
     col("NODE", 21, 0),
     col("SHARD", 5, 4),
     col("STATE", 11, 1),
@@ -36,6 +36,7 @@ const COLUMNS: [Column; 20] = [
     col("OP/S", 7, 0),
     col("GET/S", 7, 6),
     col("PUT/S", 7, 6),
+    col("APPLY/S", 7, 6),
     col("ERR/S", 6, 1),
     col("HIT%", 5, 5),
     col("P50", 8, 3),
@@ -51,8 +52,8 @@ const COLUMNS: [Column; 20] = [
 ];
 
 /// Every column header, in display order (the last, unnamed one holds a down node's error).
-pub const HEADERS: [&str; 20] = {
-    let mut h = [""; 20];
+pub const HEADERS: [&str; 21] = {
+    let mut h = [""; 21];
     let mut i = 0;
     while i < COLUMNS.len() {
         h[i] = COLUMNS[i].header;
@@ -62,9 +63,9 @@ pub const HEADERS: [&str; 20] = {
 };
 
 /// Index of the ERR/S column (drawn red when not zero).
-const ERRORS: usize = 8;
+const ERRORS: usize = 9;
 /// Columns of a down node that show its last known figures, dimmed as stale.
-const STALE_WHEN_DOWN: [usize; 6] = [1, 3, 4, 13, 14, 15];
+const STALE_WHEN_DOWN: [usize; 6] = [1, 3, 4, 14, 15, 16];
 /// Space between columns.
 const SPACING: u16 = 1;
 
@@ -104,6 +105,8 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
     let state = match &n.health {
         // A node whose disk refuses writes says so first (its writes are refused).
         Health::Up if s.is_some_and(|s| s.durability.stalled_since_unix_ms != 0) => "disk stalled".to_string(),
+        // Its group's leader no longer lists it (it may still believe it follows).
+        Health::Up if n.standing == Standing::Removed => "removed".to_string(),
         // A replica group's member says its role.
         Health::Up => match s.map(|s| s.group.role) {
             // The leader stands out in its group's rows, with the group's size when it has
@@ -128,7 +131,11 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
     let rate = |f: &dyn Fn(&kvshared::stats::NodeRates) -> f64| r.map_or("-".to_string(), |r| si(f(r)));
     let quantiles = n.recent_quantiles_ns();
     vec![
-        n.addr.clone(),
+        // A member learned from its group, not listed in --nodes, is marked.
+        match n.origin {
+            Origin::Listed => n.addr.clone(),
+            Origin::Learned => format!("{}⁺", n.addr),
+        },
         s.map_or("-".into(), |s| s.shard.to_string()),
         state,
         s.map_or("-".into(), |s| uptime(s.uptime_ms / 1000)),
@@ -136,6 +143,8 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
         rate(&|r| r.ops_per_sec),
         rate(&|r| r.gets_per_sec),
         rate(&|r| r.puts_per_sec),
+        // Ops replayed from the log: on a follower, the leader's writes (not served here).
+        rate(&|r| r.applied_per_sec),
         rate(&|r| r.errors_per_sec),
         r.and_then(|r| r.hit_ratio)
             .map_or("-".into(), |h| format!("{:.1}", h * 100.0)),
@@ -177,6 +186,7 @@ pub fn total_cells(view: &ClusterView) -> Vec<String> {
         si(t.ops_per_sec),
         si(t.gets_per_sec),
         si(t.puts_per_sec),
+        String::new(),
         si(t.errors_per_sec),
         t.hit_ratio.map_or("-".into(), |h| format!("{:.1}", h * 100.0)),
         String::new(),

@@ -70,6 +70,15 @@ impl StateMachine {
             &mut self.scratch,
             &mut tally,
         );
+        // Applying is not serving: the member that answers the client counts the ops it
+        // served (`merge_logged`); every member counts what it applied.
+        let applied = tally.ops();
+        let tally = Counts {
+            applied,
+            evicted: tally.evicted,
+            out_of_memory: tally.out_of_memory,
+            ..Counts::default()
+        };
         self.counters.add_counts(0, &tally);
         let mut body = AlignedVec::new();
         match encode_body(&self.response, &mut body) {
