@@ -471,6 +471,10 @@ pub struct GroupFigures {
     /// Elections (new terms) this member's process has seen.
     #[serde(default)]
     pub elections: u64,
+    /// Times this member's process saw the leader change (to a leader other than the last
+    /// one it knew; the first leader it learns is not a change).
+    #[serde(default)]
+    pub leader_changes: u64,
     /// On the leader: how many entries each follower is behind.
     #[serde(default)]
     pub lag: Vec<FollowerLag>,

@@ -66,6 +66,13 @@ pub fn render(out: &mut String, labels: &str, s: &NodeStats) {
         "Elections (new terms) this member's process has seen.",
     );
     let _ = writeln!(out, "kvd_raft_elections_total{{{labels}}} {}", g.elections);
+    family(
+        out,
+        "kvd_raft_leader_changes_total",
+        "counter",
+        "Times this member saw its group's leader change to another member.",
+    );
+    let _ = writeln!(out, "kvd_raft_leader_changes_total{{{labels}}} {}", g.leader_changes);
     if !g.lag.is_empty() {
         family(
             out,

@@ -44,7 +44,8 @@ impl DurableShard {
             log_index: last,
             commit_index: commit_index.max(applied_index),
             applied_index,
-            elections: self.elections.load(std::sync::atomic::Ordering::Relaxed),
+            elections: self.events.elections.load(std::sync::atomic::Ordering::Relaxed),
+            leader_changes: self.events.leader_changes.load(std::sync::atomic::Ordering::Relaxed),
             lag: m
                 .replication
                 .iter()

@@ -171,8 +171,8 @@ impl DurableShard {
             tasks.spawn(followed);
             tasks.spawn(keep_lease(who.me, raft.clone(), client, group, lease.clone()));
         }
-        let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        tasks.spawn(count_elections(raft.clone(), elections.clone()));
+        let events = Arc::new(RaftEvents::default());
+        tasks.spawn(count_events(raft.clone(), events.clone()));
         DurableShard {
             raft,
             proposals,
@@ -183,7 +183,7 @@ impl DurableShard {
             grouped,
             confirms,
             member_reads,
-            elections,
+            events,
             client: who.client,
             group: who.group,
             peers: who.peers,
@@ -445,15 +445,39 @@ pub(super) async fn watch_log(
     }
 }
 
-/// Counts the terms that begin while this process runs (one per election it sees).
-pub(super) async fn count_elections(raft: openraft::Raft<ShardRaft>, elections: Arc<std::sync::atomic::AtomicU64>) {
+/// What this member has seen of its group's history since its process started.
+#[derive(Debug, Default)]
+pub(super) struct RaftEvents {
+    /// Terms begun (one per election).
+    pub elections: std::sync::atomic::AtomicU64,
+    /// Times a leader other than the last known one became known.
+    pub leader_changes: std::sync::atomic::AtomicU64,
+}
+
+/// Counts the terms that begin while this process runs and the changes of leader it sees.
+pub(super) async fn count_events(raft: openraft::Raft<ShardRaft>, events: Arc<RaftEvents>) {
+    use std::sync::atomic::Ordering::Relaxed;
     let mut metrics = raft.metrics();
-    let mut term = metrics.borrow().current_term;
+    let (mut term, mut leader) = {
+        let m = metrics.borrow();
+        (m.current_term, m.current_leader)
+    };
     while metrics.changed().await.is_ok() {
-        let now = metrics.borrow().current_term;
+        let (now, now_leader) = {
+            let m = metrics.borrow();
+            (m.current_term, m.current_leader)
+        };
         if now > term {
-            elections.fetch_add(now - term, std::sync::atomic::Ordering::Relaxed);
+            events.elections.fetch_add(now - term, Relaxed);
             term = now;
+        }
+        if let Some(id) = now_leader
+            && leader != Some(id)
+        {
+            if leader.is_some() {
+                events.leader_changes.fetch_add(1, Relaxed);
+            }
+            leader = Some(id);
         }
     }
 }

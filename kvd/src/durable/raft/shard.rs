@@ -31,7 +31,7 @@ pub struct DurableShard {
     /// leader's read index (follower reads).
     pub(super) member_reads: tokio::sync::mpsc::UnboundedSender<ReadIndexWaiter>,
     /// Terms this process has seen begin (each is an election).
-    pub(super) elections: Arc<std::sync::atomic::AtomicU64>,
+    pub(super) events: Arc<super::open::RaftEvents>,
     /// How this member reaches the others (for a hand-over's `Campaign`).
     pub(super) client: kvshared::client::ClientConfig,
     /// This leader is handing over (`transfer-leader`): it serves nothing meanwhile.
