@@ -363,6 +363,14 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     .await
     .unwrap();
     assert!(out.contains(&format!("leader {new}")), "{out}");
+    // A member that stayed saw the lead change hands.
+    let stayed = group.addrs[(first_leader + 1) % 3].clone();
+    let one = Cluster::new(std::slice::from_ref(&stayed), ClientConfig::default()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while one.stats(0).await.unwrap().group.leader_changes == 0 {
+        assert!(Instant::now() < deadline, "{stayed} counted no leader change");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let gone = group.addrs[first_leader].clone();
     let out = tokio::task::spawn_blocking({
         let (nodes, gone) = (nodes.clone(), gone.clone());

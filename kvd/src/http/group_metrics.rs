@@ -103,6 +103,7 @@ mod tests {
         assert!(out.is_empty());
         s.group.role = GroupRole::Leader;
         s.group.term = 7;
+        s.group.leader_changes = 2;
         s.group.lag = vec![kvshared::stats::FollowerLag {
             addr: "10.0.0.2:7070".into(),
             behind: 3,
@@ -117,6 +118,10 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("kvd_raft_term{shard=\"0\",shards=\"1\"} 7\n"), "{out}");
+        assert!(
+            out.contains("kvd_raft_leader_changes_total{shard=\"0\",shards=\"1\"} 2\n"),
+            "{out}"
+        );
         assert!(
             out.contains("kvd_raft_follower_lag_entries{shard=\"0\",shards=\"1\",follower=\"10.0.0.2:7070\"} 3\n"),
             "{out}"
