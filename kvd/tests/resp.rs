@@ -162,6 +162,40 @@ fn redis_cli_and_redis_benchmark_work_against_the_cluster() {
     }
 }
 
+/// INFO's `tcp_port`, `redis-cli --stat`, and redis-benchmark's default suite: every string
+/// test it has runs to the end; a list test gets Redis's own unknown-command error (the
+/// tool exits at the first error reply, so the suite is run with `-t`).
+#[test]
+fn redis_cli_stat_and_the_string_benchmarks_run_to_the_end() {
+    let (_nodes, resp) = cluster(&[]);
+    let (host, port) = resp[0].rsplit_once(':').unwrap();
+    let info = redis_cli(&resp[0], &["INFO", "server"]);
+    assert!(info.contains(&format!("tcp_port:{port}\r")), "{info}");
+    let out = Command::new("timeout")
+        .args(["2", "stdbuf", "-o0", "redis-cli", "-h", host, "-p", port, "--stat", "-i", "0.2"])
+        .output()
+        .unwrap();
+    let stat = String::from_utf8_lossy(&out.stdout);
+    assert!(stat.contains("keys") && stat.lines().count() >= 4, "{stat}");
+    assert!(!stat.contains("-9223372036854775808"), "{stat}");
+    let out = Command::new("redis-benchmark")
+        .args(["-h", host, "-p", port, "-t", "ping,set,get,incr,mset", "-n", "5000", "-r", "1000"])
+        .args(["-P", "16", "-c", "4", "-q"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for test in ["PING_INLINE:", "PING_MBULK:", "SET:", "GET:", "INCR:", "MSET (10 keys):"] {
+        assert!(text.contains(test), "{test} missing: {text}");
+    }
+    let out = Command::new("redis-benchmark")
+        .args(["-h", host, "-p", port, "-t", "lpush", "-n", "100", "-q"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ERR unknown command 'LPUSH'"), "{text}");
+}
+
 /// Sends raw bytes, returns what the server said before closing (or within 2 s).
 fn raw(addr: &str, bytes: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).unwrap();

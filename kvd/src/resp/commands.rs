@@ -55,6 +55,8 @@ pub struct Ctx<'a> {
     pub forward: bool,
     pub session: &'a mut Session,
     pub auth: Auth<'a>,
+    /// The port this node serves RESP on (INFO's `tcp_port`).
+    pub port: u16,
 }
 
 fn is(arg: &[u8], name: &str) -> bool {
@@ -172,7 +174,7 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
         }
         _ if is(name, "ROLE") => p.immediate(|o| super::info::role_reply(node, o)),
         _ if is(name, "INFO") => {
-            let text = super::info::info(node, args.get(1), ctx.session.id);
+            let text = super::info::info(node, args.get(1), ctx.session.id, ctx.port);
             p.immediate(|o| reply::bulk(o, text.as_bytes()));
         }
         _ if is(name, "WATCH") => p.immediate(|o| {

@@ -136,6 +136,7 @@ impl Resp {
                                 forward: self.cluster.is_some(),
                                 session: &mut self.session,
                                 auth: self.conn.auth(),
+                                port: self.conn.edge.addr(crate::edge::Front::Resp).map_or(0, |a| a.port()),
                             };
                             dispatch(&mut ctx, &args, &mut self.pipeline)
                         }

@@ -53,7 +53,7 @@ fn replication(g: &GroupFigures) -> Vec<(&'static str, String)> {
 pub const REDIS_VERSION: &str = "7.0.0";
 
 /// The INFO text for `section` (empty, `all`, `default` or `everything`: every section).
-pub fn info(node: &Node, section: &[u8], client_id: u64) -> String {
+pub fn info(node: &Node, section: &[u8], client_id: u64, port: u16) -> String {
     let s = node.stats();
     let c = &s.counts;
     let want = |name: &str| {
@@ -84,7 +84,7 @@ pub fn info(node: &Node, section: &[u8], client_id: u64) -> String {
             ("kvd_shard", s.shard.to_string()),
             ("redis_mode", "standalone".into()),
             ("process_id", s.pid.to_string()),
-            ("tcp_port", String::new()),
+            ("tcp_port", port.to_string()),
             ("uptime_in_seconds", (s.uptime_ms / 1000).to_string()),
             ("uptime_in_days", (s.uptime_ms / 86_400_000).to_string()),
         ],
