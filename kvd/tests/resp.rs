@@ -172,20 +172,50 @@ fn redis_cli_stat_and_the_string_benchmarks_run_to_the_end() {
     let info = redis_cli(&resp[0], &["INFO", "server"]);
     assert!(info.contains(&format!("tcp_port:{port}\r")), "{info}");
     let out = Command::new("timeout")
-        .args(["2", "stdbuf", "-o0", "redis-cli", "-h", host, "-p", port, "--stat", "-i", "0.2"])
+        .args([
+            "2",
+            "stdbuf",
+            "-o0",
+            "redis-cli",
+            "-h",
+            host,
+            "-p",
+            port,
+            "--stat",
+            "-i",
+            "0.2",
+        ])
         .output()
         .unwrap();
     let stat = String::from_utf8_lossy(&out.stdout);
     assert!(stat.contains("keys") && stat.lines().count() >= 4, "{stat}");
     assert!(!stat.contains("-9223372036854775808"), "{stat}");
     let out = Command::new("redis-benchmark")
-        .args(["-h", host, "-p", port, "-t", "ping,set,get,incr,mset", "-n", "5000", "-r", "1000"])
+        .args([
+            "-h",
+            host,
+            "-p",
+            port,
+            "-t",
+            "ping,set,get,incr,mset",
+            "-n",
+            "5000",
+            "-r",
+            "1000",
+        ])
         .args(["-P", "16", "-c", "4", "-q"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    for test in ["PING_INLINE:", "PING_MBULK:", "SET:", "GET:", "INCR:", "MSET (10 keys):"] {
+    for test in [
+        "PING_INLINE:",
+        "PING_MBULK:",
+        "SET:",
+        "GET:",
+        "INCR:",
+        "MSET (10 keys):",
+    ] {
         assert!(text.contains(test), "{test} missing: {text}");
     }
     let out = Command::new("redis-benchmark")

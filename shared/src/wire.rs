@@ -40,6 +40,9 @@ pub enum OpKind {
     /// integer (an absent key counts as 0) and store the sum in decimal (Redis `INCRBY`);
     /// answered `Counted` with the sum, `NotAnInteger` or `Overflow` (nothing changed).
     IncrBy = 5,
+    /// Append the value to the key's value (an absent key starts empty; Redis `APPEND`);
+    /// answered `Counted` with the new length.
+    Append = 6,
 }
 
 impl OpKind {
@@ -47,7 +50,7 @@ impl OpKind {
     pub fn has_value(self) -> bool {
         matches!(
             self,
-            OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent | OpKind::IncrBy
+            OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent | OpKind::IncrBy | OpKind::Append
         )
     }
 
@@ -66,6 +69,7 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::PutIfAbsent => OpKind::PutIfAbsent,
             ArchivedOpKind::PutIfPresent => OpKind::PutIfPresent,
             ArchivedOpKind::IncrBy => OpKind::IncrBy,
+            ArchivedOpKind::Append => OpKind::Append,
         }
     }
 }

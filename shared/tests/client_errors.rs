@@ -91,7 +91,11 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                                 }
                                 None => resp.set(i, OpStatus::NotFound),
                             },
-                            OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent | OpKind::IncrBy => {
+                            OpKind::Put
+                            | OpKind::PutIfAbsent
+                            | OpKind::PutIfPresent
+                            | OpKind::IncrBy
+                            | OpKind::Append => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

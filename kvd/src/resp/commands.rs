@@ -12,9 +12,10 @@ use crate::node::Node;
 
 /// Commands answered (for `COMMAND COUNT`).
 const COMMANDS: &[&str] = &[
-    "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DECR", "DECRBY", "DEL", "DISCARD", "ECHO", "EXEC", "EXISTS",
-    "GET", "GETDEL", "GETRANGE", "GETSET", "HELLO", "INCR", "INCRBY", "INFO", "MGET", "MSET", "MULTI", "PING", "QUIT",
-    "ROLE", "SELECT", "SET", "SETNX", "STRLEN", "SUBSTR", "TOUCH", "TYPE", "UNLINK", "UNWATCH", "WATCH",
+    "APPEND", "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DECR", "DECRBY", "DEL", "DISCARD", "ECHO", "EXEC",
+    "EXISTS", "GET", "GETDEL", "GETRANGE", "GETSET", "HELLO", "INCR", "INCRBY", "INFO", "MGET", "MSET", "MULTI",
+    "PING", "QUIT", "ROLE", "SELECT", "SET", "SETNX", "STRLEN", "SUBSTR", "TOUCH", "TYPE", "UNLINK", "UNWATCH",
+    "WATCH",
 ];
 
 /// Whether the connection is inside `MULTI`. kvd runs no transactions yet: inside one,
@@ -89,6 +90,10 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
         _ if is(name, "SET") => set(node, forward, args, p),
         _ if is(name, "SETNX") => match n {
             3 => p.setnx(node, forward, args.get(1), args.get(2)),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "APPEND") => match n {
+            3 => p.append(node, forward, args.get(1), args.get(2)),
             _ => wrong_args(p, name),
         },
         _ if is(name, "INCR") || is(name, "DECR") => match n {

@@ -131,12 +131,13 @@ impl Resp {
                     let close = match (args.is_empty(), stage) {
                         (true, _) => false,
                         (false, Stage::Serve) => {
+                            let port = self.conn.edge.addr(crate::edge::Front::Resp).map_or(0, |a| a.port());
                             let mut ctx = Ctx {
                                 node: &self.node,
                                 forward: self.cluster.is_some(),
                                 session: &mut self.session,
                                 auth: self.conn.auth(),
-                                port: self.conn.edge.addr(crate::edge::Front::Resp).map_or(0, |a| a.port()),
+                                port,
                             };
                             dispatch(&mut ctx, &args, &mut self.pipeline)
                         }

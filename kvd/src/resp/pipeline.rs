@@ -196,6 +196,12 @@ impl Pipeline {
         self.steps.push(Step::Incr(op));
     }
 
+    /// APPEND key value: answered with the new length.
+    pub fn append(&mut self, node: &Node, forward: bool, key: &[u8], value: &[u8]) {
+        let op = self.op(node, forward, OpKind::Append, key, value);
+        self.steps.push(Step::Incr(op));
+    }
+
     /// GETDEL key: a get and a delete of the key back to back in one batch (under one
     /// lock: nothing comes between them).
     pub fn getdel(&mut self, node: &Node, forward: bool, key: &[u8]) {
@@ -288,6 +294,7 @@ impl Pipeline {
                         let by = <[u8; 8]>::try_from(&self.remote_bytes[v.clone()]).map_or(0, i64::from_le_bytes);
                         Op::IncrBy(key, by)
                     }
+                    OpKind::Append => Op::Append(key, &self.remote_bytes[v.clone()]),
                 }
             })
             .collect();

@@ -511,6 +511,7 @@ impl Store {
                     }
                 }
                 OpKind::IncrBy => self.incr_by(shard, &mut table, hash, op.key, op.value, i, ans),
+                OpKind::Append => self.append(shard, &mut table, hash, op.key, op.value, i, ans),
                 OpKind::Delete => {
                     ans.tally.deletes += 1;
                     let existed = match table.table.find(hash, op.key) {
@@ -567,6 +568,33 @@ impl Store {
         if self.put(shard, s, hash, key, &text, ans) {
             ans.tally.puts += 1;
             ans.out.set_counted(i, sum);
+        } else {
+            ans.tally.out_of_memory += 1;
+            ans.out.set(i, OpStatus::OutOfMemory);
+        }
+    }
+
+    /// Op `i`, `suffix` appended to `key`'s value in `shard` (locked for writing as `s`; an
+    /// absent key starts empty), under the shard's lock so concurrent appends all land;
+    /// answered with the new length.
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &self,
+        shard: usize,
+        s: &mut Shard,
+        hash: u64,
+        key: &[u8],
+        suffix: &[u8],
+        i: usize,
+        ans: &mut Answers<'_, impl ReplyRoom>,
+    ) {
+        let old = s.table.find(hash, key).and_then(|at| s.table.at(at)).map(|e| e.value());
+        let mut value = Vec::with_capacity(old.map_or(0, <[u8]>::len) + suffix.len());
+        value.extend_from_slice(old.unwrap_or(&[]));
+        value.extend_from_slice(suffix);
+        if self.put(shard, s, hash, key, &value, ans) {
+            ans.tally.puts += 1;
+            ans.out.set_counted(i, value.len() as i64);
         } else {
             ans.tally.out_of_memory += 1;
             ans.out.set(i, OpStatus::OutOfMemory);
@@ -857,6 +885,27 @@ mod tests {
         let mut rbody: AlignedVec = AlignedVec::new();
         rbody.extend_from_slice(&resp[HEADER_LEN..]);
         (rbody, tally)
+    }
+
+    /// Appends as Redis's: an absent key starts empty, each append answers the new length,
+    /// binary bytes stay as they are, appends in one batch land in order.
+    #[test]
+    fn appends_grow_the_value_in_order() {
+        let store = Store::new(ShardId::SOLO, 8, 0).unwrap();
+        let mut req = BatchRequest::new();
+        req.push(OpKind::Append, b"a", b"Hello");
+        req.push(OpKind::Append, b"a", b" World");
+        req.push(OpKind::Append, b"a", &[0, 255]);
+        req.push_get(b"a");
+        req.push(OpKind::Append, b"e", b"");
+        let (body, tally) = run(&store, &req);
+        let r = ReplyView::parse(&body).unwrap();
+        assert_eq!(r.result(0), OpReply::Counted(5));
+        assert_eq!(r.result(1), OpReply::Counted(11));
+        assert_eq!(r.result(2), OpReply::Counted(13));
+        assert_eq!(r.result(3), OpReply::Found(b"Hello World\x00\xff"));
+        assert_eq!(r.result(4), OpReply::Counted(0));
+        assert_eq!((tally.puts, tally.gets), (4, 1));
     }
 
     /// Increments as Redis's: an absent key counts as 0, the sum is stored in decimal and

@@ -30,6 +30,8 @@ pub enum Op<'a> {
     PutIfPresent(&'a [u8], &'a [u8]),
     /// Add to a key's integer value (Redis `INCRBY`; an absent key counts as 0).
     IncrBy(&'a [u8], i64),
+    /// Append to a key's value (Redis `APPEND`; an absent key starts empty).
+    Append(&'a [u8], &'a [u8]),
 }
 
 impl<'a> Op<'a> {
@@ -41,7 +43,8 @@ impl<'a> Op<'a> {
             | Op::Delete(k)
             | Op::PutIfAbsent(k, _)
             | Op::PutIfPresent(k, _)
-            | Op::IncrBy(k, _) => k,
+            | Op::IncrBy(k, _)
+            | Op::Append(k, _) => k,
         }
     }
 }
@@ -708,6 +711,7 @@ impl Cluster {
                 Op::PutIfAbsent(k, v) => parts.push(OpKind::PutIfAbsent, k, v),
                 Op::PutIfPresent(k, v) => parts.push(OpKind::PutIfPresent, k, v),
                 Op::IncrBy(k, by) => parts.push(OpKind::IncrBy, k, &by.to_le_bytes()),
+                Op::Append(k, v) => parts.push(OpKind::Append, k, v),
             };
             index[node].push(i);
         }
