@@ -230,25 +230,24 @@ fn key_of(shard: u32, prefix: &str) -> String {
         .unwrap()
 }
 
-/// INCR is atomic under concurrency: 64 clients incrementing one key 100 times each end at
-/// exactly 6,400, for a key the node owns and one it forwards to the other shard; DECR,
-/// INCRBY and DECRBY, and Redis's error texts for a value that is not an integer and for an
-/// overflow (nothing changed).
-#[test]
-fn incr_from_64_clients_ends_at_the_exact_count_and_errors_are_redis_s() {
-    let (_nodes, resp) = cluster(&[]);
-    let keys = [key_of(0, "count-"), key_of(1, "count-")];
+/// 64 clients of `addr` at once, each sending `rounds` times, for each of `keys`, the
+/// command `command[0] KEY command[1..]` (answered with an integer).
+fn from_64_clients(addr: &str, keys: &[String], rounds: usize, command: &'static [&'static str]) {
     let threads: Vec<_> = (0..64)
         .map(|_| {
-            let (addr, keys) = (resp[0].clone(), keys.clone());
+            let (addr, keys) = (addr.to_string(), keys.to_vec());
             std::thread::spawn(move || {
                 let mut con = redis::Client::open(format!("redis://{addr}/"))
                     .unwrap()
                     .get_connection()
                     .unwrap();
-                for _ in 0..100 {
+                for _ in 0..rounds {
                     for k in &keys {
-                        let _: i64 = redis::cmd("INCR").arg(k).query(&mut con).unwrap();
+                        let _: i64 = redis::cmd(command[0])
+                            .arg(k)
+                            .arg(&command[1..])
+                            .query(&mut con)
+                            .unwrap();
                     }
                 }
             })
@@ -257,6 +256,17 @@ fn incr_from_64_clients_ends_at_the_exact_count_and_errors_are_redis_s() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+/// INCR is atomic under concurrency: 64 clients incrementing one key 100 times each end at
+/// exactly 6,400, for a key the node owns and one it forwards to the other shard; DECR,
+/// INCRBY and DECRBY, and Redis's error texts for a value that is not an integer and for an
+/// overflow (nothing changed).
+#[test]
+fn incr_from_64_clients_ends_at_the_exact_count_and_errors_are_redis_s() {
+    let (_nodes, resp) = cluster(&[]);
+    let keys = [key_of(0, "count-"), key_of(1, "count-")];
+    from_64_clients(&resp[0], &keys, 100, &["INCR"]);
     let got = raw(
         &resp[1],
         format!(
@@ -282,25 +292,7 @@ fn incr_from_64_clients_ends_at_the_exact_count_and_errors_are_redis_s() {
 fn append_from_64_clients_loses_no_byte() {
     let (_nodes, resp) = cluster(&[]);
     let keys = [key_of(0, "log-"), key_of(1, "log-")];
-    let threads: Vec<_> = (0..64)
-        .map(|_| {
-            let (addr, keys) = (resp[0].clone(), keys.clone());
-            std::thread::spawn(move || {
-                let mut con = redis::Client::open(format!("redis://{addr}/"))
-                    .unwrap()
-                    .get_connection()
-                    .unwrap();
-                for _ in 0..50 {
-                    for k in &keys {
-                        let _: i64 = redis::cmd("APPEND").arg(k).arg("x").query(&mut con).unwrap();
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    from_64_clients(&resp[0], &keys, 50, &["APPEND", "x"]);
     let got = raw(
         &resp[1],
         format!(
