@@ -719,7 +719,12 @@ fn since(now: [u64; KINDS], before: [u64; KINDS]) -> [u64; KINDS] {
 fn kind_index(kind: OpKind) -> usize {
     match kind {
         OpKind::Get => 0,
-        OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent | OpKind::IncrBy | OpKind::Append => 1,
+        OpKind::Put
+        | OpKind::PutIfAbsent
+        | OpKind::PutIfPresent
+        | OpKind::IncrBy
+        | OpKind::Append
+        | OpKind::SetRange => 1,
         OpKind::Delete => 2,
     }
 }

@@ -307,7 +307,35 @@ fn append_from_64_clients_loses_no_byte() {
     );
 }
 
-/// Counters are logged like any write: after kill -9 the replayed log gives the same count.
+/// SETRANGE as Redis answers it, for a local and a forwarded key: padding, overwriting, the
+/// new length, and Redis's refusals (checked before anything is sent).
+#[test]
+fn setrange_answers_as_redis() {
+    let (_nodes, resp) = cluster(&[]);
+    for k in [key_of(0, "range-"), key_of(1, "range-")] {
+        let none = format!("{k}-none");
+        let got = raw(
+            &resp[0],
+            format!(
+                "SET {k} Hello_World\r\nSETRANGE {k} 6 Redis\r\nGET {k}\r\nSETRANGE {k}-new 2 ab\r\nGET {k}-new\r\n\
+                 *4\r\n$8\r\nSETRANGE\r\n${}\r\n{none}\r\n$1\r\n5\r\n$0\r\n\r\nEXISTS {none}\r\n\
+                 SETRANGE {k} -1 x\r\nSETRANGE {k} x x\r\nSETRANGE {k} 536870911 ab\r\nSETRANGE {k} 1\r\nQUIT\r\n",
+                none.len()
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            got,
+            "+OK\r\n:11\r\n$11\r\nHello_Redis\r\n:4\r\n$4\r\n\0\0ab\r\n:0\r\n:0\r\n-ERR offset is out of range\r\n\
+             -ERR value is not an integer or out of range\r\n-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n\
+             -ERR wrong number of arguments for 'setrange' command\r\n+OK\r\n",
+            "{k}"
+        );
+    }
+}
+
+/// Counters, appends and range writes are logged like any write: after kill -9 the replayed
+/// log gives the same values.
 #[test]
 fn counters_survive_kill_9_through_the_log() {
     let dir = std::env::temp_dir().join(format!("kvd-redis-counters-{}", std::process::id()));
@@ -320,10 +348,11 @@ fn counters_survive_kill_9_through_the_log() {
     for _ in 0..500 {
         pipeline.extend_from_slice(b"INCR logged\r\nINCRBY other 3\r\nAPPEND text ab\r\n");
     }
+    pipeline.extend_from_slice(b"SETRANGE text 1 XY\r\n");
     pipeline.extend_from_slice(b"QUIT\r\n");
     let got = raw(&resp, &pipeline);
     assert!(
-        got.contains(":500\r\n:1500\r\n:1000\r\n+OK"),
+        got.contains(":500\r\n:1500\r\n:1000\r\n:1000\r\n+OK"),
         "{}",
         &got[got.len().saturating_sub(60)..]
     );
@@ -332,9 +361,12 @@ fn counters_survive_kill_9_through_the_log() {
     let (_node, _) = start_at(&bin, &["--data-dir", &d, "--resp", &resp]);
     let got = raw(
         &resp,
-        b"GET logged\r\nGET other\r\nINCR logged\r\nSTRLEN text\r\nQUIT\r\n",
+        b"GET logged\r\nGET other\r\nINCR logged\r\nSTRLEN text\r\nGETRANGE text 0 5\r\nQUIT\r\n",
     );
-    assert_eq!(got, "$3\r\n500\r\n$4\r\n1500\r\n:501\r\n:1000\r\n+OK\r\n");
+    assert_eq!(
+        got,
+        "$3\r\n500\r\n$4\r\n1500\r\n:501\r\n:1000\r\n$6\r\naXYbab\r\n+OK\r\n"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

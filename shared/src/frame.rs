@@ -43,7 +43,7 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 11: the op `IncrBy` and the statuses `Counted`, `NotAnInteger`, `Overflow`.
 /// 12: a node's durability figures carry the fsync times as a histogram; `Counts` carries
 /// `applied` (ops applied from the log, apart from the ops served); `SystemFigures` carries
-/// the host's CPU time by state; a group's figures carry its leader changes; the op `Append`.
+/// the host's CPU time by state; a group's figures carry its leader changes; the ops `Append` and `SetRange`.
 pub const VERSION: u8 = 12;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;

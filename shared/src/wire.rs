@@ -43,14 +43,27 @@ pub enum OpKind {
     /// Append the value to the key's value (an absent key starts empty; Redis `APPEND`);
     /// answered `Counted` with the new length.
     Append = 6,
+    /// Overwrite the key's value from an offset (the value: the offset as 8 bytes, a
+    /// little-endian `u64`, then the bytes), padding with zero bytes up to it (Redis
+    /// `SETRANGE`); an absent key with no bytes to write stays absent. Answered `Counted`
+    /// with the new length. Past [`MAX_STRING`] it is malformed.
+    SetRange = 7,
 }
+
+/// The longest value a read-modify-write op may make (Redis's default `proto-max-bulk-len`).
+pub const MAX_STRING: u64 = 512 << 20;
 
 impl OpKind {
     /// Whether the op carries a value (the puts, and an increment's delta).
     pub fn has_value(self) -> bool {
         matches!(
             self,
-            OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent | OpKind::IncrBy | OpKind::Append
+            OpKind::Put
+                | OpKind::PutIfAbsent
+                | OpKind::PutIfPresent
+                | OpKind::IncrBy
+                | OpKind::Append
+                | OpKind::SetRange
         )
     }
 
@@ -70,6 +83,7 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::PutIfPresent => OpKind::PutIfPresent,
             ArchivedOpKind::IncrBy => OpKind::IncrBy,
             ArchivedOpKind::Append => OpKind::Append,
+            ArchivedOpKind::SetRange => OpKind::SetRange,
         }
     }
 }
@@ -215,6 +229,9 @@ pub enum MalformedOp {
     ValueSpan = 2,
     /// An increment's value is not 8 bytes (a little-endian `i64`).
     BadIncrement = 3,
+    /// A range write's value is shorter than its 8-byte offset, or it would make a value
+    /// longer than [`MAX_STRING`].
+    BadRange = 4,
 }
 
 impl MalformedOp {
@@ -225,6 +242,7 @@ impl MalformedOp {
             MalformedOp::KeySpan => "key span out of bounds",
             MalformedOp::ValueSpan => "value span out of bounds",
             MalformedOp::BadIncrement => "an increment's value is not 8 bytes",
+            MalformedOp::BadRange => "a range write lacks its 8-byte offset or reaches past 512 MiB",
         }
     }
 
@@ -234,6 +252,7 @@ impl MalformedOp {
             MalformedOp::KeySpan,
             MalformedOp::ValueSpan,
             MalformedOp::BadIncrement,
+            MalformedOp::BadRange,
         ]
         .into_iter()
         .find(|m| *m as u32 == code)

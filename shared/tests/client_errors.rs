@@ -95,7 +95,8 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                             | OpKind::PutIfAbsent
                             | OpKind::PutIfPresent
                             | OpKind::IncrBy
-                            | OpKind::Append => {
+                            | OpKind::Append
+                            | OpKind::SetRange => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

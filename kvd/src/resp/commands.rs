@@ -14,8 +14,8 @@ use crate::node::Node;
 const COMMANDS: &[&str] = &[
     "APPEND", "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DECR", "DECRBY", "DEL", "DISCARD", "ECHO", "EXEC",
     "EXISTS", "GET", "GETDEL", "GETRANGE", "GETSET", "HELLO", "INCR", "INCRBY", "INFO", "MGET", "MSET", "MULTI",
-    "PING", "QUIT", "ROLE", "SELECT", "SET", "SETNX", "STRLEN", "SUBSTR", "TOUCH", "TYPE", "UNLINK", "UNWATCH",
-    "WATCH",
+    "PING", "QUIT", "ROLE", "SELECT", "SET", "SETNX", "SETRANGE", "STRLEN", "SUBSTR", "TOUCH", "TYPE", "UNLINK",
+    "UNWATCH", "WATCH",
 ];
 
 /// Whether the connection is inside `MULTI`. kvd runs no transactions yet: inside one,
@@ -94,6 +94,10 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
         },
         _ if is(name, "APPEND") => match n {
             3 => p.append(node, forward, args.get(1), args.get(2)),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "SETRANGE") => match n {
+            4 => set_range(node, forward, args, p),
             _ => wrong_args(p, name),
         },
         _ if is(name, "INCR") || is(name, "DECR") => match n {
@@ -278,6 +282,24 @@ fn transaction(s: &mut Session, name: &[u8], p: &mut Pipeline) -> bool {
 }
 
 /// CONFIG GET pattern: the few settings benchmark tools ask for at start.
+/// SETRANGE key offset value, with Redis's refusals: an offset that is not a non-negative
+/// integer, and a result longer than the largest value (512 MiB, or kvd's `--max-frame`
+/// when smaller: a longer value could not be read back), checked before anything is sent.
+fn set_range(node: &Node, forward: bool, args: &Args<'_>, p: &mut Pipeline) {
+    let Some(offset) = decimal_i64(args.get(2)) else {
+        return p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range"));
+    };
+    let Ok(offset) = u64::try_from(offset) else {
+        return p.immediate(|o| reply::error(o, "ERR offset is out of range"));
+    };
+    let value = args.get(3);
+    let max = kvshared::wire::MAX_STRING.min(u64::from(node.config.max_frame));
+    if !value.is_empty() && offset.saturating_add(value.len() as u64) > max {
+        return p.immediate(|o| reply::error(o, "ERR string exceeds maximum allowed size (proto-max-bulk-len)"));
+    }
+    p.set_range(node, forward, args.get(1), offset, value);
+}
+
 fn config(node: &Node, args: &Args<'_>, p: &mut Pipeline) {
     if !is(args.get(1), "GET") || args.len() != 3 {
         return p.immediate(|o| {

@@ -512,6 +512,7 @@ impl Store {
                 }
                 OpKind::IncrBy => self.incr_by(shard, &mut table, hash, op.key, op.value, i, ans),
                 OpKind::Append => self.append(shard, &mut table, hash, op.key, op.value, i, ans),
+                OpKind::SetRange => self.set_range(shard, &mut table, hash, op.key, op.value, i, ans),
                 OpKind::Delete => {
                     ans.tally.deletes += 1;
                     let existed = match table.table.find(hash, op.key) {
@@ -596,6 +597,49 @@ impl Store {
             ans.tally.puts += 1;
             ans.out.set_counted(i, value.len() as i64);
         } else {
+            ans.tally.out_of_memory += 1;
+            ans.out.set(i, OpStatus::OutOfMemory);
+        }
+    }
+
+    /// Op `i`, a range write to `key` in `shard` (locked for writing as `s`): `arg` is the
+    /// offset (8 bytes, little-endian) then the bytes, written over the value from the
+    /// offset, zero bytes padding up to it; answered with the new length. The length is
+    /// checked against [`kvshared::wire::MAX_STRING`] before anything is allocated.
+    #[allow(clippy::too_many_arguments)]
+    fn set_range(
+        &self,
+        shard: usize,
+        s: &mut Shard,
+        hash: u64,
+        key: &[u8],
+        arg: &[u8],
+        i: usize,
+        ans: &mut Answers<'_, impl ReplyRoom>,
+    ) {
+        let parsed = arg.split_first_chunk::<8>().map(|(o, b)| (u64::from_le_bytes(*o), b));
+        let Some((offset, bytes)) =
+            parsed.filter(|(o, b)| o.saturating_add(b.len() as u64) <= kvshared::wire::MAX_STRING)
+        else {
+            ans.tally.malformed_op += 1;
+            return ans.out.set_malformed(i, kvshared::wire::MalformedOp::BadRange);
+        };
+        let old = s.table.find(hash, key).and_then(|at| s.table.at(at)).map(|e| e.value());
+        let old_len = old.map_or(0, <[u8]>::len);
+        ans.tally.puts += 1;
+        if bytes.is_empty() {
+            // Nothing to write: the length as it is, and an absent key stays absent.
+            return ans.out.set_counted(i, old_len as i64);
+        }
+        let (offset, end) = (offset as usize, offset as usize + bytes.len());
+        let mut value = Vec::with_capacity(old_len.max(end));
+        value.extend_from_slice(old.unwrap_or(&[]));
+        value.resize(old_len.max(end), 0);
+        value[offset..end].copy_from_slice(bytes);
+        if self.put(shard, s, hash, key, &value, ans) {
+            ans.out.set_counted(i, value.len() as i64);
+        } else {
+            ans.tally.puts -= 1;
             ans.tally.out_of_memory += 1;
             ans.out.set(i, OpStatus::OutOfMemory);
         }
@@ -906,6 +950,37 @@ mod tests {
         assert_eq!(r.result(3), OpReply::Found(b"Hello World\x00\xff"));
         assert_eq!(r.result(4), OpReply::Counted(0));
         assert_eq!((tally.puts, tally.gets), (4, 1));
+    }
+
+    /// Range writes as Redis's SETRANGE: zero padding up to the offset, overwriting inside
+    /// the value, growing it past its end; no bytes: the length, an absent key stays absent;
+    /// a short argument or one past 512 MiB is malformed, nothing allocated.
+    #[test]
+    fn range_writes_pad_overwrite_and_refuse_past_the_limit() {
+        let store = Store::new(ShardId::SOLO, 8, 0).unwrap();
+        let arg = |offset: u64, bytes: &[u8]| [&offset.to_le_bytes()[..], bytes].concat();
+        let mut req = BatchRequest::new();
+        req.push(OpKind::SetRange, b"k", &arg(3, b"ab"));
+        req.push(OpKind::SetRange, b"k", &arg(0, b"xy"));
+        req.push(OpKind::SetRange, b"k", &arg(4, b"cdef"));
+        req.push_get(b"k");
+        req.push(OpKind::SetRange, b"none", &arg(9, b""));
+        req.push_get(b"none");
+        req.push(OpKind::SetRange, b"k", &[1, 2]);
+        req.push(OpKind::SetRange, b"k", &arg(kvshared::wire::MAX_STRING, b"z"));
+        req.push(OpKind::SetRange, b"k", &arg(u64::MAX, b"z"));
+        let (body, tally) = run(&store, &req);
+        let r = ReplyView::parse(&body).unwrap();
+        assert_eq!(r.result(0), OpReply::Counted(5));
+        assert_eq!(r.result(1), OpReply::Counted(5));
+        assert_eq!(r.result(2), OpReply::Counted(8));
+        assert_eq!(r.result(3), OpReply::Found(b"xy\0acdef"));
+        assert_eq!(r.result(4), OpReply::Counted(0));
+        assert_eq!(r.result(5), OpReply::NotFound);
+        for i in 6..9 {
+            assert!(matches!(r.result(i), OpReply::Malformed(_)), "{i}: {:?}", r.result(i));
+        }
+        assert_eq!(tally.malformed_op, 3);
     }
 
     /// Increments as Redis's: an absent key counts as 0, the sum is stored in decimal and

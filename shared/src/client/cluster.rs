@@ -32,6 +32,8 @@ pub enum Op<'a> {
     IncrBy(&'a [u8], i64),
     /// Append to a key's value (Redis `APPEND`; an absent key starts empty).
     Append(&'a [u8], &'a [u8]),
+    /// Overwrite a key's value from an offset, zero-padding up to it (Redis `SETRANGE`).
+    SetRange(&'a [u8], u64, &'a [u8]),
 }
 
 impl<'a> Op<'a> {
@@ -44,7 +46,8 @@ impl<'a> Op<'a> {
             | Op::PutIfAbsent(k, _)
             | Op::PutIfPresent(k, _)
             | Op::IncrBy(k, _)
-            | Op::Append(k, _) => k,
+            | Op::Append(k, _)
+            | Op::SetRange(k, _, _) => k,
         }
     }
 }
@@ -712,6 +715,7 @@ impl Cluster {
                 Op::PutIfPresent(k, v) => parts.push(OpKind::PutIfPresent, k, v),
                 Op::IncrBy(k, by) => parts.push(OpKind::IncrBy, k, &by.to_le_bytes()),
                 Op::Append(k, v) => parts.push(OpKind::Append, k, v),
+                Op::SetRange(k, offset, v) => parts.push(OpKind::SetRange, k, &[&offset.to_le_bytes()[..], v].concat()),
             };
             index[node].push(i);
         }
