@@ -222,7 +222,12 @@ fn redis_cli_stat_and_the_string_benchmarks_run_to_the_end() {
         .args(["-h", host, "-p", port, "-t", "lpush", "-n", "100", "-q"])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    // (It prints the server's error on stderr.)
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("ERR unknown command 'LPUSH'"), "{text}");
 }
 
