@@ -566,13 +566,7 @@ impl Store {
             return ans.out.set(i, OpStatus::Overflow);
         };
         let text = itoa::Buffer::new().format(sum).as_bytes().to_vec();
-        if self.put(shard, s, hash, key, &text, ans) {
-            ans.tally.puts += 1;
-            ans.out.set_counted(i, sum);
-        } else {
-            ans.tally.out_of_memory += 1;
-            ans.out.set(i, OpStatus::OutOfMemory);
-        }
+        self.put_counted(shard, s, (hash, key, &text), sum, (i, ans));
     }
 
     /// Op `i`, `suffix` appended to `key`'s value in `shard` (locked for writing as `s`; an
@@ -593,13 +587,7 @@ impl Store {
         let mut value = Vec::with_capacity(old.map_or(0, <[u8]>::len) + suffix.len());
         value.extend_from_slice(old.unwrap_or(&[]));
         value.extend_from_slice(suffix);
-        if self.put(shard, s, hash, key, &value, ans) {
-            ans.tally.puts += 1;
-            ans.out.set_counted(i, value.len() as i64);
-        } else {
-            ans.tally.out_of_memory += 1;
-            ans.out.set(i, OpStatus::OutOfMemory);
-        }
+        self.put_counted(shard, s, (hash, key, &value), value.len() as i64, (i, ans));
     }
 
     /// Op `i`, a range write to `key` in `shard` (locked for writing as `s`): `arg` is the
@@ -626,20 +614,40 @@ impl Store {
         };
         let old = s.table.find(hash, key).and_then(|at| s.table.at(at)).map(|e| e.value());
         let old_len = old.map_or(0, <[u8]>::len);
-        ans.tally.puts += 1;
         if bytes.is_empty() {
             // Nothing to write: the length as it is, and an absent key stays absent.
+            ans.tally.puts += 1;
             return ans.out.set_counted(i, old_len as i64);
         }
         let (offset, end) = (offset as usize, offset as usize + bytes.len());
-        let mut value = Vec::with_capacity(old_len.max(end));
+        let len = old_len.max(end);
+        if self.usage.limit().is_some_and(|l| len > l.max_bytes) {
+            // More than the cap could ever hold: refused before the value is built.
+            ans.tally.out_of_memory += 1;
+            return ans.out.set(i, OpStatus::OutOfMemory);
+        }
+        let mut value = Vec::with_capacity(len);
         value.extend_from_slice(old.unwrap_or(&[]));
-        value.resize(old_len.max(end), 0);
+        value.resize(len, 0);
         value[offset..end].copy_from_slice(bytes);
-        if self.put(shard, s, hash, key, &value, ans) {
-            ans.out.set_counted(i, value.len() as i64);
+        self.put_counted(shard, s, (hash, key, &value), len as i64, (i, ans));
+    }
+
+    /// Stores a read-modify-write op's new `value` under `key` and answers op `i` with
+    /// `count` (an increment's sum, a new length); at the cap with no room, `OutOfMemory`
+    /// and nothing changed.
+    fn put_counted(
+        &self,
+        shard: usize,
+        s: &mut Shard,
+        (hash, key, value): (u64, &[u8], &[u8]),
+        count: i64,
+        (i, ans): (usize, &mut Answers<'_, impl ReplyRoom>),
+    ) {
+        if self.put(shard, s, hash, key, value, ans) {
+            ans.tally.puts += 1;
+            ans.out.set_counted(i, count);
         } else {
-            ans.tally.puts -= 1;
             ans.tally.out_of_memory += 1;
             ans.out.set(i, OpStatus::OutOfMemory);
         }
@@ -1018,6 +1026,26 @@ mod tests {
 
     fn limited(max_bytes: usize, eviction: Eviction) -> Store {
         Store::with_limit(ShardId::SOLO, 8, 0, Some(MemoryLimit { max_bytes, eviction })).unwrap()
+    }
+
+    /// A range write to a far offset under a small cap is refused for memory before its
+    /// value is built (one op could otherwise make the node allocate up to 512 MiB), and
+    /// changes nothing.
+    #[test]
+    fn a_range_write_past_the_cap_is_refused_before_it_allocates() {
+        let store = limited(1 << 20, Eviction::Lru);
+        let mut req = BatchRequest::new();
+        req.push(
+            OpKind::SetRange,
+            b"k",
+            &[&(400u64 << 20).to_le_bytes()[..], b"x"].concat(),
+        );
+        req.push_get(b"k");
+        let (body, tally) = run(&store, &req);
+        let r = ReplyView::parse(&body).unwrap();
+        assert_eq!(r.result(0), OpReply::OutOfMemory);
+        assert_eq!(r.result(1), OpReply::NotFound);
+        assert_eq!((tally.out_of_memory, tally.puts), (1, 0));
     }
 
     /// Under a flood of writes of very different sizes the accounted total never passes
