@@ -379,7 +379,15 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     .await
     .unwrap();
     assert!(!out.contains(&gone) && out.contains(&new), "{out}");
-    let voters = one.stats(0).await.unwrap().group.members;
+    // (A member that stayed learns the new membership with the leader's next append.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let voters = loop {
+        let voters = one.stats(0).await.unwrap().group.members;
+        if (voters.len() == 3 && !voters.contains(&gone)) || Instant::now() > deadline {
+            break voters;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(voters.len() == 3 && !voters.contains(&gone), "{voters:?}");
     // (The removed member is not told: the final membership goes to the new members only.
     // Its operator stops it.)
