@@ -297,7 +297,7 @@ impl Node {
         if let Err(not_leader) = log.leadership() {
             // (A malformed op goes to the leader too, which answers it as such.)
             let reads_only =
-                !batch.is_empty() && (0..batch.len()).all(|i| batch.op(i).is_ok_and(|op| op.kind == OpKind::Get));
+                !batch.is_empty() && (0..batch.len()).all(|i| batch.op(i).is_ok_and(|op| !op.kind.is_write()));
             if !reads_only || !matches!(not_leader, LogError::NotLeader(Some(_))) {
                 // A member that does not lead its group runs no write and says who leads.
                 return Some(LogWait::refused(not_leader));
@@ -490,10 +490,12 @@ pub enum ReadMode {
     Stale(Duration),
 }
 
-/// The ops at `positions` of `batch` as a batch body of their own (for the log, or for reads
-/// that run later).
+/// The ops at `positions` of `batch` as a log entry's batch: first a clock op with this
+/// node's time, which every member applying the entry (and every replay) uses to decide
+/// which keys have expired (see `store::expiry`); its result is not the client's.
 fn owned_body(batch: &BatchView<'_>, positions: impl Iterator<Item = u32>) -> Result<AlignedVec, String> {
     let mut part = BatchRequest::new();
+    part.push(OpKind::Clock, &[], &kvshared::expiry::clock_value(kvshared::expiry::now_ms()));
     for i in positions {
         if let Ok(op) = batch.op(i as usize) {
             part.push(op.kind, op.key, op.value);
@@ -693,8 +695,9 @@ fn merge_logged(
 ) -> Result<(), LogError> {
     let mut body: AlignedVec = AlignedVec::new();
     body.extend_from_slice(reply);
+    // (The entry's first op is its clock: see `owned_body`.)
     let view = match ReplyView::parse(&body) {
-        Ok(view) if view.len() == positions.len() => view,
+        Ok(view) if view.len() == positions.len() + 1 => view,
         Ok(_) => return Err(LogError::Failed("the log answered a different number of ops".into())),
         Err(e) => return Err(LogError::Failed(format!("the log's answer does not decode: {e}"))),
     };
@@ -702,7 +705,7 @@ fn merge_logged(
     let room = BatchResponse::value_room(out.len(), max_reply);
     for (j, &i) in positions.iter().enumerate() {
         let used = out.value_bytes();
-        out.copy_result(i as usize, &view, j, |len| used + len <= room);
+        out.copy_result(i as usize, &view, j + 1, |len| used + len <= room);
     }
     Ok(())
 }
@@ -718,14 +721,17 @@ fn since(now: [u64; KINDS], before: [u64; KINDS]) -> [u64; KINDS] {
 
 fn kind_index(kind: OpKind) -> usize {
     match kind {
-        OpKind::Get => 0,
+        OpKind::Get | OpKind::Ttl => 0,
         OpKind::Put
         | OpKind::PutIfAbsent
         | OpKind::PutIfPresent
         | OpKind::IncrBy
         | OpKind::Append
-        | OpKind::SetRange => 1,
-        OpKind::Delete => 2,
+        | OpKind::SetRange
+        | OpKind::PutWith
+        | OpKind::Expire
+        | OpKind::Clock => 1,
+        OpKind::Delete | OpKind::Expired => 2,
     }
 }
 

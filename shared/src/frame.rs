@@ -44,7 +44,9 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 12: a node's durability figures carry the fsync times as a histogram; `Counts` carries
 /// `applied` (ops applied from the log, apart from the ops served); `SystemFigures` carries
 /// the host's CPU time by state; a group's figures carry its leader changes; the ops `Append` and `SetRange`.
-pub const VERSION: u8 = 12;
+/// 13: the expiry ops `PutWith`, `Expire`, `Ttl`, `Expired` and the log's `Clock`; `Counts`
+/// carries `expired` and `expire_cycle_us`.
+pub const VERSION: u8 = 13;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

@@ -6,6 +6,7 @@
 //! * [`routing`]: the one key hash and the functions that pick a key's node and map shard.
 //! * [`frame`]: the 16-byte frame header, the size limit, reading a frame off a stream.
 //! * [`wire`]: the rkyv body types (column-wise batches and results) and checked views over them.
+//! * [`expiry`]: times to live: the expiry ops' arguments, deadlines, the log's clock.
 //! * [`stats`]: per-node statistics as served by kvd, and rates between two samples.
 //! * [`stdout`]: `out!`/`outln!`, printing that ends quietly when the reader closes the pipe.
 //! * [`units`]: human-readable numbers (1.2M op/s, 734 KB/s) for every tool's output.
@@ -23,6 +24,7 @@ pub mod auth;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
+pub mod expiry;
 pub mod files;
 pub mod frame;
 pub mod history;

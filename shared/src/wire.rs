@@ -48,6 +48,23 @@ pub enum OpKind {
     /// `SETRANGE`); an absent key with no bytes to write stays absent. Answered `Counted`
     /// with the new length. Past [`MAX_STRING`] it is malformed.
     SetRange = 7,
+    /// Store the value with a condition and what happens to the key's time to live (the
+    /// value: a [`crate::expiry::PutWith`]; Redis `SET` with its options). Answered
+    /// `Stored`, or `NotStored` when the condition does not hold.
+    PutWith = 8,
+    /// Set or remove the key's deadline (the value: a [`crate::expiry::Expire`]; Redis
+    /// `EXPIRE`, `PEXPIREAT`, `PERSIST`, ...). Answered `Stored` when it changed it,
+    /// `NotStored` when the key is absent or the condition does not hold.
+    Expire = 9,
+    /// Read the key's deadline: answered `Counted` with it (Unix milliseconds), `Counted`
+    /// -1 for a key without one, `NotFound` for an absent key.
+    Ttl = 10,
+    /// Remove the key if its deadline has passed (a leader's expiry, through its log);
+    /// answered `Deleted`, or `Absent` when it is absent or still alive.
+    Expired = 11,
+    /// The time the batch's ops see (8 bytes, Unix milliseconds). Only a log entry carries
+    /// one (its leader's clock when it logged the batch); from a client it is malformed.
+    Clock = 12,
 }
 
 /// The longest value a read-modify-write op may make (Redis's default `proto-max-bulk-len`).
@@ -64,12 +81,15 @@ impl OpKind {
                 | OpKind::IncrBy
                 | OpKind::Append
                 | OpKind::SetRange
+                | OpKind::PutWith
+                | OpKind::Expire
+                | OpKind::Clock
         )
     }
 
-    /// Whether the op changes the store (everything but a get).
+    /// Whether the op changes the store (everything but the reads, get and ttl).
     pub fn is_write(self) -> bool {
-        self != OpKind::Get
+        !matches!(self, OpKind::Get | OpKind::Ttl)
     }
 }
 
@@ -84,6 +104,11 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::IncrBy => OpKind::IncrBy,
             ArchivedOpKind::Append => OpKind::Append,
             ArchivedOpKind::SetRange => OpKind::SetRange,
+            ArchivedOpKind::PutWith => OpKind::PutWith,
+            ArchivedOpKind::Expire => OpKind::Expire,
+            ArchivedOpKind::Ttl => OpKind::Ttl,
+            ArchivedOpKind::Expired => OpKind::Expired,
+            ArchivedOpKind::Clock => OpKind::Clock,
         }
     }
 }
@@ -133,9 +158,9 @@ impl BatchRequest {
         self.kinds.len()
     }
 
-    /// Whether every op is a get (and there is one): a follower may serve such a batch.
+    /// Whether every op is a read (and there is one): a follower may serve such a batch.
     pub fn reads_only(&self) -> bool {
-        !self.kinds.is_empty() && self.kinds.iter().all(|k| *k == OpKind::Get)
+        !self.kinds.is_empty() && self.kinds.iter().all(|k| !k.is_write())
     }
 
     /// Whether the batch holds no op.
@@ -232,6 +257,10 @@ pub enum MalformedOp {
     /// A range write's value is shorter than its 8-byte offset, or it would make a value
     /// longer than [`MAX_STRING`].
     BadRange = 4,
+    /// An expiry op's arguments do not parse (see [`crate::expiry`]).
+    BadExpiry = 5,
+    /// A clock op from a client: only a log entry carries one.
+    LogOnly = 6,
 }
 
 impl MalformedOp {
@@ -243,6 +272,8 @@ impl MalformedOp {
             MalformedOp::ValueSpan => "value span out of bounds",
             MalformedOp::BadIncrement => "an increment's value is not 8 bytes",
             MalformedOp::BadRange => "a range write lacks its 8-byte offset or reaches past 512 MiB",
+            MalformedOp::BadExpiry => "an expiry op's arguments do not parse",
+            MalformedOp::LogOnly => "a clock op is carried only by a log entry",
         }
     }
 
@@ -253,6 +284,8 @@ impl MalformedOp {
             MalformedOp::ValueSpan,
             MalformedOp::BadIncrement,
             MalformedOp::BadRange,
+            MalformedOp::BadExpiry,
+            MalformedOp::LogOnly,
         ]
         .into_iter()
         .find(|m| *m as u32 == code)

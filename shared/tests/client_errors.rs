@@ -96,7 +96,12 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                             | OpKind::PutIfPresent
                             | OpKind::IncrBy
                             | OpKind::Append
-                            | OpKind::SetRange => {
+                            | OpKind::SetRange
+                            | OpKind::PutWith
+                            | OpKind::Expire
+                            | OpKind::Ttl
+                            | OpKind::Expired
+                            | OpKind::Clock => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

@@ -291,26 +291,7 @@ impl Pipeline {
             .iter()
             .map(|(kind, k, v)| {
                 let key = &self.remote_bytes[k.clone()];
-                match kind {
-                    OpKind::Get => Op::Get(key),
-                    OpKind::Put => Op::Put(key, &self.remote_bytes[v.clone()]),
-                    OpKind::PutIfAbsent => Op::PutIfAbsent(key, &self.remote_bytes[v.clone()]),
-                    OpKind::PutIfPresent => Op::PutIfPresent(key, &self.remote_bytes[v.clone()]),
-                    OpKind::Delete => Op::Delete(key),
-                    OpKind::IncrBy => {
-                        let by = <[u8; 8]>::try_from(&self.remote_bytes[v.clone()]).map_or(0, i64::from_le_bytes);
-                        Op::IncrBy(key, by)
-                    }
-                    OpKind::Append => Op::Append(key, &self.remote_bytes[v.clone()]),
-                    OpKind::SetRange => {
-                        let arg = &self.remote_bytes[v.clone()];
-                        match arg.split_first_chunk::<8>() {
-                            Some((offset, bytes)) => Op::SetRange(key, u64::from_le_bytes(*offset), bytes),
-                            // (The RESP layer made it: never short. Sent on, it is refused.)
-                            None => Op::SetRange(key, u64::MAX, arg),
-                        }
-                    }
-                }
+                Op::Raw(*kind, key, &self.remote_bytes[v.clone()])
             })
             .collect();
         let forwarded = async {

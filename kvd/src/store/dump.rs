@@ -1,7 +1,10 @@
 //! The store's contents as bytes, for snapshots:
 //!
 //! `[map shards u32]`, then per map shard `[last log entry it holds u64][bytes of its pairs
-//! u64][pairs]`, each pair `[key length u32][value length u32][key][value]` (little-endian).
+//! u64][pairs]`, each pair `[key length u32][value length u32][key][value]` (little-endian);
+//! a key with a time to live has [`HAS_DEADLINE`] set in its value length and its deadline
+//! (Unix milliseconds, u64) after its value. (Snapshots from before expiry have no such
+//! pair and read as they did; a kvd from before expiry refuses one that has.)
 //!
 //! Written one map shard at a time, so that a snapshot never holds more than one shard's lock
 //! (it is fuzzy: later entries go on being applied to the other shards meanwhile), and read
@@ -18,6 +21,9 @@ use super::{Answers, Store, Unbounded};
 
 /// Bytes of a pair's header.
 const PAIR_HEADER: usize = 8;
+/// Set in a pair's value length when its deadline follows its value (values are at most
+/// 512 MiB, so the bit is free).
+const HAS_DEADLINE: u32 = 1 << 31;
 /// Bytes of a map shard's header.
 const SHARD_HEADER: usize = 16;
 
@@ -37,10 +43,15 @@ impl Store {
         out.extend_from_slice(&0u64.to_le_bytes());
         for e in s.table.iter() {
             let (key, value) = (e.key(), e.value());
+            let deadline = s.expires.get(key);
+            let flag = if deadline.is_some() { HAS_DEADLINE } else { 0 };
             out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-            out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(value.len() as u32 | flag).to_le_bytes());
             out.extend_from_slice(key);
             out.extend_from_slice(value);
+            if let Some(at) = deadline {
+                out.extend_from_slice(&at.to_le_bytes());
+            }
         }
         let len = (out.len() - len_at - 8) as u64;
         out[len_at..len_at + 8].copy_from_slice(&len.to_le_bytes());
@@ -96,6 +107,7 @@ impl Store {
             room: &mut Unbounded,
             tally: &mut tally,
             now: self.now(),
+            clock: 0,
             log_index: 0,
         };
         let mut rest = data;
@@ -107,11 +119,24 @@ impl Store {
                 .split_first_chunk::<PAIR_HEADER>()
                 .ok_or_else(|| bad("header cut short"))?;
             let key_len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-            let value_len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+            let value_len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+            let has_deadline = value_len & HAS_DEADLINE != 0;
+            let value_len = (value_len & !HAS_DEADLINE) as usize;
             let key = body.get(..key_len).ok_or_else(|| bad("key runs past the end"))?;
             let value = body
                 .get(key_len..key_len + value_len)
                 .ok_or_else(|| bad("value runs past the end"))?;
+            let mut pair_len = key_len + value_len;
+            let deadline = if has_deadline {
+                let at = body
+                    .get(pair_len..pair_len + 8)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .ok_or_else(|| bad("deadline runs past the end"))?;
+                pair_len += 8;
+                Some(u64::from_le_bytes(at))
+            } else {
+                None
+            };
             if key.is_empty() {
                 return Err(bad("empty key"));
             }
@@ -124,9 +149,12 @@ impl Store {
             if !self.put(shard, &mut s, hash, key, value, &mut ans) {
                 return Err(bad("no room for it (--max-memory, or the machine's memory)"));
             }
+            if deadline.is_some() {
+                self.set_deadline(&mut s, key, deadline);
+            }
             drop(s);
             pairs += 1;
-            rest = body.get(key_len + value_len..).unwrap_or_default();
+            rest = body.get(pair_len..).unwrap_or_default();
         }
         Ok(pairs)
     }

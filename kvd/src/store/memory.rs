@@ -20,6 +20,7 @@
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
+use super::expires::Expires;
 use super::table::Table;
 
 /// What happens when a write needs memory beyond `--max-memory`.
@@ -72,7 +73,10 @@ pub(super) const MAX_EVICTIONS_PER_WRITE: usize = 4096;
 /// One internal shard: its table and what its entries cost.
 pub(super) struct Shard {
     pub(super) table: Table,
-    /// Accounted bytes of the entries (the table's own cost follows from its capacity).
+    /// The deadlines of its keys that have a time to live.
+    pub(super) expires: Expires,
+    /// Accounted bytes of the entries and their deadlines (the table's own cost follows
+    /// from its capacity).
     pub(super) entry_bytes: usize,
     /// State of the sampling generator (xorshift), per shard so it needs no other lock.
     rng: u64,
@@ -84,6 +88,7 @@ impl Shard {
     pub(super) fn new(table: Table, seed: u64) -> Shard {
         Shard {
             table,
+            expires: Expires::default(),
             entry_bytes: 0,
             rng: seed | 1,
             applied: 0,
@@ -96,7 +101,7 @@ impl Shard {
         self.entry_bytes + self.table.allocation_size()
     }
 
-    fn next_random(&mut self) -> u64 {
+    pub(super) fn next_random(&mut self) -> u64 {
         let mut x = self.rng;
         x ^= x << 13;
         x ^= x >> 7;
@@ -140,10 +145,16 @@ impl Shard {
             }
         }
         let (at, _) = victim?;
-        let freed = self.table.at(at)?.cost();
+        Some(self.remove_at(at))
+    }
+
+    /// Removes the entry in slot `at` and its deadline; returns the accounted bytes freed.
+    pub(super) fn remove_at(&mut self, at: usize) -> usize {
+        let Some(e) = self.table.at(at) else { return 0 };
+        let freed = e.cost() + self.expires.remove(e.key());
         self.table.remove_at(at);
         self.entry_bytes -= freed;
-        Some(freed)
+        freed
     }
 }
 

@@ -20,10 +20,14 @@ use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
 use parking_lot::RwLock;
 
 mod dump;
+mod expires;
+mod expiry;
 mod memory;
 mod pipeline;
 mod table;
 
+use expiry::batch_clock;
+pub use expiry::CycleFigures;
 pub use memory::{Eviction, MemoryLimit};
 use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage};
 use pipeline::Pending;
@@ -101,6 +105,10 @@ struct Answers<'a, R> {
     tally: &'a mut Counts,
     /// The LRU clock for this batch.
     now: u32,
+    /// The time this batch's ops see, Unix milliseconds: a key whose deadline is at or
+    /// before it does not exist. The node's clock; when applying a log entry, the clock
+    /// its leader wrote into it (0 in entries from before expiry: nothing expires).
+    clock: u64,
     /// See `Scratch::log_index`.
     log_index: u64,
 }
@@ -312,11 +320,15 @@ impl Store {
         written.clear();
         for i in 0..batch.len() {
             let Ok(op) = batch.op(i) else { continue };
+            if op.kind == OpKind::Clock {
+                // Only the node adds one, to the entry it logs (see `Node::execute`).
+                continue;
+            }
             let hash = key_hash(op.key);
             if !self.me.owns(hash) {
                 continue;
             }
-            if op.kind != OpKind::Get {
+            if op.kind.is_write() {
                 written.insert(hash);
                 logged.push(i as u32);
             } else if written.contains(&hash) || reads_too {
@@ -384,6 +396,17 @@ impl Store {
                     continue;
                 }
             };
+            if op.kind == OpKind::Clock {
+                // Read by `batch_clock`; only a log entry may carry one.
+                match scratch.log_index {
+                    0 => {
+                        out.set_malformed(i, kvshared::wire::MalformedOp::LogOnly);
+                        tally.malformed_op += 1;
+                    }
+                    _ => out.set(i, OpStatus::Stored),
+                }
+                continue;
+            }
             let hash = key_hash(op.key);
             if !self.me.owns(hash) {
                 out.set_wrong_shard(i, owner_node(hash, self.me.count), self.me.count);
@@ -402,7 +425,7 @@ impl Store {
                 }
             }
             scratch.hashes[i] = hash;
-            scratch.writes[i] = op.kind != OpKind::Get;
+            scratch.writes[i] = op.kind.is_write();
             let shard = map_shard(hash, shard_count);
             if prefetch_all && let Some(hint) = self.hints.get(shard) {
                 hint.prefetch(hash);
@@ -423,6 +446,7 @@ impl Store {
             room,
             tally,
             now: self.now(),
+            clock: batch_clock(batch, scratch.log_index),
             log_index: scratch.log_index,
         };
         let mut start = 0;
@@ -461,8 +485,10 @@ impl Store {
         for (k, &e) in group.iter().enumerate() {
             pipeline::prefetch_ahead(&table.table, group, k, hashes);
             let i = e as u32 as usize;
-            if let Ok(op) = batch.op(i) {
-                self.probe_get(shard, &table, hashes[i], op.key, i, ans, &mut pending);
+            match batch.op(i) {
+                Ok(op) if op.kind == OpKind::Ttl => Self::ttl_of(&table, hashes[i], op.key, i, ans),
+                Ok(op) => self.probe_get(shard, &table, hashes[i], op.key, i, ans, &mut pending),
+                Err(_) => {}
             }
         }
         self.deliver_all(shard, &table, ans, &mut pending);
@@ -489,48 +515,69 @@ impl Store {
                 self.probe_get(shard, &table, hash, op.key, i, ans, &mut pending);
                 continue;
             }
+            if op.kind == OpKind::Ttl {
+                Self::ttl_of(&table, hash, op.key, i, ans);
+                continue;
+            }
             // Reads found before this write answer with what they found, before it changes
             // (batch order per key).
             self.deliver_all(shard, &table, ans, &mut pending);
-            match op.kind {
-                OpKind::Get => {}
-                OpKind::PutIfAbsent | OpKind::PutIfPresent
-                    if table.table.find(hash, op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>
-                {
-                    // The condition does not hold: nothing changes.
-                    ans.tally.puts += 1;
-                    ans.out.set(i, OpStatus::NotStored);
-                }
-                OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent => {
-                    if self.put(shard, &mut table, hash, op.key, op.value, ans) {
-                        ans.tally.puts += 1;
-                        ans.out.set(i, OpStatus::Stored);
-                    } else {
-                        ans.tally.out_of_memory += 1;
-                        ans.out.set(i, OpStatus::OutOfMemory);
-                    }
-                }
-                OpKind::IncrBy => self.incr_by(shard, &mut table, hash, op.key, op.value, i, ans),
-                OpKind::Append => self.append(shard, &mut table, hash, op.key, op.value, i, ans),
-                OpKind::SetRange => self.set_range(shard, &mut table, hash, op.key, op.value, i, ans),
-                OpKind::Delete => {
-                    ans.tally.deletes += 1;
-                    let existed = match table.table.find(hash, op.key) {
-                        Some(at) => {
-                            let freed = table.table.at(at).map_or(0, |e| e.cost());
-                            table.table.remove_at(at);
-                            table.entry_bytes -= freed;
-                            self.usage.give(freed);
-                            true
-                        }
-                        None => false,
-                    };
-                    ans.out
-                        .set(i, if existed { OpStatus::Deleted } else { OpStatus::Absent });
-                }
-            }
+            // A key past its deadline is gone before anything writes it.
+            let expired = self.expire_if_due(&mut table, hash, op.key, ans);
+            self.write_one(shard, &mut table, hash, op, expired, i, ans);
         }
         self.deliver_all(shard, &table, ans, &mut pending);
+    }
+
+    /// Runs write op `i` on `key` in `shard` (locked for writing as `s`). `expired`: the
+    /// key had just passed its deadline and was removed (an `Expired` op's answer).
+    #[allow(clippy::too_many_arguments)]
+    fn write_one(
+        &self,
+        shard: usize,
+        s: &mut Shard,
+        hash: u64,
+        op: kvshared::wire::OpRef<'_>,
+        expired: bool,
+        i: usize,
+        ans: &mut Answers<'_, impl ReplyRoom>,
+    ) {
+        match op.kind {
+            OpKind::Get | OpKind::Ttl | OpKind::Clock => {}
+            OpKind::PutIfAbsent | OpKind::PutIfPresent
+                if s.table.find(hash, op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>
+            {
+                // The condition does not hold: nothing changes.
+                ans.tally.puts += 1;
+                ans.out.set(i, OpStatus::NotStored);
+            }
+            OpKind::Put | OpKind::PutIfAbsent | OpKind::PutIfPresent => {
+                // A plain put ends any time to live, as Redis's SET.
+                if self.put(shard, s, hash, op.key, op.value, ans) {
+                    self.set_deadline(s, op.key, None);
+                    ans.tally.puts += 1;
+                    ans.out.set(i, OpStatus::Stored);
+                } else {
+                    ans.tally.out_of_memory += 1;
+                    ans.out.set(i, OpStatus::OutOfMemory);
+                }
+            }
+            OpKind::PutWith => self.put_with(shard, s, hash, op.key, op.value, i, ans),
+            OpKind::Expire => self.expire(s, hash, op.key, op.value, i, ans),
+            OpKind::IncrBy => self.incr_by(shard, s, hash, op.key, op.value, i, ans),
+            OpKind::Append => self.append(shard, s, hash, op.key, op.value, i, ans),
+            OpKind::SetRange => self.set_range(shard, s, hash, op.key, op.value, i, ans),
+            OpKind::Expired => {
+                ans.tally.deletes += 1;
+                ans.out.set(i, if expired { OpStatus::Deleted } else { OpStatus::Absent });
+            }
+            OpKind::Delete => {
+                ans.tally.deletes += 1;
+                let existed = self.remove_key(s, hash, op.key);
+                ans.out
+                    .set(i, if existed { OpStatus::Deleted } else { OpStatus::Absent });
+            }
+        }
     }
 }
 
@@ -773,7 +820,8 @@ impl Store {
         pending: &mut Pending,
     ) {
         ans.tally.gets += 1;
-        match table.table.find(hash, key) {
+        // (A key past its deadline is answered missing; only a write removes it.)
+        match table.table.find(hash, key).filter(|_| !table.expires.is_due(key, ans.clock)) {
             Some(at) => {
                 ans.tally.hits += 1;
                 table.table.prefetch_value(at);

@@ -34,6 +34,15 @@ pub enum Op<'a> {
     Append(&'a [u8], &'a [u8]),
     /// Overwrite a key's value from an offset, zero-padding up to it (Redis `SETRANGE`).
     SetRange(&'a [u8], u64, &'a [u8]),
+    /// Store a value with a condition and a time to live (Redis `SET` with its options).
+    PutWith(&'a [u8], crate::expiry::PutWith<'a>),
+    /// Set or remove a key's deadline (Redis `EXPIRE` and its kin, `PERSIST`).
+    Expire(&'a [u8], crate::expiry::Expire),
+    /// Read a key's deadline: `Counted` with it in Unix milliseconds, -1 for none.
+    Ttl(&'a [u8]),
+    /// An op of any kind with its value as the wire carries it (a front that forwards ops
+    /// it has already encoded, such as kvd's RESP front).
+    Raw(OpKind, &'a [u8], &'a [u8]),
 }
 
 impl<'a> Op<'a> {
@@ -47,7 +56,11 @@ impl<'a> Op<'a> {
             | Op::PutIfPresent(k, _)
             | Op::IncrBy(k, _)
             | Op::Append(k, _)
-            | Op::SetRange(k, _, _) => k,
+            | Op::SetRange(k, _, _)
+            | Op::PutWith(k, _)
+            | Op::Expire(k, _)
+            | Op::Ttl(k)
+            | Op::Raw(_, k, _) => k,
         }
     }
 }
@@ -716,6 +729,10 @@ impl Cluster {
                 Op::IncrBy(k, by) => parts.push(OpKind::IncrBy, k, &by.to_le_bytes()),
                 Op::Append(k, v) => parts.push(OpKind::Append, k, v),
                 Op::SetRange(k, offset, v) => parts.push(OpKind::SetRange, k, &[&offset.to_le_bytes()[..], v].concat()),
+                Op::PutWith(k, p) => parts.push(OpKind::PutWith, k, &p.encode()),
+                Op::Expire(k, e) => parts.push(OpKind::Expire, k, &e.encode()),
+                Op::Ttl(k) => parts.push(OpKind::Ttl, k, &[]),
+                Op::Raw(kind, k, v) => parts.push(kind, k, v),
             };
             index[node].push(i);
         }
