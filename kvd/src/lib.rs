@@ -26,6 +26,7 @@ pub mod client_cmd;
 mod counters;
 pub mod durable;
 pub mod edge;
+mod expiry_task;
 pub mod http;
 mod latency;
 pub mod local;

@@ -247,6 +247,42 @@ impl Node {
         Ok(())
     }
 
+    /// What this node's active expiry cycle does now (see `expiry_task`).
+    pub(crate) fn expiry_mode(&self) -> crate::expiry_task::ExpiryMode {
+        use crate::expiry_task::ExpiryMode;
+        match &self.durable {
+            None => ExpiryMode::Remove,
+            Some(log) if log.leadership().is_ok() => ExpiryMode::Log,
+            Some(_) => ExpiryMode::Follow,
+        }
+    }
+
+    /// Logs an `Expired` op for each of `keys` (a durable leader's expiry cycle); the
+    /// answer comes once the entry is applied. `None` when there is nothing to log.
+    pub(crate) fn log_expired(&self, keys: &[Vec<u8>]) -> Option<oneshot::Receiver<LogAnswer>> {
+        let log = self.durable.as_ref()?;
+        if keys.is_empty() {
+            return None;
+        }
+        let mut batch = BatchRequest::new();
+        batch.push(
+            OpKind::Clock,
+            &[],
+            &kvshared::expiry::clock_value(kvshared::expiry::now_ms()),
+        );
+        for key in keys {
+            batch.push(OpKind::Expired, key, &[]);
+        }
+        let mut body = AlignedVec::new();
+        encode_body(&batch, &mut body).ok()?;
+        Some(log.submit(body.to_vec()))
+    }
+
+    /// Adds what a background job did to the node's counters.
+    pub(crate) fn count(&self, tally: &Counts) {
+        self.counters.add_counts(0, tally);
+    }
+
     /// Stops the shard's log (at shutdown, after the connections are done).
     pub async fn close(&self) {
         if let Some(log) = &self.durable {
@@ -461,6 +497,7 @@ impl Node {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
             keys: self.store.len(),
+            volatile_keys: self.store.volatile_keys(),
             map_shards: self.store.map_shards() as u32,
             memory_used_bytes: self.store.memory_used(),
             max_memory_bytes: self.store.memory_limit().map_or(0, |l| l.max_bytes as u64),
@@ -495,7 +532,11 @@ pub enum ReadMode {
 /// which keys have expired (see `store::expiry`); its result is not the client's.
 fn owned_body(batch: &BatchView<'_>, positions: impl Iterator<Item = u32>) -> Result<AlignedVec, String> {
     let mut part = BatchRequest::new();
-    part.push(OpKind::Clock, &[], &kvshared::expiry::clock_value(kvshared::expiry::now_ms()));
+    part.push(
+        OpKind::Clock,
+        &[],
+        &kvshared::expiry::clock_value(kvshared::expiry::now_ms()),
+    );
     for i in positions {
         if let Ok(op) = batch.op(i as usize) {
             part.push(op.kind, op.key, op.value);

@@ -24,6 +24,7 @@ impl Server {
         let mut node = Node::new(config)?;
         node.open_data_dir().await?;
         let node = Arc::new(node);
+        crate::expiry_task::start(&node);
         let binary: Handler = Arc::new(|conn| Box::pin(crate::binary::serve(conn)));
         let listener = Listener::bind(addr, Front::Binary, binary, &node.config).await?;
         Ok(Server {

@@ -252,10 +252,16 @@ mod tests {
 
     #[test]
     fn conditions_are_redis_s() {
-        let gt = Expire { cond: ExpireIf::Later, deadline: Deadline::At(0) };
+        let gt = Expire {
+            cond: ExpireIf::Later,
+            deadline: Deadline::At(0),
+        };
         assert!(!gt.applies(None, 5), "GT: no deadline is later than any");
         assert!(gt.applies(Some(4), 5) && !gt.applies(Some(5), 5));
-        let lt = Expire { cond: ExpireIf::Sooner, ..gt };
+        let lt = Expire {
+            cond: ExpireIf::Sooner,
+            ..gt
+        };
         assert!(lt.applies(None, 5) && lt.applies(Some(6), 5) && !lt.applies(Some(5), 5));
         assert_eq!(Deadline::In(10).resolve(100), 110);
         assert_eq!(Deadline::At(10).resolve(100), 10);

@@ -544,6 +544,8 @@ pub struct NodeStats {
     pub unix_ms: u64,
     /// Keys stored now.
     pub keys: u64,
+    /// Keys with a time to live (Redis's `expires=` in `INFO keyspace`).
+    pub volatile_keys: u64,
     /// Internal map shards, each with its own lock.
     pub map_shards: u32,
     /// Bytes the stored data takes as kvd accounts it (keys, values, entries, tables).
@@ -647,6 +649,7 @@ impl Default for NodeStats {
             uptime_ms: 0,
             unix_ms: 0,
             keys: 0,
+            volatile_keys: 0,
             map_shards: 0,
             memory_used_bytes: 0,
             max_memory_bytes: 0,

@@ -42,8 +42,13 @@ pub fn render(s: &NodeStats) -> String {
     super::process_metrics::render(&mut out, s);
     super::group_metrics::render(&mut out, &labels, s);
     let d = &s.durability;
-    let gauges: [(&str, &str, f64); 12] = [
+    let gauges: [(&str, &str, f64); 13] = [
         ("kvd_keys", "Keys stored on this node.", s.keys as f64),
+        (
+            "kvd_volatile_keys",
+            "Keys with a time to live on this node.",
+            s.volatile_keys as f64,
+        ),
         (
             "kvd_uptime_seconds",
             "Seconds since the node started.",

@@ -1,21 +1,68 @@
 //! The Redis commands kvd answers, and what each becomes: ops in the pipeline's batch, or
 //! a reply written at once. Anything else is `-ERR unknown command`, and the connection goes on.
 
-use kvshared::wire::{OpKind, decimal_i64};
+use kvshared::wire::decimal_i64;
 
+use super::expiry;
 use super::info::REDIS_VERSION;
 use super::parse::Args;
-use super::pipeline::{Pipeline, ReadShape};
+use super::pipeline::{Pipeline, ReadShape, TtlShape};
 use super::reply::{self, Proto};
 use crate::edge::conn::Auth;
 use crate::node::Node;
 
 /// Commands answered (for `COMMAND COUNT`).
 const COMMANDS: &[&str] = &[
-    "APPEND", "AUTH", "CLIENT", "COMMAND", "CONFIG", "DBSIZE", "DECR", "DECRBY", "DEL", "DISCARD", "ECHO", "EXEC",
-    "EXISTS", "GET", "GETDEL", "GETRANGE", "GETSET", "HELLO", "INCR", "INCRBY", "INFO", "MGET", "MSET", "MULTI",
-    "PING", "QUIT", "ROLE", "SELECT", "SET", "SETNX", "SETRANGE", "STRLEN", "SUBSTR", "TOUCH", "TYPE", "UNLINK",
-    "UNWATCH", "WATCH",
+    "APPEND",
+    "AUTH",
+    "CLIENT",
+    "COMMAND",
+    "CONFIG",
+    "DBSIZE",
+    "DECR",
+    "DECRBY",
+    "DEL",
+    "DISCARD",
+    "ECHO",
+    "EXEC",
+    "EXISTS",
+    "EXPIRE",
+    "EXPIREAT",
+    "EXPIRETIME",
+    "GET",
+    "GETDEL",
+    "GETEX",
+    "GETRANGE",
+    "GETSET",
+    "HELLO",
+    "INCR",
+    "INCRBY",
+    "INFO",
+    "MGET",
+    "MSET",
+    "MULTI",
+    "PERSIST",
+    "PEXPIRE",
+    "PEXPIREAT",
+    "PEXPIRETIME",
+    "PING",
+    "PSETEX",
+    "PTTL",
+    "QUIT",
+    "ROLE",
+    "SELECT",
+    "SET",
+    "SETEX",
+    "SETNX",
+    "SETRANGE",
+    "STRLEN",
+    "SUBSTR",
+    "TOUCH",
+    "TTL",
+    "TYPE",
+    "UNLINK",
+    "UNWATCH",
+    "WATCH",
 ];
 
 /// Whether the connection is inside `MULTI`. kvd runs no transactions yet: inside one,
@@ -60,11 +107,11 @@ pub struct Ctx<'a> {
     pub port: u16,
 }
 
-fn is(arg: &[u8], name: &str) -> bool {
+pub(super) fn is(arg: &[u8], name: &str) -> bool {
     arg.eq_ignore_ascii_case(name.as_bytes())
 }
 
-fn wrong_args(p: &mut Pipeline, name: &[u8]) {
+pub(super) fn wrong_args(p: &mut Pipeline, name: &[u8]) {
     let name = String::from_utf8_lossy(name).to_ascii_lowercase();
     p.immediate(|o| reply::error(o, &format!("ERR wrong number of arguments for '{name}' command")));
 }
@@ -87,7 +134,20 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
             2 => p.get(node, forward, args.get(1)),
             _ => wrong_args(p, name),
         },
-        _ if is(name, "SET") => set(node, forward, args, p),
+        _ if is(name, "SET") => expiry::set(ctx, args, p),
+        _ if is(name, "SETEX") || is(name, "PSETEX") => expiry::setex(ctx, args, p, is(name, "PSETEX")),
+        _ if ["EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT"]
+            .iter()
+            .any(|c| is(name, c)) =>
+        {
+            expiry::expire(ctx, args, p)
+        }
+        _ if is(name, "TTL") => expiry::ttl(ctx, args, p, TtlShape::Seconds),
+        _ if is(name, "PTTL") => expiry::ttl(ctx, args, p, TtlShape::Millis),
+        _ if is(name, "EXPIRETIME") => expiry::ttl(ctx, args, p, TtlShape::AtSeconds),
+        _ if is(name, "PEXPIRETIME") => expiry::ttl(ctx, args, p, TtlShape::AtMillis),
+        _ if is(name, "PERSIST") => expiry::persist(ctx, args, p),
+        _ if is(name, "GETEX") => expiry::getex(ctx, args, p),
         _ if is(name, "SETNX") => match n {
             3 => p.setnx(node, forward, args.get(1), args.get(2)),
             _ => wrong_args(p, name),
@@ -217,36 +277,6 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
         }
     }
     false
-}
-
-/// SET key value [NX|XX] [GET] [EX s|PX ms|EXAT|PXAT|KEEPTTL].
-fn set(node: &Node, forward: bool, args: &Args<'_>, p: &mut Pipeline) {
-    if args.len() < 3 {
-        return wrong_args(p, args.get(0));
-    }
-    let mut get_old = false;
-    let mut kind = OpKind::Put;
-    for opt in args.rest(3) {
-        if is(opt, "GET") {
-            get_old = true;
-        } else if (is(opt, "NX") || is(opt, "XX")) && kind == OpKind::Put {
-            kind = if is(opt, "NX") {
-                OpKind::PutIfAbsent
-            } else {
-                OpKind::PutIfPresent
-            };
-        } else if ["EX", "PX", "EXAT", "PXAT", "KEEPTTL"].iter().any(|t| is(opt, t)) {
-            return p.immediate(|o| {
-                reply::error(
-                    o,
-                    "ERR kvd keeps no expiries: EX, PX, EXAT, PXAT and KEEPTTL are not supported",
-                )
-            });
-        } else {
-            return p.immediate(|o| reply::error(o, "ERR syntax error"));
-        }
-    }
-    p.set_if(node, forward, args.get(1), args.get(2), get_old, kind);
 }
 
 /// MULTI, EXEC, DISCARD, and every command inside MULTI (see [`Multi`]). Returns false:

@@ -136,6 +136,8 @@ pub fn info(node: &Node, section: &[u8], client_id: u64, port: u16) -> String {
             ("total_net_input_bytes", c.bytes_in.to_string()),
             ("total_net_output_bytes", c.bytes_out.to_string()),
             ("rejected_connections", c.conns_refused.to_string()),
+            ("expired_keys", c.expired.to_string()),
+            ("expire_cycle_cpu_milliseconds", (c.expire_cycle_us / 1000).to_string()),
             ("evicted_keys", c.evicted.to_string()),
             ("keyspace_hits", c.hits.to_string()),
             ("keyspace_misses", c.misses.to_string()),
@@ -143,7 +145,10 @@ pub fn info(node: &Node, section: &[u8], client_id: u64, port: u16) -> String {
         ],
     );
     put("Replication", &replication(&s.group));
-    put("Keyspace", &[("db0", format!("keys={},expires=0,avg_ttl=0", s.keys))]);
+    put(
+        "Keyspace",
+        &[("db0", format!("keys={},expires={},avg_ttl=0", s.keys, s.volatile_keys))],
+    );
     out
 }
 

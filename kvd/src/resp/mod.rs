@@ -8,10 +8,11 @@
 //!
 //! `parse` (commands read in place) -> `commands` (what each command becomes) ->
 //! `pipeline` (one batch through the node, forwarding, replies in order) -> `reply`
-//! (RESP writers); `info` answers INFO; `connection` runs the loop.
+//! (RESP writers); `expiry` reads the expiry commands' arguments; `info` answers INFO; `connection` runs the loop.
 
 mod commands;
 mod connection;
+mod expiry;
 mod info;
 pub mod parse;
 pub(crate) mod pipeline;

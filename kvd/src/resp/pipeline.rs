@@ -7,6 +7,7 @@
 use std::ops::Range;
 
 use kvshared::client::{ClientError, Cluster, Op, Outcome};
+use kvshared::expiry::{Expire, PutWith, now_ms};
 use kvshared::frame::AlignedVec;
 use kvshared::routing::{key_hash, owner_node};
 use kvshared::stats::Counts;
@@ -32,8 +33,10 @@ enum Step {
     Get(usize),
     /// SET: `+OK`, or with GET the old value.
     Set { put: usize, old: Option<usize> },
-    /// SETNX: `:1` when stored, `:0` when the key was there.
+    /// SETNX, EXPIRE, PERSIST: `:1` when stored (or changed), `:0` when not.
     SetNx(usize),
+    /// TTL and its kin: the key's deadline read as the command wants it.
+    Ttl { op: usize, shape: TtlShape },
     /// INCR, DECR, INCRBY, DECRBY: the sum as an integer.
     Incr(usize),
     /// GETDEL: the value the get found (the delete after it in the same batch).
@@ -54,6 +57,35 @@ enum Step {
     MSet { first: usize, n: usize },
     /// HELLO switched the protocol: the replies after it are in this one (no reply).
     Switch(Proto),
+}
+
+/// How a TTL-family command answers a key's deadline (-2: no key, -1: no deadline).
+#[derive(Clone, Copy, Debug)]
+pub enum TtlShape {
+    /// TTL: seconds left, rounded.
+    Seconds,
+    /// PTTL: milliseconds left.
+    Millis,
+    /// EXPIRETIME: the Unix time in seconds.
+    AtSeconds,
+    /// PEXPIRETIME: the Unix time in milliseconds.
+    AtMillis,
+}
+
+impl TtlShape {
+    /// The reply for a deadline of `at` (Unix milliseconds) read at `now`.
+    pub fn answer(self, at: i64, now: u64) -> i64 {
+        if at < 0 {
+            return at;
+        }
+        let left = (at as u64).saturating_sub(now) as i64;
+        match self {
+            TtlShape::Seconds => (left + 500) / 1000,
+            TtlShape::Millis => left,
+            TtlShape::AtSeconds => at / 1000,
+            TtlShape::AtMillis => at,
+        }
+    }
 }
 
 /// What a command answered from one get makes of the value.
@@ -182,6 +214,35 @@ impl Pipeline {
         let old = get_old.then(|| self.op(node, forward, OpKind::Get, key, &[]));
         let put = self.op(node, forward, kind, key, value);
         self.steps.push(Step::Set { put, old });
+    }
+
+    /// SET with its options (a `PutWith`; with GET, a get first): `+OK`, the old value,
+    /// or null when NX/XX did not hold.
+    pub fn set_with(&mut self, node: &Node, forward: bool, key: &[u8], put: PutWith<'_>, get_old: bool) {
+        let old = get_old.then(|| self.op(node, forward, OpKind::Get, key, &[]));
+        let put = self.op(node, forward, OpKind::PutWith, key, &put.encode());
+        self.steps.push(Step::Set { put, old });
+    }
+
+    /// EXPIRE and its kin, PERSIST: answered 1 when the deadline changed, 0 when not.
+    pub fn expire(&mut self, node: &Node, forward: bool, key: &[u8], e: Expire) {
+        let op = self.op(node, forward, OpKind::Expire, key, &e.encode());
+        self.steps.push(Step::SetNx(op));
+    }
+
+    /// TTL and its kin.
+    pub fn ttl(&mut self, node: &Node, forward: bool, key: &[u8], shape: TtlShape) {
+        let op = self.op(node, forward, OpKind::Ttl, key, &[]);
+        self.steps.push(Step::Ttl { op, shape });
+    }
+
+    /// GETEX: a get, then the deadline's change in the same batch (nothing between).
+    pub fn getex(&mut self, node: &Node, forward: bool, key: &[u8], change: Option<Expire>) {
+        let get = self.op(node, forward, OpKind::Get, key, &[]);
+        if let Some(e) = change {
+            self.op(node, forward, OpKind::Expire, key, &e.encode());
+        }
+        self.steps.push(Step::Get(get));
     }
 
     /// SETNX key value: a conditional put answered 1 or 0.
@@ -386,6 +447,11 @@ impl Pipeline {
                 },
                 Step::Incr(op) => match result(op) {
                     Result1::Reply(OpReply::Counted(sum)) => reply::integer(out, sum),
+                    other => error_reply(out, other),
+                },
+                Step::Ttl { op, shape } => match result(op) {
+                    Result1::Reply(OpReply::Counted(at)) => reply::integer(out, shape.answer(at, now_ms())),
+                    Result1::Reply(OpReply::NotFound) => reply::integer(out, -2),
                     other => error_reply(out, other),
                 },
                 Step::SetNx(put) => match result(put) {

@@ -66,7 +66,9 @@ impl Store {
 
     /// Removes `key` and its deadline from `s` (locked for writing); true when it was there.
     pub(super) fn remove_key(&self, s: &mut Shard, hash: u64, key: &[u8]) -> bool {
-        let Some(at) = s.table.find(hash, key) else { return false };
+        let Some(at) = s.table.find(hash, key) else {
+            return false;
+        };
         self.usage.give(s.remove_at(at));
         true
     }
@@ -328,7 +330,16 @@ mod tests {
         req.push(OpKind::Ttl, b"k", b"");
         req.push(OpKind::Ttl, b"none", b"");
         let (r, _) = run_at(&store, 1_000, &req);
-        assert_eq!(r, [OpReply::Stored, OpReply::Counted(1_100), OpReply::Counted(6), OpReply::Counted(1_100), OpReply::NotFound]);
+        assert_eq!(
+            r,
+            [
+                OpReply::Stored,
+                OpReply::Counted(1_100),
+                OpReply::Counted(6),
+                OpReply::Counted(1_100),
+                OpReply::NotFound
+            ]
+        );
         let mut get = BatchRequest::new();
         get.push_get(b"k");
         assert_eq!(run_at(&store, 1_099, &get).0, [OpReply::Found(b"6")]);
@@ -337,7 +348,11 @@ mod tests {
         let mut incr = BatchRequest::new();
         incr.push(OpKind::IncrBy, b"k", &1i64.to_le_bytes());
         let (r, tally) = run_at(&store, 1_100, &incr);
-        assert_eq!((r[0], tally.expired), (OpReply::Counted(1), 1), "the write found it gone");
+        assert_eq!(
+            (r[0], tally.expired),
+            (OpReply::Counted(1), 1),
+            "the write found it gone"
+        );
         let mut req = BatchRequest::new();
         put_ttl(&mut req, b"k", b"a", PutIf::Always, PutTtl::Until(Deadline::At(5_000)));
         put_ttl(&mut req, b"k", b"b", PutIf::Present, PutTtl::Keep);
@@ -345,7 +360,16 @@ mod tests {
         req.push_put(b"k", b"c");
         req.push(OpKind::Ttl, b"k", b"");
         let (r, _) = run_at(&store, 2_000, &req);
-        assert_eq!(r, [OpReply::Stored, OpReply::Stored, OpReply::Counted(5_000), OpReply::Stored, OpReply::Counted(-1)]);
+        assert_eq!(
+            r,
+            [
+                OpReply::Stored,
+                OpReply::Stored,
+                OpReply::Counted(5_000),
+                OpReply::Stored,
+                OpReply::Counted(-1)
+            ]
+        );
         assert_eq!(store.memory_used(), store.memory_recount());
     }
 
@@ -374,7 +398,22 @@ mod tests {
         use OpReply::*;
         assert_eq!(
             r,
-            [Stored, NotStored, NotStored, NotStored, Stored, NotStored, Stored, NotStored, Counted(160), Stored, NotStored, Counted(-1), Stored, NotFound]
+            [
+                Stored,
+                NotStored,
+                NotStored,
+                NotStored,
+                Stored,
+                NotStored,
+                Stored,
+                NotStored,
+                Counted(160),
+                Stored,
+                NotStored,
+                Counted(-1),
+                Stored,
+                NotFound
+            ]
         );
         assert_eq!(store.len(), 0, "a past deadline removed it");
         assert_eq!(store.memory_used(), store.memory_recount());
@@ -403,7 +442,13 @@ mod tests {
         for i in 0..200u32 {
             let key = format!("k{i}");
             let ttl = if i % 2 == 0 { 10 } else { 10_000 };
-            put_ttl(&mut req, key.as_bytes(), b"v", PutIf::Always, PutTtl::Until(Deadline::In(ttl)));
+            put_ttl(
+                &mut req,
+                key.as_bytes(),
+                b"v",
+                PutIf::Always,
+                PutTtl::Until(Deadline::In(ttl)),
+            );
         }
         run_at(&store, 1_000, &req);
         let mut due = Vec::new();
@@ -439,7 +484,10 @@ mod tests {
         let mut ttl = BatchRequest::new();
         ttl.push(OpKind::Ttl, b"a", b"");
         ttl.push(OpKind::Ttl, b"b", b"");
-        assert_eq!(run_at(&copy, 1_000, &ttl).0, [OpReply::Counted(7_000), OpReply::Counted(-1)]);
+        assert_eq!(
+            run_at(&copy, 1_000, &ttl).0,
+            [OpReply::Counted(7_000), OpReply::Counted(-1)]
+        );
         assert_eq!(copy.memory_used(), copy.memory_recount());
     }
 }

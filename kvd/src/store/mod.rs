@@ -26,8 +26,8 @@ mod memory;
 mod pipeline;
 mod table;
 
-use expiry::batch_clock;
 pub use expiry::CycleFigures;
+use expiry::batch_clock;
 pub use memory::{Eviction, MemoryLimit};
 use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage};
 use pipeline::Pending;
@@ -569,7 +569,8 @@ impl Store {
             OpKind::SetRange => self.set_range(shard, s, hash, op.key, op.value, i, ans),
             OpKind::Expired => {
                 ans.tally.deletes += 1;
-                ans.out.set(i, if expired { OpStatus::Deleted } else { OpStatus::Absent });
+                ans.out
+                    .set(i, if expired { OpStatus::Deleted } else { OpStatus::Absent });
             }
             OpKind::Delete => {
                 ans.tally.deletes += 1;
@@ -821,7 +822,11 @@ impl Store {
     ) {
         ans.tally.gets += 1;
         // (A key past its deadline is answered missing; only a write removes it.)
-        match table.table.find(hash, key).filter(|_| !table.expires.is_due(key, ans.clock)) {
+        match table
+            .table
+            .find(hash, key)
+            .filter(|_| !table.expires.is_due(key, ans.clock))
+        {
             Some(at) => {
                 ans.tally.hits += 1;
                 table.table.prefetch_value(at);

@@ -76,6 +76,7 @@ impl StateMachine {
         let tally = Counts {
             applied,
             evicted: tally.evicted,
+            expired: tally.expired,
             out_of_memory: tally.out_of_memory,
             ..Counts::default()
         };

@@ -1,0 +1,325 @@
+//! Times to live through the RESP front, as Redis users run them: the expiry commands'
+//! answers (for a key this node owns and one it forwards), no read returning a key after
+//! its deadline under concurrent load, keys nobody touches removed by the active cycle, and
+//! deadlines kept across kill -9, in memory, durable and in a replica group.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Kvd, free_port, resp_cluster, start_at};
+
+fn con(addr: &str) -> redis::Connection {
+    redis::Client::open(format!("redis://{addr}/"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap()
+}
+
+fn key_of(shard: u32, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| kvshared::routing::owner_node(kvshared::routing::key_hash(k.as_bytes()), 2) == shard)
+        .unwrap()
+}
+
+fn cmd(c: &mut redis::Connection, args: &[&str]) -> redis::Value {
+    let mut command = redis::cmd(args[0]);
+    command.arg(&args[1..]);
+    match command.query::<redis::Value>(c) {
+        Ok(v) => v,
+        Err(e) => redis::Value::SimpleString(format!("ERR {e}")),
+    }
+}
+
+fn int(c: &mut redis::Connection, args: &[&str]) -> i64 {
+    match cmd(c, args) {
+        redis::Value::Int(n) => n,
+        other => panic!("{args:?}: {other:?}"),
+    }
+}
+
+/// The expiry commands answer as Redis's, for a key this node owns and one it forwards to
+/// the other shard.
+#[test]
+fn expiry_commands_answer_as_redis_for_local_and_forwarded_keys() {
+    let (_guards, resp) = resp_cluster(&[]);
+    let mut c = con(&resp[0]);
+    for shard in 0..2 {
+        let k = key_of(shard, "ttl-");
+        let k = k.as_str();
+        assert_eq!(cmd(&mut c, &["SET", k, "1", "EX", "100"]), redis::Value::Okay);
+        assert_eq!(int(&mut c, &["TTL", k]), 100);
+        assert!((99_000..=100_000).contains(&int(&mut c, &["PTTL", k])));
+        let at = int(&mut c, &["PEXPIRETIME", k]);
+        assert_eq!(int(&mut c, &["EXPIRETIME", k]), at / 1000);
+        assert_eq!(cmd(&mut c, &["SET", k, "2", "KEEPTTL"]), redis::Value::Okay);
+        assert_eq!(int(&mut c, &["INCR", k]), 3, "an increment keeps the time to live");
+        assert_eq!(int(&mut c, &["PEXPIRETIME", k]), at);
+        assert_eq!(int(&mut c, &["EXPIRE", k, "50", "GT"]), 0);
+        assert_eq!(int(&mut c, &["EXPIRE", k, "50", "LT"]), 1);
+        assert_eq!(int(&mut c, &["EXPIRE", k, "60", "NX"]), 0);
+        assert_eq!(int(&mut c, &["PERSIST", k]), 1);
+        assert_eq!(int(&mut c, &["PERSIST", k]), 0);
+        assert_eq!(int(&mut c, &["TTL", k]), -1);
+        assert_eq!(int(&mut c, &["EXPIRE", k, "60", "XX"]), 0);
+        assert_eq!(int(&mut c, &["EXPIRE", k, "60", "NX"]), 1);
+        assert_eq!(
+            cmd(&mut c, &["GETEX", k, "PERSIST"]),
+            redis::Value::BulkString(b"3".to_vec())
+        );
+        assert_eq!(int(&mut c, &["TTL", k]), -1);
+        assert_eq!(
+            cmd(&mut c, &["GETEX", k, "PX", "100000"]),
+            redis::Value::BulkString(b"3".to_vec())
+        );
+        assert_eq!(int(&mut c, &["TTL", k]), 100);
+        assert_eq!(cmd(&mut c, &["SET", k, "4"]), redis::Value::Okay);
+        assert_eq!(int(&mut c, &["TTL", k]), -1, "a plain SET ends the time to live");
+        assert_eq!(int(&mut c, &["TTL", "ttl-none"]), -2);
+        assert_eq!(cmd(&mut c, &["SETEX", k, "10", "v"]), redis::Value::Okay);
+        assert_eq!(int(&mut c, &["TTL", k]), 10);
+        assert_eq!(cmd(&mut c, &["SET", k, "w", "NX", "PX", "5000"]), redis::Value::Nil);
+        assert_eq!(
+            cmd(&mut c, &["SET", k, "w", "XX", "PX", "5000", "GET"]),
+            redis::Value::BulkString(b"v".to_vec())
+        );
+        assert_eq!(int(&mut c, &["TTL", k]), 5);
+        assert_eq!(int(&mut c, &["PEXPIRE", k, "-1"]), 1, "a past deadline removes the key");
+        assert_eq!(int(&mut c, &["EXISTS", k]), 0);
+        assert_eq!(cmd(&mut c, &["PSETEX", k, "150", "short"]), redis::Value::Okay);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(cmd(&mut c, &["GET", k]), redis::Value::Nil, "{k} after its deadline");
+        assert_eq!(int(&mut c, &["TTL", k]), -2);
+    }
+    let errors = [
+        (
+            &["SET", "e", "v", "EX", "0"][..],
+            "invalid expire time in 'set' command",
+        ),
+        (&["SET", "e", "v", "EX", "x"], "value is not an integer or out of range"),
+        (&["SET", "e", "v", "EX", "10", "PX", "10"], "syntax error"),
+        (&["SET", "e", "v", "KEEPTTL", "EX", "10"], "syntax error"),
+        (&["SETEX", "e", "-1", "v"], "invalid expire time in 'setex' command"),
+        (
+            &["EXPIRE", "e", "10", "NX", "XX"],
+            "NX and XX, GT or LT options at the same time are not compatible",
+        ),
+        (
+            &["EXPIRE", "e", "10", "GT", "LT"],
+            "GT and LT options at the same time are not compatible",
+        ),
+        (&["EXPIRE", "e", "10", "ZZ"], "Unsupported option ZZ"),
+        (
+            &["EXPIRE", "e", "99999999999999999"],
+            "invalid expire time in 'expire' command",
+        ),
+        (&["GETEX", "e", "EX", "0"], "invalid expire time in 'getex' command"),
+        (&["GETEX", "e", "FOO"], "syntax error"),
+    ];
+    for (args, text) in errors {
+        match cmd(&mut c, args) {
+            redis::Value::SimpleString(e) => assert!(e.contains(text), "{args:?}: {e}"),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+}
+
+/// Writers set keys with short random times to live, each value unique, while readers
+/// read them; no read that began after a value's deadline (its SET's reply plus its time
+/// to live: the deadline is set between the request and the reply) returns that value.
+fn no_read_after_its_deadline(addr: &str) {
+    let deadlines: Arc<Mutex<std::collections::HashMap<String, Instant>>> = Arc::default();
+    let reads: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+    let stop = Instant::now() + Duration::from_secs(3);
+    let mut threads = Vec::new();
+    for w in 0..4 {
+        let (addr, deadlines) = (addr.to_string(), deadlines.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut c = con(&addr);
+            for n in 0..300 {
+                if Instant::now() > stop {
+                    break;
+                }
+                let value = format!("w{w}-{n}");
+                let ttl = 5 + (n * 37 + w * 11) % 60;
+                let key = format!("exp{}", n % 8);
+                let ok = cmd(&mut c, &["SET", &key, &value, "PX", &ttl.to_string()]);
+                assert_eq!(ok, redis::Value::Okay);
+                let bound = Instant::now() + Duration::from_millis(ttl as u64);
+                deadlines.lock().unwrap().insert(value, bound);
+                std::thread::sleep(Duration::from_millis(((n % 5) * 7) as u64));
+            }
+        }));
+    }
+    for _ in 0..6 {
+        let (addr, reads) = (addr.to_string(), reads.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut c = con(&addr);
+            for n in 0..2000 {
+                if Instant::now() > stop {
+                    break;
+                }
+                let began = Instant::now();
+                if let redis::Value::BulkString(v) = cmd(&mut c, &["GET", &format!("exp{}", n % 8)]) {
+                    reads.lock().unwrap().push((began, String::from_utf8(v).unwrap()));
+                }
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (deadlines, reads) = (deadlines.lock().unwrap(), reads.lock().unwrap());
+    assert!(reads.len() > 100, "only {} reads found a value", reads.len());
+    for (began, value) in reads.iter() {
+        let bound = deadlines[value];
+        assert!(*began < bound, "{value} read {:?} after its deadline", *began - bound);
+    }
+}
+
+#[test]
+fn no_read_returns_a_key_after_its_deadline_in_memory() {
+    let (_guards, resp) = resp_cluster(&[]);
+    no_read_after_its_deadline(&resp[0]);
+}
+
+#[test]
+fn no_read_returns_a_key_after_its_deadline_durable() {
+    let (_node, resp, dir) = durable("no-read");
+    no_read_after_its_deadline(&resp);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn no_read_returns_a_key_after_its_deadline_in_a_group() {
+    let (_guards, resp, leader) = group("no-read");
+    no_read_after_its_deadline(&resp[leader]);
+}
+
+/// A durable node's RESP address and data dir.
+fn durable(name: &str) -> (Kvd, String, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("kvd-expiry-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bin = format!("127.0.0.1:{}", free_port());
+    let resp = format!("127.0.0.1:{}", free_port());
+    let (node, _) = start_at(&bin, &["--data-dir", &dir.display().to_string(), "--resp", &resp]);
+    (node, resp, dir)
+}
+
+/// A 3-member group's members, their RESP addresses and which one leads.
+fn group(name: &str) -> (Vec<Kvd>, Vec<String>, usize) {
+    let bin: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let resp: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let members = bin.join(",");
+    let mut guards = Vec::new();
+    for i in 0..3 {
+        let dir = std::env::temp_dir().join(format!("kvd-expiry-{name}-{}-{i}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let d = dir.display().to_string();
+        guards.push(start_at(&bin[i], &["--data-dir", &d, "--group", &members, "--resp", &resp[i]]).0);
+    }
+    let init = common::kvd(&["admin", "init-group", "--nodes", &bin.join("|")]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let leader = (0..3).find(|&i| {
+            matches!(cmd(&mut con(&resp[i]), &["INFO", "replication"]),
+                redis::Value::BulkString(ref t) if String::from_utf8_lossy(t).contains("role:master"))
+        });
+        if let Some(leader) = leader {
+            return (guards, resp, leader);
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Sets `n` keys with a 200 ms time to live and 50 without, then waits (at most 10 s)
+/// until every member in `check` holds only the 50: nobody reads or writes the others, so
+/// only the active cycle (in a group, the leader's, through its log) removes them.
+fn untouched_keys_go(writer: &str, check: &[String], n: usize) {
+    let mut c = con(writer);
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        pipe.cmd("SET")
+            .arg(format!("gone{i}"))
+            .arg("v")
+            .arg("PX")
+            .arg(200)
+            .ignore();
+    }
+    for i in 0..50 {
+        pipe.cmd("SET").arg(format!("stays{i}")).arg("v").ignore();
+    }
+    pipe.query::<()>(&mut c).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for addr in check {
+        let mut c = con(addr);
+        loop {
+            let keys = int(&mut c, &["DBSIZE"]);
+            if keys == 50 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{addr} still holds {keys} keys");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let info = match cmd(&mut c, &["INFO", "stats"]) {
+        redis::Value::BulkString(t) => String::from_utf8(t).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let expired: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("expired_keys:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert!(expired >= n, "expired_keys:{expired}");
+}
+
+#[test]
+fn keys_nobody_touches_are_removed_in_memory() {
+    let bin = format!("127.0.0.1:{}", free_port());
+    let resp = format!("127.0.0.1:{}", free_port());
+    let (_node, _) = start_at(&bin, &["--resp", &resp]);
+    untouched_keys_go(&resp, std::slice::from_ref(&resp), 3000);
+}
+
+#[test]
+fn keys_nobody_touches_are_removed_by_the_leader_s_log_on_every_member() {
+    let (_guards, resp, leader) = group("untouched");
+    let mut order = resp.clone();
+    order.rotate_left(leader);
+    untouched_keys_go(&resp[leader], &order, 1000);
+}
+
+/// A durable node's deadlines survive kill -9: the replayed log gives the same deadlines,
+/// and a key whose deadline passed is gone.
+#[test]
+fn deadlines_survive_kill_9() {
+    let (mut node, resp, dir) = durable("kill");
+    let mut c = con(&resp);
+    assert_eq!(cmd(&mut c, &["SET", "long", "v", "EX", "1000"]), redis::Value::Okay);
+    let at = int(&mut c, &["PEXPIRETIME", "long"]);
+    assert_eq!(cmd(&mut c, &["SET", "short", "v", "PX", "200"]), redis::Value::Okay);
+    assert_eq!(int(&mut c, &["INCR", "counter"]), 1);
+    assert_eq!(int(&mut c, &["EXPIRE", "counter", "500"]), 1);
+    assert_eq!(int(&mut c, &["INCR", "counter"]), 2);
+    assert_eq!(cmd(&mut c, &["SET", "kept", "v"]), redis::Value::Okay);
+    std::thread::sleep(Duration::from_millis(400));
+    node.0.kill().unwrap();
+    node.0.wait().unwrap();
+    let bin = format!("127.0.0.1:{}", free_port());
+    let (_node, _) = start_at(&bin, &["--data-dir", &dir.display().to_string(), "--resp", &resp]);
+    let mut c = con(&resp);
+    assert_eq!(int(&mut c, &["PEXPIRETIME", "long"]), at);
+    assert_eq!(cmd(&mut c, &["GET", "short"]), redis::Value::Nil);
+    assert_eq!(
+        cmd(&mut c, &["GET", "counter"]),
+        redis::Value::BulkString(b"2".to_vec())
+    );
+    assert!((499..=500).contains(&int(&mut c, &["TTL", "counter"])));
+    assert_eq!(int(&mut c, &["TTL", "kept"]), -1);
+    let _ = std::fs::remove_dir_all(dir);
+}
