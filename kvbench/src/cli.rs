@@ -79,6 +79,10 @@ pub struct DataArgs {
     /// Text before each record number in a key.
     #[arg(long, default_value = "")]
     pub key_prefix: String,
+    /// Every put sets a time to live: a duration (`30s`) or a range (`10s..60s`) each put
+    /// draws from uniformly (Redis's SET ... PX); without it, plain puts.
+    #[arg(long, value_parser = crate::workload::ttl::TtlRange::parse, value_name = "DURATION[..DURATION]")]
+    pub ttl: Option<crate::workload::ttl::TtlRange>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -137,6 +141,7 @@ impl WorkloadArgs {
             value_size: self.data.value_size,
             key_prefix: self.data.key_prefix.clone(),
             phases: self.phases.clone().map(|p| p.0).unwrap_or_default(),
+            ttl: self.data.ttl,
         }
     }
 }

@@ -173,6 +173,9 @@ pub struct BatchFiller {
     counts: Vec<[u64; 4]>,
     key: Vec<u8>,
     value: Vec<u8>,
+    /// `--ttl`, and the buffer a put with one is encoded in.
+    ttl: Option<crate::workload::ttl::TtlRange>,
+    arg: Vec<u8>,
     /// Ops generated so far (for open-loop schedules).
     pub generated: u64,
 }
@@ -192,6 +195,8 @@ impl BatchFiller {
             counts: vec![[0; 4]; nodes.max(1) * lanes],
             key: Vec::with_capacity(32),
             value,
+            ttl: shared.spec.ttl,
+            arg: Vec::new(),
             generated: 0,
         }
     }
@@ -210,15 +215,11 @@ impl BatchFiller {
             };
             match op {
                 OpType::Read => self.pending.push_to(lane, OpKind::Get, &self.key, &[]),
-                OpType::Update | OpType::Insert => {
-                    self.gen_.fresh_value(&mut self.value);
-                    self.pending.push_to(lane, OpKind::Put, &self.key, &self.value)
-                }
+                OpType::Update | OpType::Insert => self.push_put(lane),
                 OpType::ReadModifyWrite => {
                     // Read and write of one key in one batch: the server runs them in order.
                     self.pending.push_to(lane, OpKind::Get, &self.key, &[]);
-                    self.gen_.fresh_value(&mut self.value);
-                    self.pending.push_to(lane, OpKind::Put, &self.key, &self.value);
+                    self.push_put(lane);
                 }
             };
             self.counts[lane][op as usize] += 1;
@@ -227,6 +228,14 @@ impl BatchFiller {
                 return lane;
             }
         }
+    }
+
+    /// A put of a fresh value under the current key, with `--ttl`'s time to live if any.
+    #[inline]
+    fn push_put(&mut self, lane: usize) {
+        self.gen_.fresh_value(&mut self.value);
+        let ttl = self.ttl.map(|t| (t, self.gen_.rng()));
+        crate::workload::ttl::push_put(&mut self.pending, lane, &self.key, &self.value, ttl, &mut self.arg);
     }
 
     /// The node a lane's batches go to.

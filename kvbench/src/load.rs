@@ -9,7 +9,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use kvshared::client::{Cluster, NodeBatches};
 use kvshared::units::{grouped, si};
-use kvshared::wire::{BatchRequest, OpKind, OpReply};
+use kvshared::wire::{BatchRequest, OpReply};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -34,6 +34,8 @@ pub struct LoadPlan {
     pub batch: usize,
     pub tasks: usize,
     pub seed: u64,
+    /// `--ttl`: each put's time to live is drawn from it.
+    pub ttl: Option<crate::workload::ttl::TtlRange>,
 }
 
 impl From<&LoadArgs> for LoadPlan {
@@ -45,6 +47,7 @@ impl From<&LoadArgs> for LoadPlan {
             batch: a.batch,
             tasks: a.tasks,
             seed: a.seed,
+            ttl: a.data.ttl,
         }
     }
 }
@@ -57,6 +60,7 @@ pub async fn load(cluster: Arc<Cluster>, plan: &LoadPlan, done: Arc<AtomicU64>) 
         value_size,
         batch,
         seed,
+        ttl,
         ..
     } = *plan;
     let start = Instant::now();
@@ -67,7 +71,8 @@ pub async fn load(cluster: Arc<Cluster>, plan: &LoadPlan, done: Arc<AtomicU64>) 
         let range = (t * per_task)..((t + 1) * per_task).min(records);
         let (cluster, prefix, done) = (cluster.clone(), plan.key_prefix.clone(), done.clone());
         handles.push(tokio::spawn(async move {
-            load_range(&cluster, range, value_size, &prefix, batch.max(1), seed ^ t, &done).await
+            let shape = (value_size, batch.max(1), ttl);
+            load_range(&cluster, range, shape, &prefix, seed ^ t, &done).await
         }));
     }
     for h in handles {
@@ -82,22 +87,25 @@ pub async fn load(cluster: Arc<Cluster>, plan: &LoadPlan, done: Arc<AtomicU64>) 
 async fn load_range(
     cluster: &Cluster,
     range: std::ops::Range<u64>,
-    value_size: usize,
+    (value_size, batch, ttl): (usize, usize, Option<crate::workload::ttl::TtlRange>),
     prefix: &str,
-    batch: usize,
     seed: u64,
     done: &AtomicU64,
 ) -> anyhow::Result<()> {
     let mut batches = NodeBatches::new(cluster.node_count());
     let mut value = vec![0u8; value_size];
-    SmallRng::seed_from_u64(seed).fill_bytes(&mut value);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    rng.fill_bytes(&mut value);
     let mut key = Vec::new();
+    let mut arg = Vec::new();
     for index in range {
         key.clear();
         write_key(&mut key, prefix, index);
         let n = value.len().min(8);
         value[..n].copy_from_slice(&index.to_le_bytes()[..n]);
-        let node = batches.push(OpKind::Put, &key, &value);
+        let node = batches.owner(&key);
+        let ttl = ttl.map(|t| (t, &mut rng));
+        crate::workload::ttl::push_put(&mut batches, node, &key, &value, ttl, &mut arg);
         if batches.batch(node).len() >= batch {
             send(cluster, node, batches.batch(node), done).await?;
             batches.clear(node);

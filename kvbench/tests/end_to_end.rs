@@ -50,6 +50,7 @@ async fn a_run_reports_every_field_and_matches_the_servers_counts() {
         batch: 256,
         tasks: 2,
         seed: 1,
+        ttl: None,
     };
     kvbench::load::load(cluster.clone(), &plan, Arc::new(AtomicU64::new(0)))
         .await
@@ -559,4 +560,41 @@ async fn a_load_cut_short_says_how_far_it_got() {
         "{text}"
     );
     assert!(text.contains("does not resume"), "{text}");
+}
+
+/// `--ttl`: a load's puts set times to live from the range (every key is volatile), and
+/// once they pass, the nodes' active expiry removes the keys nobody touches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_with_ttl_sets_times_to_live_and_the_keys_expire() {
+    let nodes = LocalCluster::start(2, |_| {}).await.unwrap();
+    let cluster = Arc::new(Cluster::connect(&nodes.addrs(), ClientConfig::default()).await.unwrap());
+    let plan = kvbench::load::LoadPlan {
+        records: 2000,
+        value_size: 32,
+        key_prefix: String::new(),
+        batch: 256,
+        tasks: 2,
+        seed: 1,
+        ttl: Some(kvbench::workload::ttl::TtlRange::parse("300ms..600ms").unwrap()),
+    };
+    kvbench::load::load(cluster.clone(), &plan, Arc::new(AtomicU64::new(0)))
+        .await
+        .unwrap();
+    let mut volatile = 0;
+    for node in 0..2 {
+        volatile += cluster.stats(node).await.unwrap().volatile_keys;
+    }
+    assert_eq!(volatile, 2000);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut keys = 0;
+        for node in 0..2 {
+            keys += cluster.stats(node).await.unwrap().keys;
+        }
+        if keys == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{keys} keys left");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }

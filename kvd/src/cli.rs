@@ -333,6 +333,10 @@ pub enum Command {
         /// Read the value from this file instead (bounded by --max-frame).
         #[arg(long, value_name = "FILE", conflicts_with = "value")]
         file: Option<std::path::PathBuf>,
+        /// The key expires this long after the node stores it (Redis's SET ... PX); without
+        /// it, the key has no time to live (a time to live it had ends, as with SET).
+        #[arg(long, value_parser = parse_ttl, value_name = "DURATION")]
+        ttl: Option<std::time::Duration>,
         /// The key.
         key: String,
         /// The value; `-` reads it from stdin (bounded by --max-frame).
@@ -474,4 +478,16 @@ pub struct GroupArgs {
     /// lists ADDR, or the only one].
     #[arg(long, value_name = "I")]
     pub shard: Option<usize>,
+}
+
+/// A `--ttl`: a duration of at least a millisecond and at most [`kvshared::expiry::MAX_TTL_MS`].
+fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if d.as_millis() == 0 || d.as_millis() > u128::from(kvshared::expiry::MAX_TTL_MS) {
+        return Err(format!(
+            "{text} is not a time to live: give 1ms to {}ms",
+            kvshared::expiry::MAX_TTL_MS
+        ));
+    }
+    Ok(d)
 }

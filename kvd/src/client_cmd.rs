@@ -34,12 +34,16 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Put {
             nodes,
             file,
+            ttl,
             key,
             value,
         } => {
             let cluster = cluster(&nodes)?;
             let value = put_value(file.as_deref(), value.as_deref(), cluster.config().max_frame)?;
-            explained(&cluster, |c| c.put(key.as_bytes(), &value)).await?;
+            match ttl {
+                None => explained(&cluster, |c| c.put(key.as_bytes(), &value)).await?,
+                Some(ttl) => explained(&cluster, |c| c.put_for(key.as_bytes(), &value, ttl)).await?,
+            }
             kvshared::outln!("OK")?;
             0
         }

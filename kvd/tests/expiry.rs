@@ -323,3 +323,44 @@ fn deadlines_survive_kill_9() {
     assert_eq!(int(&mut c, &["TTL", "kept"]), -1);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The binary protocol (`kvd put --ttl`) and HTTP (`PUT /kv/k?ttl=`) set times to live
+/// too; a bad one is refused with a message naming it.
+#[test]
+fn kvd_put_ttl_and_http_ttl_set_deadlines() {
+    let http = format!("127.0.0.1:{}", free_port());
+    let resp = format!("127.0.0.1:{}", free_port());
+    let (_node, bin) = common::start(&["--resp", &resp, "--http", &http]);
+    let out = common::kvd(&["put", "--nodes", &bin, "--ttl", "100s", "bk", "v"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut c = con(&resp);
+    assert_eq!(int(&mut c, &["TTL", "bk"]), 100);
+    let out = common::kvd(&["put", "--nodes", &bin, "bk", "w"]);
+    assert!(out.status.success());
+    assert_eq!(int(&mut c, &["TTL", "bk"]), -1, "a put without --ttl ends it, as SET");
+    let out = common::kvd(&["put", "--nodes", &bin, "--ttl", "0s", "bk", "v"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a time to live"),
+        "{out:?}"
+    );
+    let curl = |args: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let url = |q: &str| format!("http://{http}/kv/hk{q}");
+    assert_eq!(curl(&["-X", "PUT", "--data", "v", &url("?ttl=300ms")]), "204");
+    let left = int(&mut c, &["PTTL", "hk"]);
+    assert!((1..=300).contains(&left), "{left}");
+    assert_eq!(curl(&[&url("")]), "200");
+    assert_eq!(curl(&["-X", "PUT", "--data", "v", &url("?ttl=abc")]), "400");
+    assert_eq!(curl(&["-X", "PUT", "--data", "v", &url("?ttl=0")]), "400");
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(curl(&[&url("")]), "404");
+    assert_eq!(curl(&["-X", "PUT", "--data", "v", &url("?ttl=60")]), "204");
+    assert_eq!(int(&mut c, &["TTL", "hk"]), 60);
+}

@@ -106,6 +106,12 @@ impl<'a> PutWith<'a> {
     /// The op's value bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.value.len() + 11);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the op's value bytes to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.push(match self.cond {
             PutIf::Always => 0,
             PutIf::Absent => 1,
@@ -116,11 +122,10 @@ impl<'a> PutWith<'a> {
             PutTtl::Keep => out.push(1),
             PutTtl::Until(d) => {
                 out.push(2);
-                d.encode(&mut out);
+                d.encode(out);
             }
         }
         out.extend_from_slice(self.value);
-        out
     }
 
     /// Reads an op's value; `None` when it is not one [`PutWith::encode`] makes.

@@ -4,6 +4,7 @@
 //! from the seed reports, plus overrides) and shared; each task draws ops from its own
 //! [`OpGen`] with its own seeded RNG.
 
+pub mod ttl;
 mod zipf;
 
 use std::sync::Arc;
@@ -118,6 +119,9 @@ pub struct WorkloadSpec {
     /// every record); `None`: all of them.
     #[serde(default)]
     pub hot_share: Option<f64>,
+    /// `--ttl`: every put sets a time to live from this range; `None`: plain puts.
+    #[serde(default)]
+    pub ttl: Option<ttl::TtlRange>,
 }
 
 /// One step of a moving hot spot: node `shard` is hot for `millis` milliseconds.
@@ -165,6 +169,8 @@ pub struct SpecOptions {
     pub key_prefix: String,
     /// `--phases` (hotkey only).
     pub phases: Vec<Phase>,
+    /// `--ttl`.
+    pub ttl: Option<ttl::TtlRange>,
 }
 
 impl WorkloadSpec {
@@ -202,6 +208,7 @@ impl WorkloadSpec {
             key_space: (workload == Workload::Getpopular).then_some(100.min(o.records.max(1))),
             phases: o.phases.clone(),
             hot_share: (workload == Workload::Hotkey).then_some(o.hot_ops).flatten(),
+            ttl: o.ttl,
         }
     }
 
@@ -269,8 +276,11 @@ impl WorkloadSpec {
                 parts.push(format!("{:.0}% {name}", f * 100.0));
             }
         }
+        let ttl = self.ttl.map_or(String::new(), |t| {
+            format!(", each put with a time to live of {}", t.describe())
+        });
         format!(
-            "{} ({}), {} records, {}, {} B values",
+            "{} ({}), {} records, {}, {} B values{ttl}",
             format!("{:?}", self.workload).to_lowercase(),
             parts.join(" / "),
             self.records,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -266,7 +266,32 @@ async fn get_key(State(s): State<Arc<Shared>>, Path(key): Path<String>) -> Respo
     .await
 }
 
-async fn put_key(State(s): State<Arc<Shared>>, Path(key): Path<String>, request: Body) -> Response {
+/// `?ttl=DURATION` of a PUT (`10s`, `1500ms`, `1h`, or plain seconds): the key's time to
+/// live, as `SET key value PX ms`; without it, a time to live the key had ends.
+fn ttl_param(query: Option<&str>) -> Result<Option<std::time::Duration>, String> {
+    let Some(text) = query.unwrap_or("").split('&').find_map(|kv| kv.strip_prefix("ttl=")) else {
+        return Ok(None);
+    };
+    let ttl = match text.parse::<u64>() {
+        Ok(secs) => std::time::Duration::from_secs(secs),
+        Err(_) => humantime::parse_duration(text).map_err(|e| format!("ttl={text}: {e}"))?,
+    };
+    if ttl.as_millis() == 0 || ttl.as_millis() > u128::from(kvshared::expiry::MAX_TTL_MS) {
+        return Err(format!("ttl={text}: give a time to live of 1ms or more"));
+    }
+    Ok(Some(ttl))
+}
+
+async fn put_key(
+    State(s): State<Arc<Shared>>,
+    Path(key): Path<String>,
+    RawQuery(query): RawQuery,
+    request: Body,
+) -> Response {
+    let ttl = match ttl_param(query.as_deref()) {
+        Ok(ttl) => ttl,
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, e),
+    };
     let config = &s.edge.node.config;
     let value = match body::collect(request, &s.edge.budget, config.max_frame as usize, config.read_timeout).await {
         Ok(value) => value,
@@ -274,7 +299,18 @@ async fn put_key(State(s): State<Arc<Shared>>, Path(key): Path<String>, request:
     };
     one_op(
         &s,
-        |p, node, fwd| p.set(node, fwd, key.as_bytes(), &value.bytes, false),
+        |p, node, fwd| match ttl {
+            None => p.set(node, fwd, key.as_bytes(), &value.bytes, false),
+            Some(ttl) => {
+                use kvshared::expiry::{Deadline, PutIf, PutTtl, PutWith};
+                let put = PutWith {
+                    cond: PutIf::Always,
+                    ttl: PutTtl::Until(Deadline::after(ttl)),
+                    value: &value.bytes,
+                };
+                p.set_with(node, fwd, key.as_bytes(), put, false)
+            }
+        },
         |_, _| StatusCode::NO_CONTENT.into_response(),
     )
     .await

@@ -837,6 +837,27 @@ impl Cluster {
         self.one(Op::Put(key, value)).await.map(|_| ())
     }
 
+    /// Stores `value` under `key` for `ttl` (from when the node stores it; Redis's
+    /// `SET key value PX ms`).
+    pub async fn put_for(&self, key: &[u8], value: &[u8], ttl: std::time::Duration) -> Result<(), ClientError> {
+        use crate::expiry::{Deadline, PutIf, PutTtl, PutWith};
+        let put = PutWith {
+            cond: PutIf::Always,
+            ttl: PutTtl::Until(Deadline::after(ttl)),
+            value,
+        };
+        self.one(Op::PutWith(key, put)).await.map(|_| ())
+    }
+
+    /// Reads `key`'s deadline (Unix milliseconds): `Some(None)` for a key without one,
+    /// `None` for an absent key.
+    pub async fn deadline(&self, key: &[u8]) -> Result<Option<Option<u64>>, ClientError> {
+        match self.one(Op::Ttl(key)).await? {
+            Outcome::Counted(at) => Ok(Some(u64::try_from(at).ok())),
+            _ => Ok(None),
+        }
+    }
+
     /// Adds `by` to `key`'s integer value (an absent key counts as 0) and returns the sum:
     /// `Outcome::Counted`, or `NotAnInteger`/`Overflow` when nothing changed.
     pub async fn incr_by(&self, key: &[u8], by: i64) -> Result<Outcome, ClientError> {
