@@ -148,7 +148,10 @@ pub struct ServeArgs {
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub max_memory: Option<u64>,
     /// What a write does at --max-memory: evict the least recently used of a sample (lru),
-    /// evict at random (random), or be refused (none; reads and deletes go on).
+    /// evict at random (random), or be refused (none; reads and deletes go on); or evict
+    /// only keys with a time to live: the least recently used (volatile-lru), the nearest
+    /// deadline (volatile-ttl), at random (volatile-random). Redis's names allkeys-lru,
+    /// allkeys-random and noeviction are taken too.
     #[arg(long, value_enum, default_value = "lru", requires = "max_memory")]
     pub eviction: Eviction,
     /// Internal map shards, each with its own lock (rounded up to a power of two)

@@ -248,10 +248,9 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
-    use kvshared::expiry::{Deadline, clock_value};
+mod tests_support {
+    use kvshared::expiry::clock_value;
     use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
-    use kvshared::routing::ShardId;
     use kvshared::wire::{BatchRequest, BatchResponse, OpReply, encode_frame};
 
     use super::*;
@@ -259,7 +258,7 @@ mod tests {
 
     /// Runs `req` as a log entry applied at `clock` (its first op the clock), or, with
     /// `clock` 0, as a client's batch; returns each op's result (the clock's left out).
-    fn run_at(store: &Store, clock: u64, req: &BatchRequest) -> (Vec<OpReply<'static>>, Counts) {
+    pub(super) fn run_at(store: &Store, clock: u64, req: &BatchRequest) -> (Vec<OpReply<'static>>, Counts) {
         let mut entry = BatchRequest::new();
         if clock > 0 {
             entry.push(OpKind::Clock, b"", &clock_value(clock));
@@ -304,10 +303,21 @@ mod tests {
             OpReply::Deleted => OpReply::Deleted,
             OpReply::Absent => OpReply::Absent,
             OpReply::Counted(n) => OpReply::Counted(n),
+            OpReply::OutOfMemory => OpReply::OutOfMemory,
             OpReply::Malformed(_) => OpReply::Malformed("malformed"),
             _ => OpReply::Malformed("other"),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use kvshared::expiry::{Deadline, clock_value};
+    use kvshared::routing::ShardId;
+    use kvshared::wire::{BatchRequest, OpReply};
+
+    use super::tests_support::run_at;
+    use super::*;
 
     fn put_ttl(req: &mut BatchRequest, key: &[u8], value: &[u8], cond: PutIf, ttl: PutTtl) {
         req.push(OpKind::PutWith, key, &PutWith { cond, ttl, value }.encode());
@@ -489,5 +499,100 @@ mod tests {
             [OpReply::Counted(7_000), OpReply::Counted(-1)]
         );
         assert_eq!(copy.memory_used(), copy.memory_recount());
+    }
+}
+
+#[cfg(test)]
+mod eviction_tests {
+    use kvshared::expiry::Deadline;
+    use kvshared::routing::ShardId;
+    use kvshared::wire::{BatchRequest, OpReply};
+
+    use super::tests_support::run_at;
+    use super::*;
+    use crate::store::{Eviction, MemoryLimit};
+
+    fn limited(max_bytes: usize, eviction: Eviction) -> Store {
+        Store::with_limit(ShardId::SOLO, 8, 0, Some(MemoryLimit { max_bytes, eviction })).unwrap()
+    }
+
+    /// Fills a store whose cap holds about 600 of these keys with 400 keys with deadlines
+    /// `1_000_000 + i` (i = 0..400) and 200 without, then writes 400 more without.
+    fn fill(store: &Store) -> Vec<OpReply<'static>> {
+        let mut req = BatchRequest::new();
+        for i in 0..400u64 {
+            let put = PutWith {
+                cond: PutIf::Always,
+                ttl: PutTtl::Until(Deadline::At(1_000_000 + i)),
+                value: &[1u8; 100],
+            };
+            req.push(OpKind::PutWith, format!("v{i}").as_bytes(), &put.encode());
+        }
+        for i in 0..600 {
+            req.push_put(format!("p{i}").as_bytes(), &[1u8; 100]);
+        }
+        run_at(store, 1_000, &req).0
+    }
+
+    fn present(store: &Store, keys: impl Iterator<Item = String>) -> Vec<bool> {
+        let mut req = BatchRequest::new();
+        let keys: Vec<String> = keys.collect();
+        for k in &keys {
+            req.push_get(k.as_bytes());
+        }
+        run_at(store, 1_000, &req)
+            .0
+            .iter()
+            .map(|r| matches!(r, OpReply::Found(_)))
+            .collect()
+    }
+
+    /// volatile-* policies evict only keys with a time to live; once none is left, a write
+    /// is refused (Redis's behaviour), and every key without one is still there.
+    #[test]
+    fn volatile_policies_evict_only_keys_with_a_deadline() {
+        for policy in [Eviction::VolatileLru, Eviction::VolatileTtl, Eviction::VolatileRandom] {
+            let store = limited(100 << 10, policy);
+            let results = fill(&store);
+            assert!(
+                results.contains(&OpReply::OutOfMemory),
+                "{policy:?}: the volatile keys ran out"
+            );
+            let stored_plain = (400..1000).filter(|&i| results[i] == OpReply::Stored).count();
+            let plain = present(&store, (0..600).map(|i| format!("p{i}")));
+            assert_eq!(
+                plain.iter().filter(|p| **p).count(),
+                stored_plain,
+                "{policy:?} evicted a key without a deadline"
+            );
+            assert_eq!(store.memory_used(), store.memory_recount());
+        }
+    }
+
+    /// volatile-ttl evicts the nearest deadlines first (of a sample): the survivors are
+    /// mostly those with later deadlines. (One op per batch, as clients' writes come.)
+    #[test]
+    fn volatile_ttl_evicts_the_nearest_deadlines_first() {
+        let store = limited(100 << 10, Eviction::VolatileTtl);
+        for i in 0..780u64 {
+            let mut req = BatchRequest::new();
+            if i < 400 {
+                let put = PutWith {
+                    cond: PutIf::Always,
+                    ttl: PutTtl::Until(Deadline::At(1_000_000 + i)),
+                    value: &[1u8; 100],
+                };
+                req.push(OpKind::PutWith, format!("v{i}").as_bytes(), &put.encode());
+            } else {
+                req.push_put(format!("p{i}").as_bytes(), &[1u8; 100]);
+            }
+            run_at(&store, 1_000, &req);
+        }
+        let left = present(&store, (0..400).map(|i| format!("v{i}")));
+        let (early, late) = (
+            left[..200].iter().filter(|p| **p).count(),
+            left[200..].iter().filter(|p| **p).count(),
+        );
+        assert!(late > early * 2, "early {early}, late {late}");
     }
 }

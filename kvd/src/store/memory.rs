@@ -16,26 +16,52 @@
 //!   only when the clock has moved), so reads stay as cheap as before, as in Redis's
 //!   approximate LRU;
 //! * `random`: evict one entry at random;
-//! * `none`: evict nothing; the write is refused (`OutOfMemory`), reads and deletes go on.
+//! * `none`: evict nothing; the write is refused (`OutOfMemory`), reads and deletes go on;
+//! * `volatile-lru`, `volatile-ttl`, `volatile-random`: as Redis's, only keys with a time
+//!   to live go: the least recently used of 16 sampled, the one with the nearest deadline
+//!   of 16 sampled, or one at random; with none left, the write is refused.
+//!
+//! Redis's names are accepted for the first three (`allkeys-lru`, `allkeys-random`,
+//! `noeviction`). A key's deadline counts in its cost (see `expires`).
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use super::expires::Expires;
 use super::table::Table;
 
-/// What happens when a write needs memory beyond `--max-memory`.
+/// What happens when a write needs memory beyond `--max-memory` (Redis's
+/// `maxmemory-policy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Eviction {
-    /// Evict the least recently used of a random sample.
+    /// Evict the least recently used of a random sample (Redis: allkeys-lru).
+    #[value(alias = "allkeys-lru")]
     Lru,
-    /// Evict at random.
+    /// Evict at random (Redis: allkeys-random).
+    #[value(alias = "allkeys-random")]
     Random,
-    /// Evict nothing: refuse the write.
+    /// Evict nothing: refuse the write (Redis: noeviction).
+    #[value(alias = "noeviction")]
     None,
+    /// Evict the least recently used of a sample of the keys with a time to live.
+    #[value(name = "volatile-lru")]
+    VolatileLru,
+    /// Evict the key with the nearest deadline of a sample of those with one.
+    #[value(name = "volatile-ttl")]
+    VolatileTtl,
+    /// Evict a key with a time to live, at random.
+    #[value(name = "volatile-random")]
+    VolatileRandom,
 }
 
 impl Eviction {
-    const ALL: [Eviction; 3] = [Eviction::Lru, Eviction::Random, Eviction::None];
+    const ALL: [Eviction; 6] = [
+        Eviction::Lru,
+        Eviction::Random,
+        Eviction::None,
+        Eviction::VolatileLru,
+        Eviction::VolatileTtl,
+        Eviction::VolatileRandom,
+    ];
 
     fn from_index(i: u8) -> Eviction {
         Eviction::ALL.get(usize::from(i)).copied().unwrap_or(Eviction::Lru)
@@ -47,7 +73,30 @@ impl Eviction {
             Eviction::Lru => "lru",
             Eviction::Random => "random",
             Eviction::None => "none",
+            Eviction::VolatileLru => "volatile-lru",
+            Eviction::VolatileTtl => "volatile-ttl",
+            Eviction::VolatileRandom => "volatile-random",
         }
+    }
+
+    /// The policy named `name` (as [`Eviction::name`] gives it).
+    pub fn from_name(name: &str) -> Option<Eviction> {
+        Eviction::ALL.into_iter().find(|e| e.name() == name)
+    }
+
+    /// Redis's `maxmemory-policy` name for it.
+    pub fn redis_name(self) -> &'static str {
+        match self {
+            Eviction::Lru => "allkeys-lru",
+            Eviction::Random => "allkeys-random",
+            Eviction::None => "noeviction",
+            other => other.name(),
+        }
+    }
+
+    /// Whether the policy orders entries by their last use (so entries carry the clock).
+    pub fn uses_lru_clock(self) -> bool {
+        matches!(self, Eviction::Lru | Eviction::VolatileLru)
     }
 }
 
@@ -136,6 +185,8 @@ impl Shard {
             Eviction::Lru => LRU_SAMPLES,
             Eviction::Random => 1,
             Eviction::None => return None,
+            Eviction::VolatileLru | Eviction::VolatileTtl => return self.evict_volatile(policy, LRU_SAMPLES, keep),
+            Eviction::VolatileRandom => return self.evict_volatile(policy, 1, keep),
         };
         let mut victim: Option<(usize, u32)> = None;
         for _ in 0..samples.min(self.table.len()) {
@@ -146,6 +197,36 @@ impl Shard {
         }
         let (at, _) = victim?;
         Some(self.remove_at(at))
+    }
+
+    /// Evicts one of `samples` keys with a deadline (not `keep`), sampled at random: the
+    /// least recently used (`volatile-lru`), the nearest deadline (`volatile-ttl`), or the
+    /// first (`volatile-random`). `None` when the shard has no other key with a deadline.
+    fn evict_volatile(&mut self, policy: Eviction, samples: usize, keep: &[u8]) -> Option<usize> {
+        let n = self.expires.len();
+        // (slot, the order it goes in: its last use or its deadline)
+        let mut victim: Option<(usize, u64)> = None;
+        for _ in 0..samples.min(n) {
+            let mut candidate = None;
+            for _ in 0..PROBES {
+                let i = (self.next_random() % n as u64) as usize;
+                let Some((key, at)) = self.expires.at(i).filter(|(k, _)| *k != keep) else {
+                    continue;
+                };
+                let Some(slot) = self.table.find(kvshared::routing::key_hash(key), key) else {
+                    continue;
+                };
+                let touched = self.table.at(slot).map_or(0, |e| u64::from(e.touched()));
+                candidate = Some((slot, if policy == Eviction::VolatileTtl { at } else { touched }));
+                break;
+            }
+            let Some(c) = candidate else { break };
+            if victim.is_none_or(|v| c.1 < v.1) {
+                victim = Some(c);
+            }
+        }
+        let (slot, _) = victim?;
+        Some(self.remove_at(slot))
     }
 
     /// Removes the entry in slot `at` and its deadline; returns the accounted bytes freed.

@@ -290,10 +290,7 @@ impl Store {
     /// The LRU clock (milliseconds since start; 0 when nothing evicts by age).
     fn now(&self) -> u32 {
         match self.usage.limit() {
-            Some(MemoryLimit {
-                eviction: Eviction::Lru,
-                ..
-            }) => self.started.elapsed().as_millis() as u32,
+            Some(limit) if limit.eviction.uses_lru_clock() => self.started.elapsed().as_millis() as u32,
             _ => 0,
         }
     }
