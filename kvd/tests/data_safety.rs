@@ -420,8 +420,11 @@ fn a_full_disk_stalls_writes_until_space_returns() {
         .stderr(Stdio::null())
         .status();
     let mut refused = String::new();
+    // (Values of a page each: small records could all fit in the page the log's segment
+    // already has, and never meet the full disk.)
+    let page = "x".repeat(4096);
     for i in 0..20 {
-        let out = kvd(&["put", "--nodes", &addr, "--timeout", "5s", &format!("full-{i}"), "x"]);
+        let out = kvd(&["put", "--nodes", &addr, "--timeout", "5s", &format!("full-{i}"), &page]);
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         if err.contains("disk refuses writes") {
             refused = err;
