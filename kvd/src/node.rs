@@ -762,7 +762,7 @@ fn since(now: [u64; KINDS], before: [u64; KINDS]) -> [u64; KINDS] {
 
 fn kind_index(kind: OpKind) -> usize {
     match kind {
-        OpKind::Get | OpKind::Ttl => 0,
+        OpKind::Get | OpKind::Ttl | OpKind::Atomic | OpKind::Unchanged => 0,
         OpKind::Put
         | OpKind::PutIfAbsent
         | OpKind::PutIfPresent

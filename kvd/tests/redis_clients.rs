@@ -44,29 +44,37 @@ fn hello_3_switches_to_resp3_and_hello_2_back() {
     assert_eq!(after2, "$-1\r\n-NOPROTO unsupported protocol version\r\n+OK\r\n");
 }
 
+/// A whole transaction sent in one write, as pipelining clients send it: the queued
+/// commands answer QUEUED, EXEC runs them as one (in a round of its own), and the commands
+/// after it run after it, for this node's keys and, forwarded whole, the other shard's.
 #[test]
-fn multi_refuses_the_whole_transaction_and_no_queued_command_runs() {
+fn a_pipelined_transaction_runs_whole_and_in_order() {
     let (_nodes, resp) = cluster(&[]);
-    let got = raw(
-        &resp[0],
-        b"MULTI\r\nSET tx-a 1\r\nSET tx-b 2\r\nMULTI\r\nEXEC\r\nGET tx-a\r\nGET tx-b\r\nEXEC\r\nMULTI\r\nDISCARD\r\nDISCARD\r\nQUIT\r\n",
-    );
-    let lines: Vec<&str> = got.split("\r\n").collect();
-    assert_eq!(lines[0], "+OK", "{got:?}");
-    assert!(lines[1].starts_with("-ERR kvd runs no transactions yet"), "{got:?}");
-    assert!(lines[2].starts_with("-ERR kvd runs no transactions yet"), "{got:?}");
-    assert_eq!(lines[3], "-ERR MULTI calls can not be nested");
-    assert_eq!(lines[4], "-EXECABORT Transaction discarded because of previous errors.");
-    assert_eq!(&lines[5..7], ["$-1", "$-1"], "a queued command ran: {got:?}");
-    assert_eq!(lines[7], "-ERR EXEC without MULTI");
-    assert_eq!(&lines[8..11], ["+OK", "+OK", "-ERR DISCARD without MULTI"]);
-    // The redis crate's atomic pipeline: an error, and nothing written.
+    for shard in 0..2 {
+        let (a, b) = (key_of(shard, "txp-a"), key_of(shard, "txp-b"));
+        let text = format!(
+            "SET {a} 0\r\nMULTI\r\nINCR {a}\r\nSET {b} x\r\nEXEC\r\nGET {a}\r\nMULTI\r\nGET {b}\r\nEXEC\r\nQUIT\r\n"
+        );
+        let got = raw(&resp[0], text.as_bytes());
+        assert_eq!(
+            got,
+            "+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:1\r\n+OK\r\n$1\r\n1\r\n+OK\r\n+QUEUED\r\n*1\r\n$1\r\nx\r\n+OK\r\n",
+            "shard {shard}"
+        );
+    }
+    // The redis crate's atomic pipeline runs.
+    let (c, d) = (key_of(1, "tx-c"), key_of(1, "tx-d"));
     let client = redis::Client::open(format!("redis://{}/", resp[1])).unwrap();
     let mut con = client.get_connection().unwrap();
-    let result: redis::RedisResult<((), ())> = redis::pipe().atomic().set("tx-c", "1").set("tx-d", "2").query(&mut con);
-    assert!(result.is_err(), "{result:?}");
-    let left: (Option<String>, Option<String>) = redis::pipe().get("tx-c").get("tx-d").query(&mut con).unwrap();
-    assert_eq!(left, (None, None));
+    let result: ((), ()) = redis::pipe()
+        .atomic()
+        .set(&c, "1")
+        .set(&d, "2")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(result, ((), ()));
+    let left: (Option<String>, Option<String>) = redis::pipe().get(&c).get(&d).query(&mut con).unwrap();
+    assert_eq!(left, (Some("1".into()), Some("2".into())));
 }
 
 #[test]

@@ -65,6 +65,15 @@ pub enum OpKind {
     /// The time the batch's ops see (8 bytes, Unix milliseconds). Only a log entry carries
     /// one (its leader's clock when it logged the batch); from a client it is malformed.
     Clock = 12,
+    /// Run the whole batch as one (a transaction, Redis's `MULTI`/`EXEC`): every map shard
+    /// it touches is locked first, so no other batch's op comes between its ops; if any op
+    /// cannot run (malformed, another node's key) or a `Unchanged` check fails, none runs.
+    /// No key (an empty one); answered `Stored` when the batch ran, `Aborted` when not.
+    Atomic = 13,
+    /// In an atomic batch: the batch runs only if the key's value is still the one watched
+    /// (the value: [`watch_value`] of it; Redis's `WATCH`). Answered `Stored` when it is,
+    /// `NotStored` when it changed (and every other op `Aborted`).
+    Unchanged = 14,
 }
 
 /// The longest value a read-modify-write op may make (Redis's default `proto-max-bulk-len`).
@@ -84,12 +93,14 @@ impl OpKind {
                 | OpKind::PutWith
                 | OpKind::Expire
                 | OpKind::Clock
+                | OpKind::Unchanged
         )
     }
 
-    /// Whether the op changes the store (everything but the reads, get and ttl).
+    /// Whether the op changes the store (everything but the reads, get and ttl, and a
+    /// transaction's marker and checks).
     pub fn is_write(self) -> bool {
-        !matches!(self, OpKind::Get | OpKind::Ttl)
+        !matches!(self, OpKind::Get | OpKind::Ttl | OpKind::Atomic | OpKind::Unchanged)
     }
 }
 
@@ -109,8 +120,22 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::Ttl => OpKind::Ttl,
             ArchivedOpKind::Expired => OpKind::Expired,
             ArchivedOpKind::Clock => OpKind::Clock,
+            ArchivedOpKind::Atomic => OpKind::Atomic,
+            ArchivedOpKind::Unchanged => OpKind::Unchanged,
         }
     }
+}
+
+/// What a `Unchanged` op carries for a key's value as it was watched (absent: `None`): a
+/// presence byte and a 64-bit digest of the bytes. (A write that puts back the very same
+/// value is therefore not seen as a change; Redis's `WATCH` would see it.)
+pub fn watch_value(value: Option<&[u8]>) -> [u8; 9] {
+    let mut out = [0u8; 9];
+    if let Some(v) = value {
+        out[0] = 1;
+        out[1..].copy_from_slice(&crate::routing::key_hash(v).to_le_bytes());
+    }
+    out
 }
 
 /// A decimal 64-bit integer as Redis reads one (`INCR`'s stored values, `INCRBY`'s
@@ -240,6 +265,9 @@ pub enum OpStatus {
     NotAnInteger = 11,
     /// An increment's sum would overflow 64 bits; nothing changed.
     Overflow = 12,
+    /// Not run: the atomic batch it belongs to did not run (a watched key changed, or
+    /// another of its ops could not run).
+    Aborted = 13,
 }
 
 /// Why an op in a received batch is malformed.
@@ -261,6 +289,8 @@ pub enum MalformedOp {
     BadExpiry = 5,
     /// A clock op from a client: only a log entry carries one.
     LogOnly = 6,
+    /// A `Unchanged` check outside an atomic batch.
+    NotAtomic = 7,
 }
 
 impl MalformedOp {
@@ -274,6 +304,7 @@ impl MalformedOp {
             MalformedOp::BadRange => "a range write lacks its 8-byte offset or reaches past 512 MiB",
             MalformedOp::BadExpiry => "an expiry op's arguments do not parse",
             MalformedOp::LogOnly => "a clock op is carried only by a log entry",
+            MalformedOp::NotAtomic => "a watch check outside an atomic batch",
         }
     }
 
@@ -286,6 +317,7 @@ impl MalformedOp {
             MalformedOp::BadRange,
             MalformedOp::BadExpiry,
             MalformedOp::LogOnly,
+            MalformedOp::NotAtomic,
         ]
         .into_iter()
         .find(|m| *m as u32 == code)
@@ -371,6 +403,11 @@ impl BatchResponse {
         OpStatus::Found
     }
 
+    /// Op `i`'s status as set so far.
+    pub fn status(&self, i: usize) -> Option<OpStatus> {
+        self.status.get(i).copied()
+    }
+
     /// Records that op `i`'s key belongs to node `owner` of `nodes`.
     pub fn set_wrong_shard(&mut self, i: usize, owner: u32, nodes: u32) {
         self.status[i] = OpStatus::WrongShard;
@@ -424,6 +461,7 @@ impl BatchResponse {
             OpReply::Counted(sum) => self.set_counted(i, sum),
             OpReply::NotAnInteger => self.set(i, OpStatus::NotAnInteger),
             OpReply::Overflow => self.set(i, OpStatus::Overflow),
+            OpReply::Aborted => self.set(i, OpStatus::Aborted),
             OpReply::WrongShard { owner, nodes } => self.set_wrong_shard(i, owner, nodes),
             OpReply::Malformed(_) => {
                 let code = from.archived.value_offsets.get(j).map_or(0, |c| c.to_native());
@@ -645,6 +683,11 @@ impl<'a> BatchView<'a> {
         self.archived.kinds.is_empty()
     }
 
+    /// Whether the batch holds an `Atomic` op: it runs as one (a transaction).
+    pub fn is_atomic(&self) -> bool {
+        self.archived.kinds.iter().any(|k| *k == ArchivedOpKind::Atomic)
+    }
+
     /// Op `i`, with its key and value spans bounds-checked.
     pub fn op(&self, i: usize) -> Result<OpRef<'a>, MalformedOp> {
         let a = self.archived;
@@ -695,6 +738,8 @@ pub enum OpReply<'a> {
     NotAnInteger,
     /// An increment's sum would overflow; nothing changed.
     Overflow,
+    /// Not run: its atomic batch did not run.
+    Aborted,
 }
 
 /// A validated batch response.
@@ -739,6 +784,7 @@ impl<'a> ReplyView<'a> {
             ArchivedOpStatus::Counted => OpStatus::Counted,
             ArchivedOpStatus::NotAnInteger => OpStatus::NotAnInteger,
             ArchivedOpStatus::Overflow => OpStatus::Overflow,
+            ArchivedOpStatus::Aborted => OpStatus::Aborted,
         })
     }
 
@@ -777,6 +823,7 @@ fn op_reply(status: OpStatus, off: u32, len: u32, values: &[u8]) -> OpReply<'_> 
         OpStatus::Counted => OpReply::Counted((u64::from(len) << 32 | u64::from(off)) as i64),
         OpStatus::NotAnInteger => OpReply::NotAnInteger,
         OpStatus::Overflow => OpReply::Overflow,
+        OpStatus::Aborted => OpReply::Aborted,
     }
 }
 

@@ -8,6 +8,7 @@ use super::info::REDIS_VERSION;
 use super::parse::Args;
 use super::pipeline::{Pipeline, ReadShape, TtlShape};
 use super::reply::{self, Proto};
+use super::transaction::TxState;
 use crate::edge::conn::Auth;
 use crate::node::Node;
 
@@ -65,23 +66,13 @@ const COMMANDS: &[&str] = &[
     "WATCH",
 ];
 
-/// Whether the connection is inside `MULTI`. kvd runs no transactions yet: inside one,
-/// every command is refused at queue time (none runs) and `EXEC` answers `EXECABORT`, as
-/// Redis does for a transaction with a queue-time error. Queued commands never run one by
-/// one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Multi {
-    #[default]
-    Off,
-    Refusing,
-}
-
 /// What a connection remembers between commands.
 pub struct Session {
     id: u64,
     peer: String,
     name: Vec<u8>,
-    multi: Multi,
+    /// MULTI's queue and WATCH's keys.
+    pub(super) tx: TxState,
 }
 
 impl Session {
@@ -91,8 +82,23 @@ impl Session {
             id,
             peer,
             name: Vec::new(),
-            multi: Multi::Off,
+            tx: TxState::default(),
         }
+    }
+
+    /// Whether the command named `name` runs in a round of its own (EXEC, WATCH).
+    pub fn own_round(&self, name: &[u8]) -> bool {
+        self.tx.own_round(name)
+    }
+
+    /// After a round: keeps what a WATCH in it found.
+    pub fn after_round(&mut self, p: &Pipeline) {
+        self.tx.after_round(p);
+    }
+
+    /// Bytes the session holds (queued commands, watched keys).
+    pub fn held_bytes(&self) -> usize {
+        self.tx.held_bytes()
     }
 }
 
@@ -119,15 +125,22 @@ pub(super) fn wrong_args(p: &mut Pipeline, name: &[u8]) {
 /// Adds one command to the pipeline; true when the connection closes after the replies.
 pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
     let name = args.get(0);
-    let n = args.len();
     if !ctx.auth.admitted() && !is(name, "AUTH") && !is(name, "HELLO") && !is(name, "QUIT") {
         ctx.auth.refused();
         p.immediate(|o| reply::error(o, "NOAUTH Authentication required."));
         return false;
     }
-    if ctx.session.multi == Multi::Refusing || is(name, "MULTI") || is(name, "EXEC") || is(name, "DISCARD") {
-        return transaction(ctx.session, name, p);
+    if super::transaction::handle(ctx, args, p).is_some() {
+        return false;
     }
+    run(ctx, args, p)
+}
+
+/// Adds one command (not a transaction's: see `transaction`) to the pipeline; true when
+/// the connection closes after the replies.
+pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
+    let name = args.get(0);
+    let n = args.len();
     let (node, forward) = (ctx.node, ctx.forward);
     match name {
         _ if is(name, "GET") => match n {
@@ -246,13 +259,6 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
             let text = super::info::info(node, args.get(1), ctx.session.id, ctx.port);
             p.immediate(|o| reply::bulk(o, text.as_bytes()));
         }
-        _ if is(name, "WATCH") => p.immediate(|o| {
-            reply::error(
-                o,
-                "ERR kvd runs no transactions (MULTI/EXEC) yet, so WATCH is not supported",
-            )
-        }),
-        _ if is(name, "UNWATCH") => p.immediate(|o| reply::simple(o, "OK")),
         _ if is(name, "CONFIG") => config(node, args, p),
         _ if is(name, "COMMAND") => command(args, p),
         _ if is(name, "CLIENT") => client(ctx.session, args, p),
@@ -275,38 +281,6 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
                 )
             });
         }
-    }
-    false
-}
-
-/// MULTI, EXEC, DISCARD, and every command inside MULTI (see [`Multi`]). Returns false:
-/// QUIT inside MULTI closes the connection only after its own reply, as outside.
-fn transaction(s: &mut Session, name: &[u8], p: &mut Pipeline) -> bool {
-    let inside = s.multi == Multi::Refusing;
-    let text: Result<&str, &str> = match name {
-        _ if is(name, "MULTI") && inside => Err("ERR MULTI calls can not be nested"),
-        _ if is(name, "MULTI") => Ok("OK"),
-        _ if is(name, "EXEC") && inside => Err("EXECABORT Transaction discarded because of previous errors."),
-        _ if is(name, "DISCARD") && inside => Ok("OK"),
-        _ if is(name, "EXEC") => Err("ERR EXEC without MULTI"),
-        _ if is(name, "DISCARD") => Err("ERR DISCARD without MULTI"),
-        _ if is(name, "QUIT") => {
-            s.multi = Multi::Off;
-            p.immediate(|o| reply::simple(o, "OK"));
-            return true;
-        }
-        _ => Err(
-            "ERR kvd runs no transactions yet: this command was not queued and will not run (EXEC will answer EXECABORT; DISCARD ends the MULTI)",
-        ),
-    };
-    s.multi = match name {
-        _ if is(name, "MULTI") => Multi::Refusing,
-        _ if is(name, "EXEC") || is(name, "DISCARD") => Multi::Off,
-        _ => s.multi,
-    };
-    match text {
-        Ok(ok) => p.immediate(|o| reply::simple(o, ok)),
-        Err(e) => p.immediate(|o| reply::error(o, e)),
     }
     false
 }

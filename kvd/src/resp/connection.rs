@@ -38,6 +38,9 @@ struct Resp {
     pipeline: Pipeline,
     /// When the command at `start`, begun but incomplete, must have arrived whole.
     deadline: Option<Instant>,
+    /// The round ended at a command that runs in a round of its own (EXEC, WATCH) with
+    /// complete commands left: run them before reading more.
+    split: bool,
 }
 
 /// What one round of commands ended with.
@@ -63,6 +66,7 @@ pub(crate) async fn serve(conn: Conn, cluster: Option<Arc<Cluster>>) {
         ranges: Vec::new(),
         pipeline: Pipeline::default(),
         deadline: None,
+        split: false,
     };
     let end = r.run().await;
     let _ = r.conn.writer.flush().await;
@@ -114,6 +118,7 @@ impl Resp {
                 )
                 .await;
             self.conn.hold(taken);
+            self.session.after_round(&self.pipeline);
             self.send().await?;
         }
         Ok(if close { Round::Close } else { Round::More })
@@ -128,6 +133,12 @@ impl Resp {
             match parse(rest, max_bulk, &mut self.ranges) {
                 Ok(Parsed::Command { consumed }) => {
                     let args = Args::new(&rest[..consumed], &self.ranges);
+                    // EXEC and WATCH run in a round of their own (see `transaction`).
+                    let alone = self.session.own_round(args.get(0));
+                    if alone && !self.pipeline.is_empty() {
+                        self.split = true;
+                        return false;
+                    }
                     let close = match (args.is_empty(), stage) {
                         (true, _) => false,
                         (false, Stage::Serve) => {
@@ -152,6 +163,10 @@ impl Resp {
                     if close || self.pipeline.len() >= MAX_PIPELINE {
                         return close;
                     }
+                    if alone {
+                        self.split = self.start < self.buf.len();
+                        return false;
+                    }
                 }
                 Ok(Parsed::Incomplete) => return false,
                 Err(e) => {
@@ -172,7 +187,10 @@ impl Resp {
         if self.out.capacity() > KEEP_BUFFER_BYTES {
             self.out = Vec::with_capacity(READ_CHUNK);
         }
-        if !self.conn.settle(self.buf.capacity() + self.out.capacity()) {
+        if !self
+            .conn
+            .settle(self.buf.capacity() + self.out.capacity() + self.session.held_bytes())
+        {
             self.out = Vec::with_capacity(READ_CHUNK);
         }
         Ok(())
@@ -197,7 +215,7 @@ impl Resp {
     /// Reads more bytes: between commands, waits as the edge says (idle, shutdown, the
     /// drain); inside a command, until the deadline set when it began. `Some`: the end.
     async fn read_more(&mut self) -> Option<End> {
-        if self.pipeline.len() >= MAX_PIPELINE && self.start < self.buf.len() {
+        if (self.pipeline.len() >= MAX_PIPELINE || std::mem::take(&mut self.split)) && self.start < self.buf.len() {
             return None; // More complete commands are buffered: run them first.
         }
         if self.buf.is_empty() && self.conn.reader.buffer().is_empty() {

@@ -8,7 +8,7 @@
 //!
 //! `parse` (commands read in place) -> `commands` (what each command becomes) ->
 //! `pipeline` (one batch through the node, forwarding, replies in order) -> `reply`
-//! (RESP writers); `expiry` reads the expiry commands' arguments; `info` answers INFO; `connection` runs the loop.
+//! (RESP writers); `expiry` reads the expiry commands' arguments; `transaction` runs MULTI/EXEC/WATCH; `info` answers INFO; `connection` runs the loop.
 
 mod commands;
 mod connection;
@@ -17,5 +17,6 @@ mod info;
 pub mod parse;
 pub(crate) mod pipeline;
 mod reply;
+mod transaction;
 
 pub(crate) use connection::serve;

@@ -72,6 +72,12 @@ impl<'a> Args<'a> {
         self.ranges.is_empty()
     }
 
+    /// A copy of the command (its bytes and the ranges of its arguments in them), to run
+    /// later (a command queued in MULTI).
+    pub fn to_owned(&self) -> (Vec<u8>, Vec<Range<usize>>) {
+        (self.buf.to_vec(), self.ranges.to_vec())
+    }
+
     /// Arguments `from..`.
     pub fn rest(&self, from: usize) -> impl Iterator<Item = &'a [u8]> + '_ {
         (from..self.len()).map(|i| self.get(i))

@@ -11,7 +11,7 @@ use kvshared::expiry::{Expire, PutWith, now_ms};
 use kvshared::frame::AlignedVec;
 use kvshared::routing::{key_hash, owner_node};
 use kvshared::stats::Counts;
-use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, encode_body};
+use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, ReplyView, encode_body, watch_value};
 
 use super::reply::{self, Proto};
 use crate::edge::budget::{BufferBudget, ReplyAllowance};
@@ -57,6 +57,19 @@ enum Step {
     MSet { first: usize, n: usize },
     /// HELLO switched the protocol: the replies after it are in this one (no reply).
     Switch(Proto),
+    /// WATCH: `+OK` once the `n` gets of the watched keys are answered (the session keeps
+    /// what they found: see [`Pipeline::watched`]).
+    Watch { first: usize, n: usize },
+}
+
+/// A transaction's batch (EXEC): its ops go, with the `Atomic` marker and the watched keys'
+/// `Unchanged` checks first, in one batch to the node that owns its keys.
+#[derive(Clone, Copy)]
+struct Txn {
+    /// The node that owns every key of it.
+    owner: u32,
+    /// Ops before the commands' own: the marker and the checks.
+    header: usize,
 }
 
 /// How a TTL-family command answers a key's deadline (-2: no key, -1: no deadline).
@@ -129,6 +142,8 @@ pub struct Pipeline {
     proto: Proto,
     /// The protocol it spoke when this pipeline began.
     start_proto: Proto,
+    /// EXEC's batch, when this pipeline is one.
+    txn: Option<Txn>,
 }
 
 /// One op's result, wherever it ran.
@@ -149,6 +164,7 @@ impl Pipeline {
         self.remote_results.clear();
         self.local_error = None;
         self.start_proto = self.proto;
+        self.txn = None;
     }
 
     /// The protocol the connection speaks now.
@@ -179,10 +195,71 @@ impl Pipeline {
         self.steps.push(Step::Immediate(start..self.immediate.len()));
     }
 
+    /// Makes this pipeline EXEC's: the commands added next go, after the `Atomic` marker
+    /// and a `Unchanged` check per watched key (its value as WATCH found it), in one batch
+    /// to `owner`, which runs it as one.
+    pub fn begin_transaction(&mut self, owner: u32, watched: &[(Vec<u8>, [u8; 9])]) {
+        self.local.push(OpKind::Atomic, &[], &[]);
+        for (key, seen) in watched {
+            self.local.push(OpKind::Unchanged, key, seen);
+        }
+        self.txn = Some(Txn {
+            owner,
+            header: 1 + watched.len(),
+        });
+    }
+
+    /// For a command queued in MULTI, added alone to a scratch pipeline: the node of each of
+    /// its keys, or the error it was answered with at once (it would abort the transaction).
+    pub fn queued_owners(&self, nodes: u32) -> Result<Vec<u32>, String> {
+        match self.steps.as_slice() {
+            [Step::Immediate(r)] if self.immediate.get(r.start) == Some(&b'-') => {
+                let text = String::from_utf8_lossy(&self.immediate[r.start + 1..r.end]);
+                Err(text.trim_end().to_string())
+            }
+            [Step::Switch(_)] | [Step::Watch { .. }] | [] | [_, _, ..] => {
+                Err("ERR this command is not run inside MULTI".into())
+            }
+            [_] => {
+                let local = (0..self.local.len()).filter_map(|i| self.local.key(i));
+                let remote = self.remote.iter().map(|(_, k, _)| &self.remote_bytes[k.clone()]);
+                Ok(local.chain(remote).map(|k| owner_node(key_hash(k), nodes)).collect())
+            }
+        }
+    }
+
+    /// WATCH key...: a get of each key (the session keeps what they found).
+    pub fn watch(&mut self, node: &Node, forward: bool, keys: &[&[u8]]) {
+        let first = self.ops.len();
+        for key in keys {
+            self.op(node, forward, OpKind::Get, key, &[]);
+        }
+        self.steps.push(Step::Watch { first, n: keys.len() });
+    }
+
+    /// After a round with a WATCH: what its gets found, as `Unchanged` checks carry it; a
+    /// get that found no answer (a value too large for the reply, a failed forward) gives a
+    /// value no check matches, so EXEC then answers null.
+    pub fn watched(&self) -> Vec<[u8; 9]> {
+        let mut out = Vec::new();
+        for step in &self.steps {
+            if let Step::Watch { first, n } = *step {
+                for i in first..first + n {
+                    out.push(match self.outcome(i) {
+                        Ok(OpReply::Found(v)) => watch_value(Some(v)),
+                        Ok(OpReply::NotFound) => watch_value(None),
+                        _ => [2; 9],
+                    });
+                }
+            }
+        }
+        out
+    }
+
     fn op(&mut self, node: &Node, forward: bool, kind: OpKind, key: &[u8], value: &[u8]) -> usize {
         let shard = node.config.shard;
         let owner = owner_node(key_hash(key), shard.count);
-        let at = if owner == shard.index || !forward {
+        let at = if owner == shard.index || !forward || self.txn.is_some() {
             self.local.push(kind, key, value);
             OpAt::Local(self.local.len() - 1)
         } else {
@@ -361,6 +438,12 @@ impl Pipeline {
                 _ => Vec::new(),
             }
         };
+        if let (Some(txn), Some(c)) = (self.txn, cluster)
+            && txn.owner != node.config.shard.index
+        {
+            self.local_error = forward_transaction(c, txn.owner, &self.local, &mut self.response).await;
+            return 0;
+        }
         let mut room = ReplyAllowance::new(budget, self.local.len(), node.config.max_frame as usize);
         let local = run_local(
             node,
@@ -402,6 +485,7 @@ impl Pipeline {
                 Some(Ok(Outcome::Counted(sum))) => Result1::Reply(OpReply::Counted(*sum)),
                 Some(Ok(Outcome::NotAnInteger)) => Result1::Reply(OpReply::NotAnInteger),
                 Some(Ok(Outcome::Overflow)) => Result1::Reply(OpReply::Overflow),
+                Some(Ok(Outcome::Aborted)) => Result1::Reply(OpReply::Aborted),
                 Some(Err(e)) => Result1::Failed(format!("ERR forwarding to the key's owner failed: {e}")),
                 None => Result1::Failed("ERR no node to forward the key to".into()),
             },
@@ -410,6 +494,39 @@ impl Pipeline {
     }
 
     fn write_replies(&self, out: &mut Vec<u8>) {
+        match self.txn {
+            Some(txn) => self.write_transaction(txn, out),
+            None => self.write_steps(out),
+        }
+    }
+
+    /// EXEC's reply: the commands' replies in an array when the batch ran; a null array
+    /// when a watched key had changed; else `EXECABORT` with why.
+    fn write_transaction(&self, txn: Txn, out: &mut Vec<u8>) {
+        if let Some(e) = &self.local_error {
+            return reply::error(out, e);
+        }
+        match self.response.result(0) {
+            OpReply::Stored => {
+                reply::array(out, self.steps.len());
+                self.write_steps(out);
+            }
+            _ if (1..txn.header).any(|j| self.response.result(j) == OpReply::NotStored) => {
+                reply::null_array(out, self.start_proto)
+            }
+            _ => {
+                let why = (0..self.response.len()).find_map(|j| match self.response.result(j) {
+                    OpReply::WrongShard { owner, .. } => Some(format!("a key belongs to node {owner}")),
+                    OpReply::Malformed(w) => Some(w.to_string()),
+                    _ => None,
+                });
+                let why = why.unwrap_or_else(|| "it could not run".into());
+                reply::error(out, &format!("EXECABORT Transaction discarded: {why}"));
+            }
+        }
+    }
+
+    fn write_steps(&self, out: &mut Vec<u8>) {
         let result = |i: usize| self.result(i);
         let mut proto = self.start_proto;
         for step in &self.steps {
@@ -454,6 +571,15 @@ impl Pipeline {
                     Result1::Reply(OpReply::NotFound) => reply::integer(out, -2),
                     other => error_reply(out, other),
                 },
+                Step::Watch { first, n } => match (first..first + n).map(result).find(|r| {
+                    !matches!(
+                        r,
+                        Result1::Reply(OpReply::Found(_) | OpReply::NotFound | OpReply::TooLarge)
+                    )
+                }) {
+                    None => reply::simple(out, "OK"),
+                    Some(f) => error_reply(out, f),
+                },
                 Step::SetNx(put) => match result(put) {
                     Result1::Reply(OpReply::Stored) => reply::integer(out, 1),
                     Result1::Reply(OpReply::NotStored) => reply::integer(out, 0),
@@ -492,6 +618,24 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// Sends a transaction's batch to `owner` (the node of its keys) and puts its answer in
+/// `out`; `Some(error)` when there is none.
+async fn forward_transaction(c: &Cluster, owner: u32, batch: &BatchRequest, out: &mut BatchResponse) -> Option<String> {
+    let reply = match c.send_batch(owner as usize, batch).await {
+        Ok(reply) => reply,
+        Err(e) => return Some(format!("ERR forwarding the transaction to its keys' owner failed: {e}")),
+    };
+    let view: ReplyView<'_> = match reply.batch() {
+        Ok(view) => view,
+        Err(e) => return Some(format!("ERR {e}")),
+    };
+    out.reset(view.len());
+    for j in 0..view.len() {
+        out.copy_result(j, &view, j, |_| true);
+    }
+    None
 }
 
 /// Runs this node's part of the pipeline; `Some(error)` when it could not be answered.
@@ -562,6 +706,7 @@ fn error_reply(out: &mut Vec<u8>, r: Result1<'_>) {
         // Redis's own texts, which clients match.
         Result1::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not an integer or out of range"),
         Result1::Reply(OpReply::Overflow) => reply::error(out, "ERR increment or decrement would overflow"),
+        Result1::Reply(OpReply::Aborted) => reply::error(out, "EXECABORT Transaction discarded"),
         Result1::Reply(OpReply::TooLarge) => reply::error(
             out,
             "ERR the pipeline's values do not fit in one reply (--max-frame): send fewer commands at once",

@@ -57,6 +57,14 @@ pub fn null(out: &mut Vec<u8>, proto: Proto) {
     });
 }
 
+/// No array (EXEC of a transaction a watched key aborted): `*-1` in RESP2, `_` in RESP3.
+pub fn null_array(out: &mut Vec<u8>, proto: Proto) {
+    out.extend_from_slice(match proto {
+        Proto::Resp2 => b"*-1\r\n",
+        Proto::Resp3 => b"_\r\n",
+    });
+}
+
 /// A map of the `n` key-value pairs that follow: `%n` in RESP3, a flat array of `2n` in
 /// RESP2 (as Redis answers `HELLO` and `CONFIG GET`).
 pub fn map(out: &mut Vec<u8>, n: usize, proto: Proto) {

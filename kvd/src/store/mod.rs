@@ -19,6 +19,7 @@ use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
 use parking_lot::RwLock;
 
+mod atomic;
 mod dump;
 mod expires;
 mod expiry;
@@ -141,6 +142,9 @@ pub struct Store {
     /// While a durable shard replays its log after loading a snapshot: per map shard of the
     /// snapshot, the last log entry its copy already holds (see `dump`).
     replay: parking_lot::RwLock<Option<Vec<u64>>>,
+    /// Held (shared) while an atomic batch is applied from the log, and (exclusive) while a
+    /// snapshot copies the map shards: no snapshot splits a transaction (see `atomic`).
+    atomic_gate: parking_lot::RwLock<()>,
     /// Per map shard: how long sampled batches spent on its ops, lock wait included.
     shard_latency: Box<[crate::latency::Buckets]>,
     #[cfg(test)]
@@ -225,6 +229,7 @@ impl Store {
             started: std::time::Instant::now(),
             configured_eviction: limit.map_or(Eviction::Lru, |l| l.eviction),
             replay: parking_lot::RwLock::new(None),
+            atomic_gate: parking_lot::RwLock::new(()),
             shard_latency: (0..n).map(|_| crate::latency::Buckets::default()).collect(),
             #[cfg(test)]
             fault: None,
@@ -315,6 +320,9 @@ impl Store {
     ) {
         logged.clear();
         written.clear();
+        if batch.is_atomic() {
+            return Self::atomic_to_log(self.me, batch, logged);
+        }
         for i in 0..batch.len() {
             let Ok(op) = batch.op(i) else { continue };
             if op.kind == OpKind::Clock {
@@ -335,6 +343,22 @@ impl Store {
         if reads_too && written.is_empty() {
             // Reads only: none goes through the log.
             logged.clear();
+        }
+    }
+
+    /// An atomic batch goes through the log whole when it writes and every op of it can
+    /// run here; otherwise none of it does (it runs, or is refused, at once).
+    fn atomic_to_log(me: ShardId, batch: &BatchView<'_>, logged: &mut Vec<u32>) {
+        let mut writes = false;
+        for i in 0..batch.len() {
+            match batch.op(i) {
+                Ok(op) if op.kind == OpKind::Atomic => {}
+                Ok(op) if op.kind != OpKind::Clock && me.owns(key_hash(op.key)) => writes |= op.kind.is_write(),
+                _ => return,
+            }
+        }
+        if writes {
+            logged.extend(0..batch.len() as u32);
         }
     }
 
@@ -371,6 +395,13 @@ impl Store {
     ) {
         let n = batch.len();
         out.reset(n);
+        if batch.is_atomic() {
+            // A transaction: all of it here, or all of it through the log (`ops_to_log`).
+            if skip.is_empty() {
+                self.execute_atomic(batch, out, room, scratch, tally);
+            }
+            return;
+        }
         scratch.order.clear();
         scratch.hashes.clear();
         scratch.hashes.resize(n, 0);
@@ -402,6 +433,12 @@ impl Store {
                     }
                     _ => out.set(i, OpStatus::Stored),
                 }
+                continue;
+            }
+            if op.kind == OpKind::Unchanged {
+                // A transaction's check (see `atomic`).
+                out.set_malformed(i, kvshared::wire::MalformedOp::NotAtomic);
+                tally.malformed_op += 1;
                 continue;
             }
             let hash = key_hash(op.key);
@@ -540,7 +577,7 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         match op.kind {
-            OpKind::Get | OpKind::Ttl | OpKind::Clock => {}
+            OpKind::Get | OpKind::Ttl | OpKind::Clock | OpKind::Atomic | OpKind::Unchanged => {}
             OpKind::PutIfAbsent | OpKind::PutIfPresent
                 if s.table.find(hash, op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>
             {

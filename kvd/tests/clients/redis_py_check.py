@@ -5,6 +5,7 @@ from what Redis would answer."""
 
 import asyncio
 import sys
+import time
 
 import redis
 import redis.asyncio
@@ -47,15 +48,60 @@ def check_sync(host, port, password):
     p = r.pipeline(transaction=False)
     p.set("pp1", "a").get("pp1").get("py-missing")
     assert p.execute() == [True, b"a", None]
-    # A transaction is refused as a whole and none of its commands runs.
+    # Transactions: MULTI/EXEC through pipeline(), on one shard's keys (a transaction
+    # with keys of two shards is refused, CROSSSLOT: the second key is found by trying).
+    second = None
+    for i in range(64):
+        t = r.pipeline(transaction=True)
+        t.set("tx1", "a").set(f"txn{i}", 0)
+        try:
+            t.execute()
+            second = f"txn{i}"
+            break
+        except redis.exceptions.ResponseError as e:
+            assert "CROSSSLOT" in str(e) or "EXECABORT" in str(e), e
+    assert second is not None, "no key on tx1's shard"
     t = r.pipeline(transaction=True)
-    t.set("tx1", "a").set("tx2", "b")
-    try:
-        t.execute()
-        raise AssertionError("a MULTI/EXEC pipeline was acknowledged")
-    except redis.exceptions.ResponseError as e:
-        assert "transactions" in str(e) or "EXECABORT" in str(e), e
-    assert r.get("tx1") is None and r.get("tx2") is None, "a queued command ran"
+    t.set("tx1", "a").get("tx1").incr(second)
+    assert t.execute() == [True, b"a", 1], "a transaction"
+    # WATCH: a change by another client makes it raise WatchError and run nothing.
+    other = redis.Redis(host=host, port=port, password=password)
+    with r.pipeline() as t:
+        t.watch("txw")
+        other.set("txw", "changed")
+        t.multi()
+        t.set("txw", "mine")
+        try:
+            t.execute()
+            raise AssertionError("a transaction on a changed watched key ran")
+        except redis.exceptions.WatchError:
+            pass
+    assert r.get("txw") == b"changed"
+    # The optimistic increment of redis-py's docs, with transaction().
+    def incr(pipe):
+        v = int(pipe.get("txcount") or 0)
+        pipe.multi()
+        pipe.set("txcount", v + 1)
+    for _ in range(5):
+        r.transaction(incr, "txcount")
+    assert r.get("txcount") == b"5"
+    other.close()
+    # Times to live, for keys on both shards (every other one is forwarded).
+    for i in range(20):
+        k = f"pttl{i}"
+        assert r.set(k, "v", ex=100) is True
+        assert r.ttl(k) == 100
+        assert 99_000 <= r.pttl(k) <= 100_000
+        assert r.expire(k, 50, gt=True) is False and r.expire(k, 50, lt=True) is True
+        assert r.persist(k) is True and r.ttl(k) == -1
+        assert r.setex(k, 10, "w") is True and r.ttl(k) == 10
+        assert r.getex(k, persist=True) == b"w" and r.ttl(k) == -1
+        assert r.pexpire(k, 60_000, nx=True) is True and r.expiretime(k) > 0
+        assert r.set(k, "x", keepttl=True) is True and r.ttl(k) == 60
+    assert r.ttl("pttl-missing") == -2
+    assert r.set("pshort", "v", px=100) is True
+    time.sleep(0.25)
+    assert r.get("pshort") is None and r.exists("pshort") == 0
     # The unknown type commands get Redis's error, and the connection goes on.
     try:
         r.lpush("list", "a")

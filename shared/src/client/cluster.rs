@@ -84,6 +84,8 @@ pub enum Outcome {
     NotAnInteger,
     /// An increment's sum would overflow; nothing changed.
     Overflow,
+    /// Not run: its atomic batch did not run.
+    Aborted,
 }
 
 /// Whether a request that failed with `e` did not run and another member of the group
@@ -813,6 +815,7 @@ impl Cluster {
             OpReply::Counted(sum) => Ok(Outcome::Counted(sum)),
             OpReply::NotAnInteger => Ok(Outcome::NotAnInteger),
             OpReply::Overflow => Ok(Outcome::Overflow),
+            OpReply::Aborted => Ok(Outcome::Aborted),
         }
     }
 

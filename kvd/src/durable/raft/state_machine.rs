@@ -137,6 +137,8 @@ impl SnapshotMaker {
         self.store.export_header(&mut buf);
         file.write_data(&buf)?;
         let mut pairs = 0;
+        // No transaction is applied while the shards are copied (none is split).
+        let _transactions = self.store.hold_transactions();
         for shard in 0..self.store.map_shards() {
             buf.clear();
             pairs += self.store.export_shard(shard, &mut buf);

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -59,14 +60,52 @@ func run(ctx context.Context, addr, password string, protocol int) {
 	get := pipe.Get(ctx, prefix+"p")
 	_, err = pipe.Exec(ctx)
 	check(err == nil && get.Val() == "x", "pipeline: %v %q", err, get.Val())
-	// A transaction is refused as a whole; none of its commands runs.
-	_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	// A transaction on one key runs whole; a watched key changed by another client makes
+	// it fail with redis.TxFailedErr and run nothing.
+	cmds, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, prefix+"tx", "1", 0)
+		p.Incr(ctx, prefix+"tx")
 		return nil
 	})
-	check(err != nil, "a MULTI/EXEC transaction was acknowledged")
-	_, err = rdb.Get(ctx, prefix+"tx").Result()
-	check(errors.Is(err, redis.Nil), "a queued command ran: %v", err)
+	check(err == nil && len(cmds) == 2, "a MULTI/EXEC transaction: %v", err)
+	v, err := rdb.Get(ctx, prefix+"tx").Result()
+	check(err == nil && v == "2", "after the transaction: %q %v", v, err)
+	err = rdb.Watch(ctx, func(tx *redis.Tx) error {
+		check(rdb.Set(ctx, prefix+"tx", "changed", 0).Err() == nil, "set by another client")
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, prefix+"tx", "mine", 0)
+			return nil
+		})
+		return err
+	}, prefix+"tx")
+	check(errors.Is(err, redis.TxFailedErr), "a transaction on a changed watched key: %v", err)
+	v, err = rdb.Get(ctx, prefix+"tx").Result()
+	check(err == nil && v == "changed", "the watched key: %q %v", v, err)
+	// Times to live.
+	for i := 0; i < 20; i++ {
+		k := fmt.Sprintf("%sttl%d", prefix, i)
+		check(rdb.Set(ctx, k, "v", 100*time.Second).Err() == nil, "set with a ttl")
+		ttl, err := rdb.TTL(ctx, k).Result()
+		check(err == nil && ttl == 100*time.Second, "ttl: %v %v", ttl, err)
+		set, err := rdb.ExpireLT(ctx, k, 50*time.Second).Result()
+		check(err == nil && set, "expire lt: %v %v", set, err)
+		set, err = rdb.ExpireGT(ctx, k, 10*time.Second).Result()
+		check(err == nil && !set, "expire gt: %v %v", set, err)
+		set, err = rdb.Persist(ctx, k).Result()
+		check(err == nil && set, "persist: %v %v", set, err)
+		ttl, err = rdb.TTL(ctx, k).Result()
+		check(err == nil && ttl == -1, "ttl after persist: %v %v", ttl, err)
+		v, err := rdb.GetEx(ctx, k, 30*time.Second).Result()
+		check(err == nil && v == "v", "getex: %q %v", v, err)
+		pttl, err := rdb.PTTL(ctx, k).Result()
+		check(err == nil && pttl > 29*time.Second && pttl <= 30*time.Second, "pttl: %v %v", pttl, err)
+	}
+	ttl, err := rdb.TTL(ctx, prefix+"ttl-missing").Result()
+	check(err == nil && ttl == -2, "ttl of a missing key: %v %v", ttl, err)
+	check(rdb.Set(ctx, prefix+"short", "v", 100*time.Millisecond).Err() == nil, "set px")
+	time.Sleep(250 * time.Millisecond)
+	_, err = rdb.Get(ctx, prefix+"short").Result()
+	check(errors.Is(err, redis.Nil), "a key read after its deadline: %v", err)
 	info, err := rdb.Info(ctx, "replication").Result()
 	check(err == nil && strings.Contains(info, "role:master"), "info replication: %v", err)
 }

@@ -1,0 +1,213 @@
+//! Redis transactions: `MULTI` queues commands (answered `+QUEUED`), `EXEC` runs them as one
+//! atomic batch on the node that owns their keys (the store's `Atomic` op: nothing of
+//! another client comes between them; with a data dir, one log entry), `DISCARD` drops
+//! them, `WATCH` makes `EXEC` answer null when a watched key's value changed meanwhile.
+//!
+//! As Redis: a command refused when queued (unknown, wrong arguments, bad options, a key
+//! of another shard than the transaction's: `CROSSSLOT`) makes `EXEC` answer `EXECABORT`
+//! and run nothing; a command that fails when it runs (`INCR` of text) answers its error in
+//! `EXEC`'s array and the others still run. Limits: [`MAX_QUEUED`] commands,
+//! [`MAX_QUEUED_BYTES`] of them, [`MAX_WATCHED`] watched keys.
+
+use std::ops::Range;
+
+use kvshared::routing::{key_hash, owner_node};
+
+use super::commands::{Ctx, is, run};
+use super::parse::Args;
+use super::pipeline::Pipeline;
+use super::reply;
+
+/// Most commands one transaction queues.
+pub const MAX_QUEUED: usize = 4096;
+/// Most bytes of queued commands (a transaction is one batch: it must fit in a frame).
+pub const MAX_QUEUED_BYTES: usize = 4 << 20;
+/// Most keys one connection watches.
+pub const MAX_WATCHED: usize = 1024;
+
+const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+
+/// A connection's transaction state.
+#[derive(Default)]
+pub struct TxState {
+    multi: Multi,
+    /// Watched keys and what WATCH found (see `wire::watch_value`).
+    watched: Vec<(Vec<u8>, [u8; 9])>,
+    /// The keys of a WATCH in the round now running, until `after_round` keeps what it found.
+    watching: Vec<Vec<u8>>,
+}
+
+#[derive(Default)]
+enum Multi {
+    #[default]
+    Off,
+    Queuing(Queue),
+}
+
+#[derive(Default)]
+struct Queue {
+    commands: Vec<(Vec<u8>, Vec<Range<usize>>)>,
+    bytes: usize,
+    /// The node that owns every key queued so far.
+    owner: Option<u32>,
+    /// A command was refused when queued: EXEC answers EXECABORT.
+    failed: bool,
+}
+
+impl TxState {
+    /// Whether `name` runs in a round of its own: EXEC (its batch is the transaction alone)
+    /// and WATCH (what it found is kept after the round).
+    pub fn own_round(&self, name: &[u8]) -> bool {
+        match self.multi {
+            Multi::Queuing(_) => is(name, "EXEC"),
+            Multi::Off => is(name, "WATCH"),
+        }
+    }
+
+    /// After a round: keeps what its WATCH found.
+    pub fn after_round(&mut self, p: &Pipeline) {
+        if self.watching.is_empty() {
+            return;
+        }
+        let seen = p.watched();
+        for (key, value) in std::mem::take(&mut self.watching).into_iter().zip(seen) {
+            match self.watched.iter_mut().find(|(k, _)| *k == key) {
+                Some(w) => w.1 = value,
+                None => self.watched.push((key, value)),
+            }
+        }
+    }
+
+    /// Bytes the queued commands and watched keys hold (charged to the buffer budget).
+    pub fn held_bytes(&self) -> usize {
+        let queued = match &self.multi {
+            Multi::Queuing(q) => q.bytes,
+            Multi::Off => 0,
+        };
+        queued + self.watched.iter().map(|(k, _)| k.len() + 9).sum::<usize>()
+    }
+}
+
+/// MULTI, EXEC, DISCARD, WATCH, UNWATCH, and every command while queuing. `None`: not
+/// one of them (the command runs as usual).
+pub fn handle(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Option<()> {
+    let name = args.get(0);
+    let tx = &mut ctx.session.tx;
+    let queuing = matches!(tx.multi, Multi::Queuing(_));
+    let answer: Result<&str, &str> = match name {
+        _ if is(name, "MULTI") && queuing => Err("ERR MULTI calls can not be nested"),
+        _ if is(name, "MULTI") => {
+            tx.multi = Multi::Queuing(Queue::default());
+            Ok("OK")
+        }
+        _ if is(name, "EXEC") => return Some(exec(ctx, p)),
+        _ if is(name, "DISCARD") && queuing => {
+            tx.multi = Multi::Off;
+            tx.watched.clear();
+            Ok("OK")
+        }
+        _ if is(name, "DISCARD") => Err("ERR DISCARD without MULTI"),
+        _ if is(name, "WATCH") && queuing => Err("ERR WATCH inside MULTI is not allowed"),
+        _ if is(name, "WATCH") => return Some(watch(ctx, args, p)),
+        _ if is(name, "UNWATCH") => {
+            tx.watched.clear();
+            Ok("OK")
+        }
+        _ if is(name, "QUIT") || !queuing => return None,
+        _ => return Some(queue(ctx, args, p)),
+    };
+    match answer {
+        Ok(ok) => p.immediate(|o| reply::simple(o, ok)),
+        Err(e) => p.immediate(|o| reply::error(o, e)),
+    }
+    Some(())
+}
+
+/// Queues a command inside MULTI, or refuses it (and the transaction with it).
+fn queue(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
+    let refused = queue_refusal(ctx, args);
+    let Multi::Queuing(q) = &mut ctx.session.tx.multi else {
+        return;
+    };
+    match refused {
+        Err(e) => {
+            q.failed = true;
+            p.immediate(|o| reply::error(o, &e));
+        }
+        Ok(owners) => {
+            for o in owners {
+                if *q.owner.get_or_insert(o) != o {
+                    q.failed = true;
+                    return p.immediate(|out| reply::error(out, CROSSSLOT));
+                }
+            }
+            let command = args.to_owned();
+            q.bytes += command.0.len() + 16 * command.1.len();
+            q.commands.push(command);
+            if q.commands.len() > MAX_QUEUED || q.bytes > MAX_QUEUED_BYTES {
+                q.failed = true;
+                q.commands.clear();
+                let e = format!(
+                    "ERR a kvd transaction holds at most {MAX_QUEUED} commands and {} MiB of them",
+                    MAX_QUEUED_BYTES >> 20
+                );
+                return p.immediate(|o| reply::error(o, &e));
+            }
+            p.immediate(|o| reply::simple(o, "QUEUED"));
+        }
+    }
+}
+
+/// What a command queued in MULTI would do, found by adding it alone to a scratch
+/// pipeline (nothing runs): the nodes of its keys, or the error it is refused with.
+fn queue_refusal(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result<Vec<u32>, String> {
+    let name = args.get(0);
+    if ["HELLO", "AUTH", "CLIENT", "SELECT"].iter().any(|c| is(name, c)) {
+        let shown = String::from_utf8_lossy(name).to_ascii_uppercase();
+        return Err(format!("ERR kvd does not run {shown} inside MULTI"));
+    }
+    let mut scratch = Pipeline::default();
+    run(ctx, args, &mut scratch);
+    scratch.queued_owners(ctx.node.config.shard.count)
+}
+
+/// EXEC: the queued commands as one atomic batch to the node of their keys.
+fn exec(ctx: &mut Ctx<'_>, p: &mut Pipeline) {
+    let tx = &mut ctx.session.tx;
+    let Multi::Queuing(q) = std::mem::take(&mut tx.multi) else {
+        return p.immediate(|o| reply::error(o, "ERR EXEC without MULTI"));
+    };
+    let watched = std::mem::take(&mut tx.watched);
+    if q.failed {
+        return p.immediate(|o| reply::error(o, "EXECABORT Transaction discarded because of previous errors."));
+    }
+    let shard = ctx.node.config.shard;
+    let mut owner = q.owner;
+    for (key, _) in &watched {
+        let o = owner_node(key_hash(key), shard.count);
+        if *owner.get_or_insert(o) != o {
+            return p.immediate(|out| reply::error(out, CROSSSLOT));
+        }
+    }
+    // Without --nodes nothing is forwarded: another node's keys abort it here.
+    let owner = owner.filter(|_| ctx.forward).unwrap_or(shard.index);
+    p.begin_transaction(owner, &watched);
+    for (bytes, ranges) in &q.commands {
+        run(ctx, &Args::new(bytes, ranges), p);
+    }
+}
+
+/// WATCH key...: reads each key in this round; `after_round` keeps what it found.
+fn watch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
+    let tx = &mut ctx.session.tx;
+    let keys: Vec<&[u8]> = args.rest(1).collect();
+    if keys.is_empty() {
+        return p.immediate(|o| reply::error(o, "ERR wrong number of arguments for 'watch' command"));
+    }
+    if tx.watched.len() + keys.len() > MAX_WATCHED {
+        let e = format!("ERR a kvd connection watches at most {MAX_WATCHED} keys");
+        return p.immediate(|o| reply::error(o, &e));
+    }
+    tx.watching = keys.iter().map(|k| k.to_vec()).collect();
+    p.watch(ctx.node, ctx.forward, &keys);
+}

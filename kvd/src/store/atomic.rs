@@ -1,0 +1,222 @@
+//! Atomic batches (Redis's `MULTI`/`EXEC`, with `WATCH`): a batch holding an `Atomic` op
+//! runs as one. Every map shard it touches is write-locked first, in ascending order (no
+//! other batch holds two shard locks, so there is no deadlock), then its `Unchanged`
+//! checks are made, then its ops run in batch order; the locks go only after the last op,
+//! so no other batch's op comes between two of its ops.
+//!
+//! All or nothing: an op that cannot run (malformed, a key of another node, a client's
+//! clock op) or a failed check means no op runs (answered `Aborted`). Once it runs, each op
+//! answers as it would alone (an increment of text answers `NotAnInteger` and the others
+//! still run: Redis does not roll back either).
+//!
+//! Durable: the batch is one log entry, applied the same way on every member. A fuzzy
+//! snapshot must not split one (checks on a shard copied after it could fail on replay
+//! while a shard copied before it needs it applied): the snapshot holds
+//! [`Store::hold_transactions`] while it copies, and applying an atomic batch waits for it.
+
+use kvshared::routing::{key_hash, map_shard};
+use kvshared::stats::Counts;
+use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus, watch_value};
+use parking_lot::RwLockWriteGuard;
+
+use super::expiry::batch_clock;
+use super::memory::Shard;
+use super::pipeline::Pending;
+use super::{Answers, ReplyRoom, Scratch, Store};
+
+impl Store {
+    /// While the guard lives, no atomic batch is applied from the log (a snapshot's copy).
+    pub fn hold_transactions(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
+        self.atomic_gate.write()
+    }
+
+    /// Runs an atomic batch (see the module's notes). `out` is reset already.
+    pub(super) fn execute_atomic(
+        &self,
+        batch: &BatchView<'_>,
+        out: &mut BatchResponse,
+        room: &mut impl ReplyRoom,
+        scratch: &mut Scratch,
+        tally: &mut Counts,
+    ) {
+        let n = batch.len();
+        let (mut runnable, mut shards) = (true, Vec::new());
+        scratch.hashes.clear();
+        scratch.hashes.resize(n, 0);
+        for i in 0..n {
+            match self.check_atomic_op(batch, i, scratch, out, tally) {
+                Ok(Some(shard)) => shards.push(shard),
+                Ok(None) => {}
+                Err(()) => runnable = false,
+            }
+        }
+        shards.sort_unstable();
+        shards.dedup();
+        if self.replay_holds_all(&shards, batch, scratch) {
+            return;
+        }
+        let _gate = (scratch.log_index > 0).then(|| self.atomic_gate.read());
+        let mut guards: Vec<(usize, RwLockWriteGuard<'_, Shard>)> =
+            shards.iter().map(|&s| (s, self.shards[s].write())).collect();
+        for (_, g) in guards.iter_mut() {
+            g.applied = g.applied.max(scratch.log_index);
+        }
+        let mut ans = Answers {
+            out,
+            room,
+            tally,
+            now: self.now(),
+            clock: batch_clock(batch, scratch.log_index),
+            log_index: scratch.log_index,
+        };
+        if runnable {
+            runnable = self.checks_hold(batch, &scratch.hashes, &guards, &mut ans);
+        }
+        if !runnable {
+            abort(batch, ans.out);
+            return;
+        }
+        for i in 0..n {
+            let Ok(op) = batch.op(i) else { continue };
+            match op.kind {
+                OpKind::Atomic => {
+                    ans.out.set(i, OpStatus::Stored);
+                    continue;
+                }
+                OpKind::Clock | OpKind::Unchanged => continue,
+                _ => {}
+            }
+            let hash = scratch.hashes[i];
+            let shard = map_shard(hash, self.shards.len());
+            let Some(g) = guard_of(&mut guards, shard) else {
+                continue;
+            };
+            match op.kind {
+                OpKind::Get => {
+                    let mut pending = Pending::new();
+                    self.probe_get(shard, g, hash, op.key, i, &mut ans, &mut pending);
+                    self.deliver_all(shard, g, &mut ans, &mut pending);
+                }
+                OpKind::Ttl => Self::ttl_of(g, hash, op.key, i, &mut ans),
+                _ => {
+                    let expired = self.expire_if_due(g, hash, op.key, &mut ans);
+                    self.write_one(shard, g, hash, op, expired, i, &mut ans);
+                }
+            }
+        }
+    }
+
+    /// Checks op `i` of an atomic batch before anything runs: its map shard (`None` for the
+    /// marker and a log's clock), or `Err` when it cannot run (answered with why).
+    fn check_atomic_op(
+        &self,
+        batch: &BatchView<'_>,
+        i: usize,
+        scratch: &mut Scratch,
+        out: &mut BatchResponse,
+        tally: &mut Counts,
+    ) -> Result<Option<usize>, ()> {
+        let op = batch.op(i).map_err(|why| {
+            out.set_malformed(i, why);
+            tally.malformed_op += 1;
+        })?;
+        match op.kind {
+            OpKind::Atomic => Ok(None),
+            OpKind::Clock if scratch.log_index > 0 => {
+                out.set(i, OpStatus::Stored);
+                Ok(None)
+            }
+            OpKind::Clock => {
+                out.set_malformed(i, MalformedOp::LogOnly);
+                tally.malformed_op += 1;
+                Err(())
+            }
+            _ => {
+                let hash = key_hash(op.key);
+                if !self.me.owns(hash) {
+                    out.set_wrong_shard(i, kvshared::routing::owner_node(hash, self.me.count), self.me.count);
+                    tally.wrong_shard += 1;
+                    return Err(());
+                }
+                scratch.hashes[i] = hash;
+                Ok(Some(map_shard(hash, self.shards.len())))
+            }
+        }
+    }
+
+    /// Replaying the log after a snapshot whose copies of these map shards already hold this
+    /// entry (a snapshot never splits an atomic batch: all of them or none).
+    fn replay_holds_all(&self, shards: &[usize], batch: &BatchView<'_>, scratch: &Scratch) -> bool {
+        if scratch.log_index == 0 {
+            return false;
+        }
+        let replay = self.replay.read();
+        let Some(held) = replay.as_ref() else { return false };
+        let mut any = false;
+        for i in 0..batch.len() {
+            if let Ok(op) = batch.op(i)
+                && !matches!(op.kind, OpKind::Atomic | OpKind::Clock)
+            {
+                let h = held.get(map_shard(scratch.hashes[i], held.len())).copied().unwrap_or(0);
+                if scratch.log_index > h {
+                    return false;
+                }
+                any = true;
+            }
+        }
+        any || shards.is_empty()
+    }
+
+    /// Whether every `Unchanged` check of the batch holds: the key's value (absent, or
+    /// past its deadline, counts as absent) is still the one watched.
+    fn checks_hold(
+        &self,
+        batch: &BatchView<'_>,
+        hashes: &[u64],
+        guards: &[(usize, RwLockWriteGuard<'_, Shard>)],
+        ans: &mut Answers<'_, impl ReplyRoom>,
+    ) -> bool {
+        let mut hold = true;
+        for i in 0..batch.len() {
+            let Ok(op) = batch.op(i) else { continue };
+            if op.kind != OpKind::Unchanged {
+                continue;
+            }
+            let shard = map_shard(hashes[i], self.shards.len());
+            let Ok(at) = guards.binary_search_by_key(&shard, |(s, _)| *s) else {
+                continue;
+            };
+            let s = &guards[at].1;
+            let value = s
+                .table
+                .find(hashes[i], op.key)
+                .filter(|_| !s.expires.is_due(op.key, ans.clock))
+                .and_then(|slot| s.table.at(slot))
+                .map(|e| e.value());
+            let same = watch_value(value) == *op.value;
+            ans.out
+                .set(i, if same { OpStatus::Stored } else { OpStatus::NotStored });
+            hold &= same;
+        }
+        hold
+    }
+}
+
+/// The guard of map shard `shard`, if the batch locked it.
+fn guard_of<'g, 'a>(guards: &'g mut [(usize, RwLockWriteGuard<'a, Shard>)], shard: usize) -> Option<&'g mut Shard> {
+    let at = guards.binary_search_by_key(&shard, |(s, _)| *s).ok()?;
+    Some(&mut *guards[at].1)
+}
+
+/// Answers every op of an aborted batch that has no answer of its own yet `Aborted`.
+fn abort(batch: &BatchView<'_>, out: &mut BatchResponse) {
+    for i in 0..batch.len() {
+        let kept = matches!(
+            out.status(i),
+            Some(OpStatus::Malformed | OpStatus::WrongShard | OpStatus::NotStored)
+        ) || batch.op(i).is_ok_and(|op| op.kind == OpKind::Clock);
+        if !kept {
+            out.set(i, OpStatus::Aborted);
+        }
+    }
+}
