@@ -685,7 +685,7 @@ impl<'a> BatchView<'a> {
 
     /// Whether the batch holds an `Atomic` op: it runs as one (a transaction).
     pub fn is_atomic(&self) -> bool {
-        self.archived.kinds.iter().any(|k| *k == ArchivedOpKind::Atomic)
+        self.archived.kinds.contains(&ArchivedOpKind::Atomic)
     }
 
     /// Op `i`, with its key and value spans bounds-checked.

@@ -101,7 +101,9 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                             | OpKind::Expire
                             | OpKind::Ttl
                             | OpKind::Expired
-                            | OpKind::Clock => {
+                            | OpKind::Clock
+                            | OpKind::Atomic
+                            | OpKind::Unchanged => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

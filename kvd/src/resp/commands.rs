@@ -130,7 +130,7 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
         p.immediate(|o| reply::error(o, "NOAUTH Authentication required."));
         return false;
     }
-    if super::transaction::handle(ctx, args, p).is_some() {
+    if super::transaction::handle(ctx, args, p) {
         return false;
     }
     run(ctx, args, p)

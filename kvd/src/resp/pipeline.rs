@@ -178,9 +178,9 @@ impl Pipeline {
         self.steps.push(Step::Switch(proto));
     }
 
-    /// Whether no command is waiting.
+    /// Whether no command is waiting (an EXEC of nothing is one: it answers `*0`).
     pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
+        self.steps.is_empty() && self.txn.is_none()
     }
 
     /// Commands waiting.

@@ -88,9 +88,9 @@ impl TxState {
     }
 }
 
-/// MULTI, EXEC, DISCARD, WATCH, UNWATCH, and every command while queuing. `None`: not
-/// one of them (the command runs as usual).
-pub fn handle(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Option<()> {
+/// MULTI, EXEC, DISCARD, WATCH, UNWATCH, and every command while queuing; false when the
+/// command is none of them (it runs as usual).
+pub fn handle(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
     let name = args.get(0);
     let tx = &mut ctx.session.tx;
     let queuing = matches!(tx.multi, Multi::Queuing(_));
@@ -100,7 +100,10 @@ pub fn handle(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Option<()
             tx.multi = Multi::Queuing(Queue::default());
             Ok("OK")
         }
-        _ if is(name, "EXEC") => return Some(exec(ctx, p)),
+        _ if is(name, "EXEC") => {
+            exec(ctx, p);
+            return true;
+        }
         _ if is(name, "DISCARD") && queuing => {
             tx.multi = Multi::Off;
             tx.watched.clear();
@@ -108,19 +111,25 @@ pub fn handle(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Option<()
         }
         _ if is(name, "DISCARD") => Err("ERR DISCARD without MULTI"),
         _ if is(name, "WATCH") && queuing => Err("ERR WATCH inside MULTI is not allowed"),
-        _ if is(name, "WATCH") => return Some(watch(ctx, args, p)),
+        _ if is(name, "WATCH") => {
+            watch(ctx, args, p);
+            return true;
+        }
         _ if is(name, "UNWATCH") => {
             tx.watched.clear();
             Ok("OK")
         }
-        _ if is(name, "QUIT") || !queuing => return None,
-        _ => return Some(queue(ctx, args, p)),
+        _ if is(name, "QUIT") || !queuing => return false,
+        _ => {
+            queue(ctx, args, p);
+            return true;
+        }
     };
     match answer {
         Ok(ok) => p.immediate(|o| reply::simple(o, ok)),
         Err(e) => p.immediate(|o| reply::error(o, e)),
     }
-    Some(())
+    true
 }
 
 /// Queues a command inside MULTI, or refuses it (and the transaction with it).

@@ -177,19 +177,19 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) -> bool {
         let mut hold = true;
-        for i in 0..batch.len() {
+        for (i, &hash) in hashes.iter().enumerate() {
             let Ok(op) = batch.op(i) else { continue };
             if op.kind != OpKind::Unchanged {
                 continue;
             }
-            let shard = map_shard(hashes[i], self.shards.len());
+            let shard = map_shard(hash, self.shards.len());
             let Ok(at) = guards.binary_search_by_key(&shard, |(s, _)| *s) else {
                 continue;
             };
             let s = &guards[at].1;
             let value = s
                 .table
-                .find(hashes[i], op.key)
+                .find(hash, op.key)
                 .filter(|_| !s.expires.is_due(op.key, ans.clock))
                 .and_then(|slot| s.table.at(slot))
                 .map(|e| e.value());
@@ -218,5 +218,114 @@ fn abort(batch: &BatchView<'_>, out: &mut BatchResponse) {
         if !kept {
             out.set(i, OpStatus::Aborted);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kvshared::routing::ShardId;
+    use kvshared::wire::{BatchRequest, OpReply, watch_value};
+
+    use super::*;
+    use crate::store::expiry::tests_support::run_at;
+
+    fn txn(ops: &[(OpKind, &[u8], &[u8])]) -> BatchRequest {
+        let mut req = BatchRequest::new();
+        req.push(OpKind::Atomic, b"", b"");
+        for (kind, key, value) in ops {
+            req.push(*kind, key, value);
+        }
+        req
+    }
+
+    /// A transaction runs in order and answers each op; a failed check or an op that
+    /// cannot run means nothing runs; a check outside a transaction is malformed.
+    #[test]
+    fn all_or_nothing() {
+        let store = Store::new(ShardId::SOLO, 8, 0).unwrap();
+        let one = 1i64.to_le_bytes();
+        let seen = watch_value(None);
+        let req = txn(&[
+            (OpKind::Unchanged, b"a", &seen),
+            (OpKind::Put, b"a", b"1"),
+            (OpKind::IncrBy, b"a", &one),
+            (OpKind::Put, b"b", b"x"),
+            (OpKind::Get, b"a", b""),
+        ]);
+        let (r, _) = run_at(&store, 0, &req);
+        assert_eq!(
+            r,
+            [
+                OpReply::Stored,
+                OpReply::Stored,
+                OpReply::Stored,
+                OpReply::Counted(2),
+                OpReply::Stored,
+                OpReply::Found(b"2")
+            ]
+        );
+        // The watched value changed: nothing runs.
+        let (r, _) = run_at(
+            &store,
+            0,
+            &txn(&[(OpKind::Unchanged, b"a", &seen), (OpKind::Put, b"b", b"y")]),
+        );
+        assert_eq!(r, [OpReply::Aborted, OpReply::NotStored, OpReply::Aborted]);
+        let now = watch_value(Some(b"2"));
+        let (r, _) = run_at(
+            &store,
+            0,
+            &txn(&[(OpKind::Unchanged, b"a", &now), (OpKind::Get, b"b", b"")]),
+        );
+        assert_eq!(r, [OpReply::Stored, OpReply::Stored, OpReply::Found(b"x")]);
+        // A client's clock op, or a malformed one: nothing runs.
+        let (r, _) = run_at(
+            &store,
+            0,
+            &txn(&[(OpKind::Put, b"b", b"z"), (OpKind::Clock, b"", &[0; 8])]),
+        );
+        assert_eq!(r[..2], [OpReply::Aborted, OpReply::Aborted]);
+        assert!(matches!(r[2], OpReply::Malformed(_)));
+        let (r, _) = run_at(
+            &store,
+            0,
+            &txn(&[(OpKind::Put, b"b", b"z"), (OpKind::IncrBy, b"b", b"bad")]),
+        );
+        assert_eq!(
+            r[..2],
+            [OpReply::Stored, OpReply::Stored],
+            "an op's own failure is its own: {r:?}"
+        );
+        let mut check = BatchRequest::new();
+        check.push(OpKind::Unchanged, b"a", &now);
+        assert!(matches!(run_at(&store, 0, &check).0[0], OpReply::Malformed(_)));
+        let mut get = BatchRequest::new();
+        get.push_get(b"b");
+        assert_eq!(run_at(&store, 0, &get).0, [OpReply::Found(b"z")]);
+    }
+
+    /// A key of another node aborts the transaction, with the owner named.
+    #[test]
+    fn another_node_s_key_aborts_it() {
+        let store = Store::new(ShardId { index: 0, count: 2 }, 8, 0).unwrap();
+        let other = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| !ShardId { index: 0, count: 2 }.owns(key_hash(k.as_bytes())))
+            .unwrap();
+        let mine = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| ShardId { index: 0, count: 2 }.owns(key_hash(k.as_bytes())))
+            .unwrap();
+        let (r, _) = run_at(
+            &store,
+            0,
+            &txn(&[
+                (OpKind::Put, mine.as_bytes(), b"1"),
+                (OpKind::Put, other.as_bytes(), b"1"),
+            ]),
+        );
+        assert_eq!(r[..2], [OpReply::Aborted, OpReply::Aborted]);
+        assert!(matches!(r[2], OpReply::WrongShard { owner: 1, nodes: 2 }));
+        assert_eq!(store.len(), 0);
     }
 }

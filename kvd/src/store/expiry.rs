@@ -248,7 +248,7 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests_support {
+pub(in crate::store) mod tests_support {
     use kvshared::expiry::clock_value;
     use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
     use kvshared::wire::{BatchRequest, BatchResponse, OpReply, encode_frame};
@@ -258,7 +258,7 @@ mod tests_support {
 
     /// Runs `req` as a log entry applied at `clock` (its first op the clock), or, with
     /// `clock` 0, as a client's batch; returns each op's result (the clock's left out).
-    pub(super) fn run_at(store: &Store, clock: u64, req: &BatchRequest) -> (Vec<OpReply<'static>>, Counts) {
+    pub(in crate::store) fn run_at(store: &Store, clock: u64, req: &BatchRequest) -> (Vec<OpReply<'static>>, Counts) {
         let mut entry = BatchRequest::new();
         if clock > 0 {
             entry.push(OpKind::Clock, b"", &clock_value(clock));
@@ -304,6 +304,8 @@ mod tests_support {
             OpReply::Absent => OpReply::Absent,
             OpReply::Counted(n) => OpReply::Counted(n),
             OpReply::OutOfMemory => OpReply::OutOfMemory,
+            OpReply::Aborted => OpReply::Aborted,
+            OpReply::WrongShard { owner, nodes } => OpReply::WrongShard { owner, nodes },
             OpReply::Malformed(_) => OpReply::Malformed("malformed"),
             _ => OpReply::Malformed("other"),
         }
