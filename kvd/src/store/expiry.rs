@@ -181,7 +181,7 @@ impl Store {
     /// One run of the active cycle in memory, as Redis's: from each map shard in turn
     /// (starting at `from`), sample deadlines and remove the keys past `clock`, again while
     /// a round finds more than a tenth expired; stops at `until`. Each round holds one map
-    /// shard's lock for at most [`SAMPLES_PER_ROUND`] lookups.
+    /// shard's lock for at most 20 (`SAMPLES_PER_ROUND`) lookups.
     pub fn expire_cycle(&self, clock: u64, from: usize, until: Instant, tally: &mut Counts) -> CycleFigures {
         let mut figures = CycleFigures::default();
         let n = self.shards.len();
