@@ -41,6 +41,7 @@ const COMMANDS: &[&str] = &[
     "INFO",
     "MGET",
     "MSET",
+    "MSETNX",
     "MULTI",
     "PERSIST",
     "PEXPIRE",

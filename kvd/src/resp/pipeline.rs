@@ -70,6 +70,8 @@ struct Txn {
     owner: u32,
     /// Ops before the commands' own: the marker and the checks.
     header: usize,
+    /// MSETNX's (answered 1 or 0), not EXEC's (an array).
+    set_if_none: bool,
 }
 
 /// How a TTL-family command answers a key's deadline (-2: no key, -1: no deadline).
@@ -206,7 +208,17 @@ impl Pipeline {
         self.txn = Some(Txn {
             owner,
             header: 1 + watched.len(),
+            set_if_none: false,
         });
+    }
+
+    /// Makes this pipeline MSETNX's: as [`Pipeline::begin_transaction`] with a check that
+    /// each key is absent; answered 1 when the puts ran, 0 when a key was there.
+    pub fn begin_set_if_none(&mut self, owner: u32, absent: &[(Vec<u8>, [u8; 9])]) {
+        self.begin_transaction(owner, absent);
+        if let Some(t) = &mut self.txn {
+            t.set_if_none = true;
+        }
     }
 
     /// For a command queued in MULTI, added alone to a scratch pipeline: the node of each of
@@ -506,14 +518,15 @@ impl Pipeline {
         if let Some(e) = &self.local_error {
             return reply::error(out, e);
         }
+        let changed = (1..txn.header).any(|j| self.response.result(j) == OpReply::NotStored);
         match self.response.result(0) {
+            OpReply::Stored if txn.set_if_none => reply::integer(out, 1),
             OpReply::Stored => {
                 reply::array(out, self.steps.len());
                 self.write_steps(out);
             }
-            _ if (1..txn.header).any(|j| self.response.result(j) == OpReply::NotStored) => {
-                reply::null_array(out, self.start_proto)
-            }
+            _ if changed && txn.set_if_none => reply::integer(out, 0),
+            _ if changed => reply::null_array(out, self.start_proto),
             _ => {
                 let why = (0..self.response.len()).find_map(|j| match self.response.result(j) {
                     OpReply::WrongShard { owner, .. } => Some(format!("a key belongs to node {owner}")),

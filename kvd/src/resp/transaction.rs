@@ -60,7 +60,7 @@ impl TxState {
     pub fn own_round(&self, name: &[u8]) -> bool {
         match self.multi {
             Multi::Queuing(_) => is(name, "EXEC"),
-            Multi::Off => is(name, "WATCH"),
+            Multi::Off => is(name, "WATCH") || is(name, "MSETNX"),
         }
     }
 
@@ -118,6 +118,16 @@ pub fn handle(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
         _ if is(name, "UNWATCH") => {
             tx.watched.clear();
             Ok("OK")
+        }
+        _ if is(name, "MSETNX") && queuing => {
+            if let Multi::Queuing(q) = &mut tx.multi {
+                q.failed = true;
+            }
+            Err("ERR kvd does not run MSETNX inside MULTI (it is a transaction of its own)")
+        }
+        _ if is(name, "MSETNX") => {
+            msetnx(ctx, args, p);
+            return true;
         }
         _ if is(name, "QUIT") || !queuing => return false,
         _ => {
@@ -219,4 +229,27 @@ fn watch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     }
     tx.watching = keys.iter().map(|k| k.to_vec()).collect();
     p.watch(ctx.node, ctx.forward, &keys);
+}
+
+/// `MSETNX key value ...`: every key set, or none when any exists (answered 1 or 0): an
+/// atomic batch of "absent" checks and puts, on one shard (else `CROSSSLOT`, as Redis
+/// Cluster).
+fn msetnx(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
+    let n = args.len();
+    if n < 3 || n.is_multiple_of(2) {
+        return p.immediate(|o| reply::error(o, "ERR wrong number of arguments for 'msetnx' command"));
+    }
+    let shard = ctx.node.config.shard;
+    let pairs: Vec<(&[u8], &[u8])> = (1..n).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
+    let owners: Vec<u32> = pairs.iter().map(|(k, _)| owner_node(key_hash(k), shard.count)).collect();
+    if owners.iter().any(|o| *o != owners[0]) {
+        return p.immediate(|o| reply::error(o, CROSSSLOT));
+    }
+    let owner = Some(owners[0]).filter(|_| ctx.forward).unwrap_or(shard.index);
+    let absent: Vec<(Vec<u8>, [u8; 9])> = pairs
+        .iter()
+        .map(|(k, _)| (k.to_vec(), kvshared::wire::watch_value(None)))
+        .collect();
+    p.begin_set_if_none(owner, &absent);
+    p.mset(ctx.node, ctx.forward, &pairs);
 }
