@@ -38,7 +38,7 @@ run() { # label, then extra kvbench flags
 import json, sys
 r = json.load(open(sys.argv[1]))
 label, expired, cycle_ms, wall_ms = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-p99 = r["latency_us"].get("read", {}).get("p99", float("nan"))
+p99 = r["latency_us"].get("read", {}).get("p99_us", float("nan"))
 print(f"{label}: {r['ops_per_sec'] / 1e6:.2f}M op/s, read p99 {p99} us, expired {expired}, "
       f"cycle {cycle_ms} ms = {100 * cycle_ms / wall_ms:.2f}% of a core")
 PY

@@ -269,9 +269,18 @@ fn msetnx_sets_all_or_none() {
         let (a, b, d) = (key_of(shard, "nx-a"), key_of(shard, "nx-b"), key_of(shard, "nx-d"));
         assert_eq!(cmd(&mut c, &["MSETNX", &a, "1", &b, "2"]), Value::Int(1));
         assert_eq!(cmd(&mut c, &["MSETNX", &d, "3", &b, "4"]), Value::Int(0));
-        assert_eq!(cmd(&mut c, &["MGET", &a, &b, &d]), Value::Array(vec![bulk("1"), bulk("2"), Value::Nil]));
+        assert_eq!(
+            cmd(&mut c, &["MGET", &a, &b, &d]),
+            Value::Array(vec![bulk("1"), bulk("2"), Value::Nil])
+        );
     }
     let (k0, k1) = (key_of(0, "nx-x"), key_of(1, "nx-x"));
-    assert!(err_contains(&cmd(&mut c, &["MSETNX", &k0, "1", &k1, "1"]), "hash to the same slot"));
-    assert!(err_contains(&cmd(&mut c, &["MSETNX", &k0]), "wrong number of arguments"));
+    assert!(err_contains(
+        &cmd(&mut c, &["MSETNX", &k0, "1", &k1, "1"]),
+        "hash to the same slot"
+    ));
+    assert!(err_contains(
+        &cmd(&mut c, &["MSETNX", &k0]),
+        "wrong number of arguments"
+    ));
 }

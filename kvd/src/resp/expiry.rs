@@ -3,7 +3,7 @@
 //! an op (`PutWith`, `Expire`, `Ttl`) in the pipeline; the store keeps the deadlines.
 
 use kvshared::expiry::{Deadline, Expire, ExpireIf, MAX_TTL_MS, PutIf, PutTtl, PutWith};
-use kvshared::wire::decimal_i64;
+use kvshared::wire::{OpKind, decimal_i64};
 
 use super::commands::{Ctx, is, wrong_args};
 use super::parse::Args;
@@ -65,6 +65,15 @@ pub fn set(ctx: &Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
         return wrong_args(p, args.get(0));
     }
     match set_options(args) {
+        // Without a time to live, the plain puts (no argument to encode, as before expiry).
+        Ok((cond, PutTtl::Clear, get_old)) => {
+            let kind = match cond {
+                PutIf::Always => OpKind::Put,
+                PutIf::Absent => OpKind::PutIfAbsent,
+                PutIf::Present => OpKind::PutIfPresent,
+            };
+            p.set_if(ctx.node, ctx.forward, args.get(1), args.get(2), get_old, kind);
+        }
         Ok((cond, ttl, get_old)) => {
             let put = PutWith {
                 cond,

@@ -94,6 +94,11 @@ pub fn handle(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
     let name = args.get(0);
     let tx = &mut ctx.session.tx;
     let queuing = matches!(tx.multi, Multi::Queuing(_));
+    // The common case first: no transaction, and a name none of these begins with.
+    let first = name.first().map(u8::to_ascii_uppercase);
+    if !queuing && !matches!(first, Some(b'M' | b'E' | b'D' | b'W' | b'U')) {
+        return false;
+    }
     let answer: Result<&str, &str> = match name {
         _ if is(name, "MULTI") && queuing => Err("ERR MULTI calls can not be nested"),
         _ if is(name, "MULTI") => {
@@ -241,7 +246,10 @@ fn msetnx(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     }
     let shard = ctx.node.config.shard;
     let pairs: Vec<(&[u8], &[u8])> = (1..n).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
-    let owners: Vec<u32> = pairs.iter().map(|(k, _)| owner_node(key_hash(k), shard.count)).collect();
+    let owners: Vec<u32> = pairs
+        .iter()
+        .map(|(k, _)| owner_node(key_hash(k), shard.count))
+        .collect();
     if owners.iter().any(|o| *o != owners[0]) {
         return p.immediate(|o| reply::error(o, CROSSSLOT));
     }
