@@ -379,9 +379,13 @@ impl Node {
         self.store.execute_except(batch, &logged, out, room, scratch, tally);
         self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
         let mut logged_kinds = [0; KINDS];
-        for &i in &logged {
+        let mut gets = Vec::new();
+        for (j, &i) in logged.iter().enumerate() {
             if let Ok(op) = batch.op(i as usize) {
                 logged_kinds[kind_index(op.kind)] += 1;
+                if op.kind == OpKind::Get {
+                    gets.push(j as u32);
+                }
             }
         }
         let answer = match owned_body(batch, logged.iter().copied()) {
@@ -399,6 +403,7 @@ impl Node {
             served: Served {
                 began,
                 kinds: logged_kinds,
+                gets,
                 latencies: self.latencies.clone(),
                 counters: self.counters.clone(),
             },
@@ -700,6 +705,9 @@ impl LogWait {
 struct Served {
     began: Instant,
     kinds: [u64; KINDS],
+    /// Which logged ops are gets (positions among them): only a get's answer is a hit or
+    /// a miss (an INCRBYFLOAT is answered with a value too).
+    gets: Vec<u32>,
     latencies: Arc<OpLatencies>,
     counters: Arc<Counters>,
 }
@@ -713,8 +721,9 @@ impl Served {
             deletes: self.kinds[2],
             ..Counts::default()
         };
-        for j in 0..view.len() {
-            match view.status(j) {
+        // (The entry's first op is its clock: see `owned_body`.)
+        for &j in &self.gets {
+            match view.status(j as usize + 1) {
                 Some(OpStatus::Found) => tally.hits += 1,
                 Some(OpStatus::NotFound) => tally.misses += 1,
                 _ => {}
@@ -771,7 +780,8 @@ fn kind_index(kind: OpKind) -> usize {
         | OpKind::SetRange
         | OpKind::PutWith
         | OpKind::Expire
-        | OpKind::Clock => 1,
+        | OpKind::Clock
+        | OpKind::IncrByFloat => 1,
         OpKind::Delete | OpKind::Expired => 2,
     }
 }

@@ -399,3 +399,27 @@ fn getdel_strlen_getrange_type_and_touch_answer_as_redis() {
         );
     }
 }
+
+/// INCRBYFLOAT as Redis's examples answer it, for a local and a forwarded key, with its
+/// errors (nothing changed); the sum is stored as text (GET reads it).
+#[test]
+fn incrbyfloat_answers_as_redis() {
+    let (_nodes, resp) = cluster(&[]);
+    for shard in 0..2 {
+        let k = key_of(shard, "float");
+        let text = format!(
+            "SET {k} 10.50\r\nINCRBYFLOAT {k} 0.1\r\nINCRBYFLOAT {k} -5\r\nGET {k}\r\nSET {k} 5.0e3\r\n\
+             INCRBYFLOAT {k} 2.0e2\r\nINCRBYFLOAT {k} abc\r\nSET {k} text\r\nINCRBYFLOAT {k} 1\r\n\
+             SET {k} 1e308\r\nINCRBYFLOAT {k} 1e308\r\nGET {k}\r\nINCRBYFLOAT {k}\r\nQUIT\r\n"
+        );
+        let got = raw(&resp[0], text.as_bytes());
+        assert_eq!(
+            got,
+            "+OK\r\n$4\r\n10.6\r\n$3\r\n5.6\r\n$3\r\n5.6\r\n+OK\r\n$4\r\n5200\r\n\
+             -ERR value is not a valid float\r\n+OK\r\n-ERR value is not a valid float\r\n+OK\r\n\
+             -ERR increment would produce NaN or Infinity\r\n$5\r\n1e308\r\n\
+             -ERR wrong number of arguments for 'incrbyfloat' command\r\n+OK\r\n",
+            "{k}"
+        );
+    }
+}

@@ -74,6 +74,11 @@ pub enum OpKind {
     /// (the value: [`watch_value`] of it; Redis's `WATCH`). Answered `Stored` when it is,
     /// `NotStored` when it changed (and every other op `Aborted`).
     Unchanged = 14,
+    /// Add the value (8 bytes, a little-endian `f64`) to the key's value read as a decimal
+    /// number (absent: 0) and store the sum as text (Redis `INCRBYFLOAT`); answered `Found`
+    /// with the text stored, `NotAnInteger` when the value is not a number, `Overflow`
+    /// when the sum is not finite (nothing changed).
+    IncrByFloat = 15,
 }
 
 /// The longest value a read-modify-write op may make (Redis's default `proto-max-bulk-len`).
@@ -94,6 +99,7 @@ impl OpKind {
                 | OpKind::Expire
                 | OpKind::Clock
                 | OpKind::Unchanged
+                | OpKind::IncrByFloat
         )
     }
 
@@ -122,6 +128,7 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::Clock => OpKind::Clock,
             ArchivedOpKind::Atomic => OpKind::Atomic,
             ArchivedOpKind::Unchanged => OpKind::Unchanged,
+            ArchivedOpKind::IncrByFloat => OpKind::IncrByFloat,
         }
     }
 }
@@ -136,6 +143,22 @@ pub fn watch_value(value: Option<&[u8]>) -> [u8; 9] {
         out[1..].copy_from_slice(&crate::routing::key_hash(v).to_le_bytes());
     }
     out
+}
+
+/// A number as Redis's `INCRBYFLOAT` reads one (stored values and its argument): decimal
+/// or exponent notation, no spaces, finite.
+pub fn decimal_f64(bytes: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let plain = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b));
+    text.parse::<f64>().ok().filter(|v| plain && v.is_finite())
+}
+
+/// How `INCRBYFLOAT` writes a sum: the shortest text that reads back as the same double,
+/// without an exponent (Redis prints its long double with `%.17Lg`, trailing zeros cut:
+/// the same for most sums, a few more digits of a long double for some).
+pub fn float_text(v: f64) -> String {
+    let text = format!("{v}");
+    if text == "-0" { "0".into() } else { text }
 }
 
 /// A decimal 64-bit integer as Redis reads one (`INCR`'s stored values, `INCRBY`'s
@@ -280,7 +303,7 @@ pub enum MalformedOp {
     KeySpan = 1,
     /// The value's end offsets do not describe a span of the value column.
     ValueSpan = 2,
-    /// An increment's value is not 8 bytes (a little-endian `i64`).
+    /// An increment's value is not 8 bytes (a little-endian `i64`, or a finite `f64`).
     BadIncrement = 3,
     /// A range write's value is shorter than its 8-byte offset, or it would make a value
     /// longer than [`MAX_STRING`].

@@ -103,7 +103,8 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                             | OpKind::Expired
                             | OpKind::Clock
                             | OpKind::Atomic
-                            | OpKind::Unchanged => {
+                            | OpKind::Unchanged
+                            | OpKind::IncrByFloat => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

@@ -38,6 +38,7 @@ const COMMANDS: &[&str] = &[
     "HELLO",
     "INCR",
     "INCRBY",
+    "INCRBYFLOAT",
     "INFO",
     "MGET",
     "MSET",
@@ -186,6 +187,11 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool 
                 None => p.immediate(|o| reply::error(o, "ERR decrement would overflow")),
             },
             (3, None) => p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range")),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "INCRBYFLOAT") => match (n, kvshared::wire::decimal_f64(args.get(2))) {
+            (3, Some(by)) => p.incr_by_float(node, forward, args.get(1), by),
+            (3, None) => p.immediate(|o| reply::error(o, "ERR value is not a valid float")),
             _ => wrong_args(p, name),
         },
         _ if is(name, "GETDEL") => match n {

@@ -39,6 +39,8 @@ enum Step {
     Ttl { op: usize, shape: TtlShape },
     /// INCR, DECR, INCRBY, DECRBY: the sum as an integer.
     Incr(usize),
+    /// INCRBYFLOAT: the sum as the text stored.
+    IncrFloat(usize),
     /// GETDEL: the value the get found (the delete after it in the same batch).
     GetDel { get: usize, del: usize },
     /// STRLEN: the found value's length, 0 when absent.
@@ -346,6 +348,12 @@ impl Pipeline {
         self.steps.push(Step::Incr(op));
     }
 
+    /// INCRBYFLOAT key by: answered with the sum as text.
+    pub fn incr_by_float(&mut self, node: &Node, forward: bool, key: &[u8], by: f64) {
+        let op = self.op(node, forward, OpKind::IncrByFloat, key, &by.to_le_bytes());
+        self.steps.push(Step::IncrFloat(op));
+    }
+
     /// APPEND key value: answered with the new length.
     pub fn append(&mut self, node: &Node, forward: bool, key: &[u8], value: &[u8]) {
         let op = self.op(node, forward, OpKind::Append, key, value);
@@ -577,6 +585,12 @@ impl Pipeline {
                 },
                 Step::Incr(op) => match result(op) {
                     Result1::Reply(OpReply::Counted(sum)) => reply::integer(out, sum),
+                    other => error_reply(out, other),
+                },
+                Step::IncrFloat(op) => match result(op) {
+                    Result1::Reply(OpReply::Found(v)) => reply::bulk(out, v),
+                    Result1::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not a valid float"),
+                    Result1::Reply(OpReply::Overflow) => reply::error(out, "ERR increment would produce NaN or Infinity"),
                     other => error_reply(out, other),
                 },
                 Step::Ttl { op, shape } => match result(op) {

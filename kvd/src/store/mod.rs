@@ -599,6 +599,7 @@ impl Store {
             OpKind::PutWith => self.put_with(shard, s, hash, op.key, op.value, i, ans),
             OpKind::Expire => self.expire(s, hash, op.key, op.value, i, ans),
             OpKind::IncrBy => self.incr_by(shard, s, hash, op.key, op.value, i, ans),
+            OpKind::IncrByFloat => self.incr_by_float(shard, s, (hash, op.key), op.value, i, ans),
             OpKind::Append => self.append(shard, s, hash, op.key, op.value, i, ans),
             OpKind::SetRange => self.set_range(shard, s, hash, op.key, op.value, i, ans),
             OpKind::Expired => {
@@ -649,6 +650,45 @@ impl Store {
         };
         let text = itoa::Buffer::new().format(sum).as_bytes().to_vec();
         self.put_counted(shard, s, (hash, key, &text), sum, (i, ans));
+    }
+
+    /// Op `i`, a float increment of `key` by `delta` (8 bytes, a little-endian finite
+    /// `f64`): the value read as a number (absent: 0), the sum stored as text and answered
+    /// `Found` with it; a value that is not a number, or a sum that is not finite, changes
+    /// nothing.
+    fn incr_by_float(
+        &self,
+        shard: usize,
+        s: &mut Shard,
+        (hash, key): (u64, &[u8]),
+        delta: &[u8],
+        i: usize,
+        ans: &mut Answers<'_, impl ReplyRoom>,
+    ) {
+        let by = <[u8; 8]>::try_from(delta).map(f64::from_le_bytes).ok().filter(|d| d.is_finite());
+        let Some(by) = by else {
+            ans.tally.malformed_op += 1;
+            return ans.out.set_malformed(i, kvshared::wire::MalformedOp::BadIncrement);
+        };
+        let old = match s.table.find(hash, key).and_then(|at| s.table.at(at)) {
+            None => Some(0.0),
+            Some(e) => kvshared::wire::decimal_f64(e.value()),
+        };
+        let Some(old) = old else {
+            return ans.out.set(i, OpStatus::NotAnInteger);
+        };
+        let sum = old + by;
+        if !sum.is_finite() {
+            return ans.out.set(i, OpStatus::Overflow);
+        }
+        let text = kvshared::wire::float_text(sum);
+        if self.put(shard, s, hash, key, text.as_bytes(), ans) {
+            ans.tally.puts += 1;
+            ans.out.set_found(i, text.as_bytes());
+        } else {
+            ans.tally.out_of_memory += 1;
+            ans.out.set(i, OpStatus::OutOfMemory);
+        }
     }
 
     /// Op `i`, `suffix` appended to `key`'s value in `shard` (locked for writing as `s`; an
