@@ -2,7 +2,7 @@
 //! their deadline that nobody touches (a read answers them missing but removes nothing), so
 //! their memory comes back. Redis's cycle, with its bounds: each run samples deadlines a map
 //! shard at a time and stops after [`BUDGET`] of each [`PERIOD`] (a quarter of a core at
-//! most); the time it ran is counted (`expire_cycle_us`), so its CPU share is measured.
+//! most); the time it ran is counted (`expire_cycle_microseconds`), so its CPU share is measured.
 //!
 //! In memory the cycle removes the keys itself. On a durable node only the leader (or a
 //! node alone) runs it, and it logs `Expired` ops for the keys it found due, so that every
@@ -57,7 +57,7 @@ fn run(weak: &Weak<Node>) {
             ExpiryMode::Follow => None,
         };
         from = from.wrapping_add(1);
-        tally.expire_cycle_us += began.elapsed().as_micros() as u64;
+        tally.expire_cycle_microseconds += began.elapsed().as_micros() as u64;
         node.count(&tally);
         drop(node);
         if let Some(wait) = wait {

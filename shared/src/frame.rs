@@ -45,7 +45,7 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// `applied` (ops applied from the log, apart from the ops served); `SystemFigures` carries
 /// the host's CPU time by state; a group's figures carry its leader changes; the ops `Append` and `SetRange`.
 /// 13: the expiry ops `PutWith`, `Expire`, `Ttl`, `Expired` and the log's `Clock`; `Counts`
-/// carries `expired` and `expire_cycle_us`.
+/// carries `expired` and `expire_cycle_microseconds`.
 pub const VERSION: u8 = 13;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;

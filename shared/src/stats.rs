@@ -109,7 +109,7 @@ counters! {
     misses / Misses : Ops, "Gets that found no value.";
     evicted / Evicted : Ops, "Keys evicted to stay within --max-memory.";
     expired / Expired : Ops, "Keys removed because their time to live ran out (by a write that found them past their deadline, by the active expiry cycle, or by a leader's logged expiry).";
-    expire_cycle_us / ExpireCycleMicros : Ops, "Microseconds the active expiry cycle has run (its share of a core: the rate of this counter over one million).";
+    expire_cycle_microseconds / ExpireCycleMicroseconds : Ops, "Microseconds the active expiry cycle has run (its share of a core: the rate of this counter over one million).";
     applied / Applied : Ops, "Ops applied from the log (a durable node's logged ops; on a replica group's followers, the leader's writes they replay, which they did not serve).";
     batches / Batches : Traffic, "Batch requests executed.";
     bytes_in / BytesIn : Traffic, "Bytes read from client sockets (frames, headers included).";

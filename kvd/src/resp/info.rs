@@ -129,7 +129,10 @@ pub fn info(node: &Node, section: &[u8], client_id: u64, port: u16) -> String {
             ("total_net_output_bytes", c.bytes_out.to_string()),
             ("rejected_connections", c.conns_refused.to_string()),
             ("expired_keys", c.expired.to_string()),
-            ("expire_cycle_cpu_milliseconds", (c.expire_cycle_us / 1000).to_string()),
+            (
+                "expire_cycle_cpu_milliseconds",
+                (c.expire_cycle_microseconds / 1000).to_string(),
+            ),
             ("evicted_keys", c.evicted.to_string()),
             ("keyspace_hits", c.hits.to_string()),
             ("keyspace_misses", c.misses.to_string()),

@@ -590,7 +590,9 @@ impl Pipeline {
                 Step::IncrFloat(op) => match result(op) {
                     Result1::Reply(OpReply::Found(v)) => reply::bulk(out, v),
                     Result1::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not a valid float"),
-                    Result1::Reply(OpReply::Overflow) => reply::error(out, "ERR increment would produce NaN or Infinity"),
+                    Result1::Reply(OpReply::Overflow) => {
+                        reply::error(out, "ERR increment would produce NaN or Infinity")
+                    }
                     other => error_reply(out, other),
                 },
                 Step::Ttl { op, shape } => match result(op) {

@@ -665,7 +665,10 @@ impl Store {
         i: usize,
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
-        let by = <[u8; 8]>::try_from(delta).map(f64::from_le_bytes).ok().filter(|d| d.is_finite());
+        let by = <[u8; 8]>::try_from(delta)
+            .map(f64::from_le_bytes)
+            .ok()
+            .filter(|d| d.is_finite());
         let Some(by) = by else {
             ans.tally.malformed_op += 1;
             return ans.out.set_malformed(i, kvshared::wire::MalformedOp::BadIncrement);
