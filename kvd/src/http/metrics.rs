@@ -16,14 +16,23 @@ fn labels(s: &NodeStats) -> String {
     format!("shard=\"{}\",shards=\"{}\"", s.shard.index, s.shard.count)
 }
 
+/// A counter's series name and value: `kvd_NAME_total`; one kept in microseconds goes out
+/// in seconds, Prometheus's base unit (`kvd_expire_cycle_seconds_total`).
+fn exported(c: Counter, v: u64) -> (String, String) {
+    match c.name().strip_suffix("_microseconds") {
+        Some(base) => (format!("kvd_{base}_seconds_total"), format!("{}", v as f64 / 1e6)),
+        None => (format!("kvd_{}_total", c.name()), v.to_string()),
+    }
+}
+
 /// The exposition text for one node's stats.
 pub fn render(s: &NodeStats) -> String {
     let labels = labels(s);
     let mut out = String::with_capacity(8 * 1024);
     for &c in Counter::ALL.iter().filter(|c| c.class() != CounterClass::Error) {
-        let name = format!("kvd_{}_total", c.name());
+        let (name, value) = exported(c, s.counts.get(c));
         family(&mut out, &name, "counter", c.help());
-        let _ = writeln!(out, "{name}{{{labels}}} {}", s.counts.get(c));
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
     }
     family(
         &mut out,
@@ -213,7 +222,7 @@ mod tests {
         for &c in Counter::ALL {
             let series = match c.class() {
                 CounterClass::Error => format!("kvd_errors_total{{shard=\"0\",shards=\"1\",kind=\"{}\"}} ", c.name()),
-                _ => format!("kvd_{}_total{{", c.name()),
+                _ => format!("{}{{", exported(c, 0).0),
             };
             assert!(text.contains(&series), "{series}");
         }
