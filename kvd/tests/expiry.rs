@@ -194,7 +194,7 @@ fn no_read_returns_a_key_after_its_deadline_durable() {
 
 #[test]
 fn no_read_returns_a_key_after_its_deadline_in_a_group() {
-    let (_guards, resp, leader) = group("no-read");
+    let (_guards, resp, leader) = common::resp_group("expiry-no-read");
     no_read_after_its_deadline(&resp[leader]);
 }
 
@@ -206,34 +206,6 @@ fn durable(name: &str) -> (Kvd, String, std::path::PathBuf) {
     let resp = format!("127.0.0.1:{}", free_port());
     let (node, _) = start_at(&bin, &["--data-dir", &dir.display().to_string(), "--resp", &resp]);
     (node, resp, dir)
-}
-
-/// A 3-member group's members, their RESP addresses and which one leads.
-fn group(name: &str) -> (Vec<Kvd>, Vec<String>, usize) {
-    let bin: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let resp: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let members = bin.join(",");
-    let mut guards = Vec::new();
-    for i in 0..3 {
-        let dir = std::env::temp_dir().join(format!("kvd-expiry-{name}-{}-{i}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let d = dir.display().to_string();
-        guards.push(start_at(&bin[i], &["--data-dir", &d, "--group", &members, "--resp", &resp[i]]).0);
-    }
-    let init = common::kvd(&["admin", "init-group", "--nodes", &bin.join("|")]);
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let leader = (0..3).find(|&i| {
-            matches!(cmd(&mut con(&resp[i]), &["INFO", "replication"]),
-                redis::Value::BulkString(ref t) if String::from_utf8_lossy(t).contains("role:master"))
-        });
-        if let Some(leader) = leader {
-            return (guards, resp, leader);
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Sets `n` keys with a 200 ms time to live and 50 without, then waits (at most 10 s)
@@ -288,7 +260,7 @@ fn keys_nobody_touches_are_removed_in_memory() {
 
 #[test]
 fn keys_nobody_touches_are_removed_by_the_leader_s_log_on_every_member() {
-    let (_guards, resp, leader) = group("untouched");
+    let (_guards, resp, leader) = common::resp_group("expiry-untouched");
     let mut order = resp.clone();
     order.rotate_left(leader);
     untouched_keys_go(&resp[leader], &order, 1000);

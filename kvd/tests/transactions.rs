@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Kvd, free_port, resp_cluster, start_at};
+use common::{free_port, resp_cluster, start_at};
 use redis::Value;
 
 fn con(addr: &str) -> redis::Connection {
@@ -228,36 +228,8 @@ fn transactions_are_atomic_under_concurrency_durable_and_replay_whole_after_kill
 
 #[test]
 fn transactions_are_atomic_under_concurrency_in_a_group() {
-    let (_guards, resp, leader) = group("atomic");
+    let (_guards, resp, leader) = common::resp_group("tx-atomic");
     atomic_under_concurrency(&resp[leader], 0);
-}
-
-/// A 3-member group's members, their RESP addresses and which one leads.
-fn group(name: &str) -> (Vec<Kvd>, Vec<String>, usize) {
-    let bin: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let resp: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let members = bin.join(",");
-    let mut guards = Vec::new();
-    for i in 0..3 {
-        let dir = std::env::temp_dir().join(format!("kvd-tx-{name}-{}-{i}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let d = dir.display().to_string();
-        guards.push(start_at(&bin[i], &["--data-dir", &d, "--group", &members, "--resp", &resp[i]]).0);
-    }
-    let init = common::kvd(&["admin", "init-group", "--nodes", &bin.join("|")]);
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let leader = (0..3).find(|&i| {
-            matches!(cmd(&mut con(&resp[i]), &["INFO", "replication"]),
-                Value::BulkString(ref t) if String::from_utf8_lossy(t).contains("role:master"))
-        });
-        if let Some(leader) = leader {
-            return (guards, resp, leader);
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// MSETNX sets every key or none (1 or 0), atomically, and refuses keys of two shards.

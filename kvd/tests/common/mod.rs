@@ -250,3 +250,39 @@ pub fn resp_cluster(extra: &[&str]) -> (Vec<Kvd>, Vec<String>) {
     }
     (guards, resp)
 }
+
+/// A 3-member replica group started with `--data-dir` (fresh directories named after
+/// `name`) and `--resp`: its members, their RESP addresses, and which one leads (found
+/// with `INFO replication`, within 10 s).
+pub fn resp_group(name: &str) -> (Vec<Kvd>, Vec<String>, usize) {
+    let bin: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let resp: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let members = bin.join(",");
+    let mut guards = Vec::new();
+    for i in 0..3 {
+        let dir = std::env::temp_dir().join(format!("kvd-{name}-{}-{i}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let d = dir.display().to_string();
+        guards.push(start_at(&bin[i], &["--data-dir", &d, "--group", &members, "--resp", &resp[i]]).0);
+    }
+    let init = kvd(&["admin", "init-group", "--nodes", &bin.join("|")]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let leads = |addr: &str| {
+        let Ok(mut s) = TcpStream::connect(addr) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(3)));
+        let _ = s.write_all(b"INFO replication\r\nQUIT\r\n");
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).contains("role:master")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(leader) = (0..3).find(|&i| leads(&resp[i])) {
+            return (guards, resp, leader);
+        }
+        assert!(std::time::Instant::now() < deadline, "no leader");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
