@@ -771,7 +771,7 @@ fn since(now: [u64; KINDS], before: [u64; KINDS]) -> [u64; KINDS] {
 
 fn kind_index(kind: OpKind) -> usize {
     match kind {
-        OpKind::Get | OpKind::Ttl | OpKind::Atomic | OpKind::Unchanged => 0,
+        OpKind::Get | OpKind::Ttl | OpKind::Atomic | OpKind::Unchanged | OpKind::Scan | OpKind::KeyCount => 0,
         OpKind::Put
         | OpKind::PutIfAbsent
         | OpKind::PutIfPresent
@@ -781,8 +781,9 @@ fn kind_index(kind: OpKind) -> usize {
         | OpKind::PutWith
         | OpKind::Expire
         | OpKind::Clock
-        | OpKind::IncrByFloat => 1,
-        OpKind::Delete | OpKind::Expired => 2,
+        | OpKind::IncrByFloat
+        | OpKind::Rename => 1,
+        OpKind::Delete | OpKind::Expired | OpKind::Flush => 2,
     }
 }
 

@@ -46,7 +46,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// the host's CPU time by state; a group's figures carry its leader changes; the ops `Append` and `SetRange`.
 /// 13: the expiry ops `PutWith`, `Expire`, `Ttl`, `Expired` and the log's `Clock`; `Counts`
 /// carries `expired` and `expire_cycle_microseconds`.
-pub const VERSION: u8 = 13;
+/// 14: the keyspace ops `Scan`, `KeyCount`, `Flush` and `Rename`.
+pub const VERSION: u8 = 14;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

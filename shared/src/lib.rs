@@ -28,6 +28,7 @@ pub mod expiry;
 pub mod files;
 pub mod frame;
 pub mod history;
+pub mod keyspace;
 pub mod latency;
 pub mod routing;
 pub mod stats;

@@ -79,6 +79,27 @@ pub enum OpKind {
     /// with the text stored, `NotAnInteger` when the value is not a number, `Overflow`
     /// when the sum is not finite (nothing changed).
     IncrByFloat = 15,
+    /// A page of the node's keys (Redis's `SCAN`): the value is a
+    /// [`crate::keyspace::ScanRequest`], the key a Redis glob pattern (empty: every key).
+    /// Node-wide: alone in its batch (a log entry's clock aside). Answered `Found` with a
+    /// [`crate::keyspace::ScanPage`].
+    Scan = 16,
+    /// How many keys the node holds (Redis's `DBSIZE`); node-wide, no key. Answered `Counted`.
+    KeyCount = 17,
+    /// Remove every key of the node (Redis's `FLUSHALL`); node-wide, no key, a write (with a
+    /// data dir, one log entry). Answered `Stored`.
+    Flush = 18,
+    /// In an atomic batch: move the key's value and deadline to another key of this node
+    /// (the value: a [`crate::keyspace::Rename`]; Redis's `RENAME`/`RENAMENX`). Answered
+    /// `Stored`, `NotFound` when the key is absent, `NotStored` when `nx` and the target exists.
+    Rename = 19,
+}
+
+impl OpKind {
+    /// Whether the op concerns the whole node rather than one key (no key routes it).
+    pub fn is_node_wide(self) -> bool {
+        matches!(self, OpKind::Scan | OpKind::KeyCount | OpKind::Flush)
+    }
 }
 
 /// The longest value a read-modify-write op may make (Redis's default `proto-max-bulk-len`).
@@ -100,13 +121,18 @@ impl OpKind {
                 | OpKind::Clock
                 | OpKind::Unchanged
                 | OpKind::IncrByFloat
+                | OpKind::Scan
+                | OpKind::Rename
         )
     }
 
     /// Whether the op changes the store (everything but the reads, get and ttl, and a
     /// transaction's marker and checks).
     pub fn is_write(self) -> bool {
-        !matches!(self, OpKind::Get | OpKind::Ttl | OpKind::Atomic | OpKind::Unchanged)
+        !matches!(
+            self,
+            OpKind::Get | OpKind::Ttl | OpKind::Atomic | OpKind::Unchanged | OpKind::Scan | OpKind::KeyCount
+        )
     }
 }
 
@@ -129,6 +155,10 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::Atomic => OpKind::Atomic,
             ArchivedOpKind::Unchanged => OpKind::Unchanged,
             ArchivedOpKind::IncrByFloat => OpKind::IncrByFloat,
+            ArchivedOpKind::Scan => OpKind::Scan,
+            ArchivedOpKind::KeyCount => OpKind::KeyCount,
+            ArchivedOpKind::Flush => OpKind::Flush,
+            ArchivedOpKind::Rename => OpKind::Rename,
         }
     }
 }
@@ -314,6 +344,11 @@ pub enum MalformedOp {
     LogOnly = 6,
     /// A `Unchanged` check outside an atomic batch.
     NotAtomic = 7,
+    /// A node-wide op (scan, key count, flush) in a batch with other ops.
+    NotAlone = 8,
+    /// A scan's request or a rename's target does not parse, or names a map shard the
+    /// node does not have.
+    BadKeyspace = 9,
 }
 
 impl MalformedOp {
@@ -327,7 +362,11 @@ impl MalformedOp {
             MalformedOp::BadRange => "a range write lacks its 8-byte offset or reaches past 512 MiB",
             MalformedOp::BadExpiry => "an expiry op's arguments do not parse",
             MalformedOp::LogOnly => "a clock op is carried only by a log entry",
-            MalformedOp::NotAtomic => "a watch check outside an atomic batch",
+            MalformedOp::NotAtomic => "a watch check or rename outside an atomic batch",
+            MalformedOp::NotAlone => "a node-wide op (scan, key count, flush) must be alone in its batch",
+            MalformedOp::BadKeyspace => {
+                "a scan's cursor or pattern, or a rename's target, is bad (does not parse, or another node's key)"
+            }
         }
     }
 
@@ -341,6 +380,8 @@ impl MalformedOp {
             MalformedOp::BadExpiry,
             MalformedOp::LogOnly,
             MalformedOp::NotAtomic,
+            MalformedOp::NotAlone,
+            MalformedOp::BadKeyspace,
         ]
         .into_iter()
         .find(|m| *m as u32 == code)

@@ -104,7 +104,11 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                             | OpKind::Clock
                             | OpKind::Atomic
                             | OpKind::Unchanged
-                            | OpKind::IncrByFloat => {
+                            | OpKind::IncrByFloat
+                            | OpKind::Scan
+                            | OpKind::KeyCount
+                            | OpKind::Flush
+                            | OpKind::Rename => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

@@ -45,8 +45,7 @@ impl Store {
         scratch.hashes.resize(n, 0);
         for i in 0..n {
             match self.check_atomic_op(batch, i, scratch, out, tally) {
-                Ok(Some(shard)) => shards.push(shard),
-                Ok(None) => {}
+                Ok(needs) => shards.extend(needs.into_iter().flatten()),
                 Err(()) => runnable = false,
             }
         }
@@ -88,6 +87,15 @@ impl Store {
             }
             let hash = scratch.hashes[i];
             let shard = map_shard(hash, self.shards.len());
+            if op.kind == OpKind::Rename {
+                let Ok(to) = self.rename_target_shard(op.value) else {
+                    continue;
+                };
+                if let Some((src, dst)) = two_guards(&mut guards, shard, to) {
+                    self.rename((shard, src), dst.map(|d| (to, d)), op.key, op.value, i, &mut ans);
+                }
+                continue;
+            }
             let Some(g) = guard_of(&mut guards, shard) else {
                 continue;
             };
@@ -106,8 +114,9 @@ impl Store {
         }
     }
 
-    /// Checks op `i` of an atomic batch before anything runs: its map shard (`None` for the
-    /// marker and a log's clock), or `Err` when it cannot run (answered with why).
+    /// Checks op `i` of an atomic batch before anything runs: the map shards it needs (none
+    /// for the marker and a log's clock; a rename's target's too), or `Err` when it cannot
+    /// run (answered with why).
     fn check_atomic_op(
         &self,
         batch: &BatchView<'_>,
@@ -115,22 +124,20 @@ impl Store {
         scratch: &mut Scratch,
         out: &mut BatchResponse,
         tally: &mut Counts,
-    ) -> Result<Option<usize>, ()> {
-        let op = batch.op(i).map_err(|why| {
+    ) -> Result<[Option<usize>; 2], ()> {
+        let mut refuse = |why| {
             out.set_malformed(i, why);
             tally.malformed_op += 1;
-        })?;
+        };
+        let op = batch.op(i).map_err(&mut refuse)?;
         match op.kind {
-            OpKind::Atomic => Ok(None),
+            OpKind::Atomic => Ok([None; 2]),
             OpKind::Clock if scratch.log_index > 0 => {
                 out.set(i, OpStatus::Stored);
-                Ok(None)
+                Ok([None; 2])
             }
-            OpKind::Clock => {
-                out.set_malformed(i, MalformedOp::LogOnly);
-                tally.malformed_op += 1;
-                Err(())
-            }
+            OpKind::Clock => Err(refuse(MalformedOp::LogOnly)),
+            _ if op.kind.is_node_wide() => Err(refuse(MalformedOp::NotAlone)),
             _ => {
                 let hash = key_hash(op.key);
                 if !self.me.owns(hash) {
@@ -139,7 +146,14 @@ impl Store {
                     return Err(());
                 }
                 scratch.hashes[i] = hash;
-                Ok(Some(map_shard(hash, self.shards.len())))
+                let target = match op.kind {
+                    OpKind::Rename => Some(self.rename_target_shard(op.value).map_err(|why| {
+                        out.set_malformed(i, why);
+                        tally.malformed_op += 1;
+                    })?),
+                    _ => None,
+                };
+                Ok([Some(map_shard(hash, self.shards.len())), target])
             }
         }
     }
@@ -206,6 +220,28 @@ impl Store {
 fn guard_of<'g, 'a>(guards: &'g mut [(usize, RwLockWriteGuard<'a, Shard>)], shard: usize) -> Option<&'g mut Shard> {
     let at = guards.binary_search_by_key(&shard, |(s, _)| *s).ok()?;
     Some(&mut *guards[at].1)
+}
+
+/// The guards of map shards `a` and `b` (`None` for `b` when it is `a`), if the batch
+/// locked them.
+#[allow(clippy::type_complexity)]
+fn two_guards<'g, 'a>(
+    guards: &'g mut [(usize, RwLockWriteGuard<'a, Shard>)],
+    a: usize,
+    b: usize,
+) -> Option<(&'g mut Shard, Option<&'g mut Shard>)> {
+    let ia = guards.binary_search_by_key(&a, |(s, _)| *s).ok()?;
+    if a == b {
+        return Some((&mut *guards[ia].1, None));
+    }
+    let ib = guards.binary_search_by_key(&b, |(s, _)| *s).ok()?;
+    let (lo, hi) = guards.split_at_mut(ia.max(ib));
+    let (first, second) = (&mut *lo[ia.min(ib)].1, &mut *hi[0].1);
+    Some(if ia < ib {
+        (first, Some(second))
+    } else {
+        (second, Some(first))
+    })
 }
 
 /// Answers every op of an aborted batch that has no answer of its own yet `Aborted`.

@@ -23,7 +23,9 @@ mod atomic;
 mod dump;
 mod expires;
 mod expiry;
+mod keyspace;
 mod memory;
+mod pattern;
 mod pipeline;
 mod table;
 
@@ -329,6 +331,14 @@ impl Store {
                 // Only the node adds one, to the entry it logs (see `Node::execute`).
                 continue;
             }
+            if op.kind.is_node_wide() {
+                // No key: a flush goes through the log, a scan or count runs at once.
+                if op.kind.is_write() {
+                    written.insert(0);
+                    logged.push(i as u32);
+                }
+                continue;
+            }
             let hash = key_hash(op.key);
             if !self.me.owns(hash) {
                 continue;
@@ -402,6 +412,9 @@ impl Store {
             }
             return;
         }
+        if skip.is_empty() && self.run_node_wide(batch, out, room, tally, scratch.log_index) {
+            return;
+        }
         scratch.order.clear();
         scratch.hashes.clear();
         scratch.hashes.resize(n, 0);
@@ -435,9 +448,13 @@ impl Store {
                 }
                 continue;
             }
-            if op.kind == OpKind::Unchanged {
-                // A transaction's check (see `atomic`).
-                out.set_malformed(i, kvshared::wire::MalformedOp::NotAtomic);
+            if matches!(op.kind, OpKind::Unchanged | OpKind::Rename) || op.kind.is_node_wide() {
+                // A transaction's check or rename (see `atomic`); a node-wide op with others.
+                let why = match op.kind.is_node_wide() {
+                    true => kvshared::wire::MalformedOp::NotAlone,
+                    false => kvshared::wire::MalformedOp::NotAtomic,
+                };
+                out.set_malformed(i, why);
                 tally.malformed_op += 1;
                 continue;
             }
@@ -577,7 +594,15 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         match op.kind {
-            OpKind::Get | OpKind::Ttl | OpKind::Clock | OpKind::Atomic | OpKind::Unchanged => {}
+            OpKind::Get
+            | OpKind::Ttl
+            | OpKind::Clock
+            | OpKind::Atomic
+            | OpKind::Unchanged
+            | OpKind::Rename
+            | OpKind::Scan
+            | OpKind::KeyCount
+            | OpKind::Flush => {}
             OpKind::PutIfAbsent | OpKind::PutIfPresent
                 if s.table.find(hash, op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>
             {

@@ -29,6 +29,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use kvshared::keyspace::placement_position;
 use kvshared::routing::key_hash;
 
 /// Longest key kept in the tag.
@@ -169,10 +170,16 @@ fn prefetch_line(p: *const u8) {
 /// The home slot of a key with these placement bits in a table of `slots` slots.
 #[inline]
 fn home_slot(placement: u64, slots: usize) -> usize {
-    // Multiply-shift on mixed bits: any slot count, and the bits the owner node and the map
-    // shard were chosen by (the low 32, bits 40..50) are spread over every slot.
-    let mixed = placement.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
-    ((mixed * slots as u64) >> 32) as usize
+    // Multiply-shift on mixed bits (the key's scan position): any slot count, and the bits
+    // the owner node and the map shard were chosen by (the low 32, bits 40..50) are spread
+    // over every slot. Slots are in position order, which a scan relies on.
+    home_of_position(placement_position(placement), slots)
+}
+
+/// The home slot of a key at scan position `position`.
+#[inline]
+fn home_of_position(position: u32, slots: usize) -> usize {
+    ((u64::from(position) * slots as u64) >> 32) as usize
 }
 
 /// Starts loading the line where the probe for `hash` begins in a table whose
@@ -185,6 +192,9 @@ pub(super) fn prefetch_at(at: usize, slots: usize, hash: u64) {
         prefetch_line((at as *const u8).wrapping_add(home * std::mem::size_of::<Slot>()));
     }
 }
+
+/// [`Table::scan`]'s answer when the table is done.
+const END: u64 = 1 << 32;
 
 /// The table could not get memory (nothing changed).
 #[derive(Debug, PartialEq, Eq)]
@@ -406,6 +416,54 @@ impl Table {
             .iter()
             .filter(|s| s.data.is_some())
             .map(|slot| EntryRef { slot })
+    }
+
+    /// One step of a scan in position order (see `kvshared::keyspace`): calls `visit` with
+    /// every entry whose position is in `from..next` and returns `next` (`1 << 32`: the
+    /// table is done). Walks from `from`'s home slot to an empty slot past it once `want`
+    /// entries at or past `from` were seen or `16 * want` slots walked; every entry whose
+    /// home lies before that empty slot is behind it, so nothing in `from..next` is missed
+    /// however the table changed between steps.
+    pub(super) fn scan(&self, from: u32, want: usize, mut visit: impl FnMut(EntryRef<'_>)) -> u64 {
+        let n = self.slots.len();
+        if self.len == 0 {
+            return 1 << 32;
+        }
+        let start = home_of_position(from, n);
+        let (mut seen, mut i) = (0usize, start);
+        let next = loop {
+            if i == n {
+                break END;
+            }
+            match self.position_at(i) {
+                Some(p) => seen += usize::from(p >= from),
+                None if i > start && (seen >= want || i - start >= want.saturating_mul(16)) => {
+                    break ((i as u64) << 32).div_ceil(n as u64);
+                }
+                None => {}
+            }
+            i += 1;
+        };
+        // At the end: the entries whose probe wrapped to the first slots (before `start`;
+        // those from `start` on were walked).
+        let wrapped = match next {
+            END if start > 0 => (0..start).take_while(|&j| self.position_at(j).is_some()).count(),
+            _ => 0,
+        };
+        for j in (start..i).chain(0..wrapped) {
+            if let Some(p) = self.position_at(j)
+                && u64::from(p) >= u64::from(from)
+                && u64::from(p) < next
+            {
+                visit(EntryRef { slot: &self.slots[j] });
+            }
+        }
+        next
+    }
+
+    /// The scan position of the key in slot `i` (`None`: empty).
+    fn position_at(&self, i: usize) -> Option<u32> {
+        self.placement_of(self.slots.get(i)?).map(placement_position)
     }
 
     /// The placement bits of a full slot's key (`None` for an empty slot).
