@@ -325,6 +325,9 @@ impl Node {
     ) -> Option<LogWait> {
         let began = Instant::now();
         let before = per_kind(tally);
+        if self.refuse_long_ranges(batch, out, tally) {
+            return None;
+        }
         let Some(log) = &self.durable else {
             self.store.execute(batch, out, room, scratch, tally);
             self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
@@ -408,6 +411,36 @@ impl Node {
                 counters: self.counters.clone(),
             },
         }))
+    }
+
+    /// A range write past the longest value this node serves (512 MiB, or `--max-frame`
+    /// when smaller: a longer value could not be read back) is refused before anything
+    /// runs, on every front (RESP answers it with Redis's text first): it is answered
+    /// `BadRange` and the batch's other ops `Aborted`. True when the batch was refused.
+    /// (Checked here, not where the store applies it, so a log replayed under another
+    /// `--max-frame` applies what was accepted.)
+    fn refuse_long_ranges(&self, batch: &BatchView<'_>, out: &mut BatchResponse, tally: &mut Counts) -> bool {
+        let max = kvshared::wire::MAX_STRING.min(u64::from(self.config.max_frame));
+        let too_long = |i: usize| {
+            batch.op(i).is_ok_and(|op| {
+                let offset = op.value.first_chunk::<8>().map_or(0, |o| u64::from_le_bytes(*o));
+                op.kind == OpKind::SetRange
+                    && op.value.len() > 8
+                    && offset.saturating_add(op.value.len() as u64 - 8) > max
+            })
+        };
+        if !(0..batch.len()).any(too_long) {
+            return false;
+        }
+        out.reset(batch.len());
+        for i in 0..batch.len() {
+            match too_long(i) {
+                true => out.set_malformed(i, kvshared::wire::MalformedOp::BadRange),
+                false => out.set(i, OpStatus::Aborted),
+            }
+        }
+        tally.malformed_op += 1;
+        true
     }
 
     /// `batch` (reads only), to run from a copy once `gate` answers a read index that this
@@ -824,6 +857,39 @@ mod tests {
 
     fn block_on_log(wait: &mut LogWait) {
         tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(wait.wait()));
+    }
+
+    /// A range write past `--max-frame` is refused on the binary path too, in memory and
+    /// durable, and nothing of its batch runs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_range_write_past_the_frame_limit_is_refused_whole() {
+        let dir = std::env::temp_dir().join(format!("kvd-node-range-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for data_dir in [None, Some(dir.clone())] {
+            let mut node = Node::new(NodeConfig {
+                data_dir,
+                max_frame: 1 << 20,
+                ..NodeConfig::default()
+            })
+            .unwrap();
+            node.open_data_dir().await.unwrap();
+            let arg = |offset: u64| [&offset.to_le_bytes()[..], b"xy"].concat();
+            let mut req = BatchRequest::new();
+            req.push_put(b"a", b"1");
+            req.push(OpKind::SetRange, b"r", &arg(1 << 20));
+            let got = run(&node, &req);
+            assert_eq!(got[0], "Aborted");
+            assert!(got[1].starts_with("Malformed"), "{got:?}");
+            let mut ok = BatchRequest::new();
+            ok.push(OpKind::SetRange, b"r", &arg((1 << 20) - 2));
+            ok.push_get(b"a");
+            assert_eq!(
+                run(&node, &ok),
+                [format!("{:?}", OpReply::Counted(1 << 20)), "NotFound".into()]
+            );
+            node.close().await;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// With a data dir, reads run at once and writes through the log, yet every op sees

@@ -359,7 +359,9 @@ impl MalformedOp {
             MalformedOp::KeySpan => "key span out of bounds",
             MalformedOp::ValueSpan => "value span out of bounds",
             MalformedOp::BadIncrement => "an increment's value is not 8 bytes",
-            MalformedOp::BadRange => "a range write lacks its 8-byte offset or reaches past 512 MiB",
+            MalformedOp::BadRange => {
+                "a range write lacks its 8-byte offset or reaches past the longest value (512 MiB, or the node's --max-frame)"
+            }
             MalformedOp::BadExpiry => "an expiry op's arguments do not parse",
             MalformedOp::LogOnly => "a clock op is carried only by a log entry",
             MalformedOp::NotAtomic => "a watch check or rename outside an atomic batch",

@@ -1,6 +1,7 @@
 //! The Redis commands kvd answers, and what each becomes: ops in the pipeline's batch, or
 //! a reply written at once. Anything else is `-ERR unknown command`, and the connection goes on.
 
+use kvshared::routing::{key_hash, owner_node};
 use kvshared::wire::decimal_i64;
 
 use super::expiry;
@@ -20,6 +21,15 @@ const COMMANDS: &[&str] = &[
     "COMMAND",
     "CONFIG",
     "DBSIZE",
+    "FLUSHALL",
+    "FLUSHDB",
+    "KEYS",
+    "MEMORY",
+    "OBJECT",
+    "RANDOMKEY",
+    "RENAME",
+    "RENAMENX",
+    "SCAN",
     "DECR",
     "DECRBY",
     "DEL",
@@ -88,9 +98,12 @@ impl Session {
         }
     }
 
-    /// Whether the command named `name` runs in a round of its own (EXEC, WATCH).
+    /// Whether the command named `name` runs in a round of its own (EXEC, WATCH, the
+    /// keyspace commands, RENAME).
     pub fn own_round(&self, name: &[u8]) -> bool {
         self.tx.own_round(name)
+            || (!self.tx.is_queuing()
+                && (super::keyspace::is_keyspace(name) || is(name, "RENAME") || is(name, "RENAMENX")))
     }
 
     /// After a round: keeps what a WATCH in it found.
@@ -257,10 +270,21 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool 
             2 => p.immediate(|o| reply::error(o, "ERR DB index is out of range (kvd has one database, 0)")),
             _ => wrong_args(p, name),
         },
-        _ if is(name, "DBSIZE") => {
-            let keys = node.store.len() as i64;
-            p.immediate(|o| reply::integer(o, keys));
-        }
+        _ if super::keyspace::is_keyspace(name) => super::keyspace::parse(ctx, args, p),
+        _ if is(name, "RENAME") || is(name, "RENAMENX") => match n {
+            3 => rename(ctx, args, p, is(name, "RENAMENX")),
+            _ => wrong_args(p, name),
+        },
+        _ if is(name, "OBJECT") => match n {
+            3 if is(args.get(1), "ENCODING") => p.encoding(node, forward, args.get(2)),
+            _ => p.immediate(|o| reply::error(o, "ERR kvd answers OBJECT ENCODING <key> only")),
+        },
+        _ if is(name, "MEMORY") => match n {
+            3 | 5 if is(args.get(1), "USAGE") && (n == 3 || is(args.get(3), "SAMPLES")) => {
+                p.memory_usage(node, forward, args.get(2))
+            }
+            _ => p.immediate(|o| reply::error(o, "ERR kvd answers MEMORY USAGE <key> [SAMPLES <count>] only")),
+        },
         _ if is(name, "ROLE") => p.immediate(|o| super::info::role_reply(node, o)),
         _ if is(name, "INFO") => {
             let text = super::info::info(node, args.get(1), ctx.session.id, ctx.port);
@@ -292,7 +316,25 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool 
     false
 }
 
-/// CONFIG GET pattern: the few settings benchmark tools ask for at start.
+/// RENAME / RENAMENX key newkey: both keys must be of one node (else `CROSSSLOT`, as
+/// Redis Cluster); outside MULTI it runs as an atomic batch of its own.
+fn rename(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline, nx: bool) {
+    let (from, to) = (args.get(1), args.get(2));
+    let count = ctx.node.config.shard.count;
+    let owner = owner_node(key_hash(from), count);
+    if owner != owner_node(key_hash(to), count) {
+        return p.immediate(|o| reply::error(o, super::transaction::CROSSSLOT));
+    }
+    if !p.in_transaction() && !ctx.session.tx.is_queuing() {
+        p.begin_alone(
+            Some(owner)
+                .filter(|_| ctx.forward)
+                .unwrap_or(ctx.node.config.shard.index),
+        );
+    }
+    p.rename(ctx.node, ctx.forward, from, to, nx);
+}
+
 /// SETRANGE key offset value, with Redis's refusals: an offset that is not a non-negative
 /// integer, and a result longer than the largest value (512 MiB, or kvd's `--max-frame`
 /// when smaller: a longer value could not be read back), checked before anything is sent.
@@ -311,6 +353,7 @@ fn set_range(node: &Node, forward: bool, args: &Args<'_>, p: &mut Pipeline) {
     p.set_range(node, forward, args.get(1), offset, value);
 }
 
+/// CONFIG GET pattern: the few settings benchmark tools ask for at start.
 fn config(node: &Node, args: &Args<'_>, p: &mut Pipeline) {
     if !is(args.get(1), "GET") || args.len() != 3 {
         return p.immediate(|o| {

@@ -8,12 +8,14 @@
 //!
 //! `parse` (commands read in place) -> `commands` (what each command becomes) ->
 //! `pipeline` (one batch through the node, forwarding, replies in order) -> `reply`
-//! (RESP writers); `expiry` reads the expiry commands' arguments; `transaction` runs MULTI/EXEC/WATCH; `info` answers INFO; `connection` runs the loop.
+//! (RESP writers); `expiry` reads the expiry commands' arguments; `transaction` runs MULTI/EXEC/WATCH; `keyspace` runs the commands
+//! that span the cluster (SCAN, KEYS, DBSIZE, FLUSHALL, RANDOMKEY); `info` answers INFO; `connection` runs the loop.
 
 mod commands;
 mod connection;
 mod expiry;
 mod info;
+mod keyspace;
 pub mod parse;
 pub(crate) mod pipeline;
 mod reply;

@@ -62,6 +62,15 @@ enum Step {
     /// WATCH: `+OK` once the `n` gets of the watched keys are answered (the session keeps
     /// what they found: see [`Pipeline::watched`]).
     Watch { first: usize, n: usize },
+    /// A keyspace command's reply (it runs alone: see `keyspace`).
+    Keyspace,
+    /// RENAME (`nx`: RENAMENX): `+OK` (or 1), 0 when NX found the target, an error when
+    /// the key is absent.
+    Rename { op: usize, nx: bool },
+    /// OBJECT ENCODING: Redis's name for how it would hold the found value.
+    Encoding(usize),
+    /// MEMORY USAGE: what the found entry costs the store.
+    Memory { op: usize, key_len: usize },
 }
 
 /// A transaction's batch (EXEC): its ops go, with the `Atomic` marker and the watched keys'
@@ -74,6 +83,8 @@ struct Txn {
     header: usize,
     /// MSETNX's (answered 1 or 0), not EXEC's (an array).
     set_if_none: bool,
+    /// One command's (RENAME): answered as that command.
+    alone: bool,
 }
 
 /// How a TTL-family command answers a key's deadline (-2: no key, -1: no deadline).
@@ -148,6 +159,9 @@ pub struct Pipeline {
     start_proto: Proto,
     /// EXEC's batch, when this pipeline is one.
     txn: Option<Txn>,
+    /// A keyspace command, when this pipeline is one, and its reply once run.
+    keyspace: Option<super::keyspace::Keyspace>,
+    keyspace_reply: Vec<u8>,
 }
 
 /// One op's result, wherever it ran.
@@ -169,6 +183,19 @@ impl Pipeline {
         self.local_error = None;
         self.start_proto = self.proto;
         self.txn = None;
+        self.keyspace = None;
+        self.keyspace_reply.clear();
+    }
+
+    /// Makes this pipeline a keyspace command's (it runs alone, node by node).
+    pub fn keyspace(&mut self, cmd: super::keyspace::Keyspace) {
+        self.keyspace = Some(cmd);
+        self.steps.push(Step::Keyspace);
+    }
+
+    /// Whether the commands added now run inside a transaction's batch (EXEC, RENAME).
+    pub fn in_transaction(&self) -> bool {
+        self.txn.is_some()
     }
 
     /// The protocol the connection speaks now.
@@ -211,7 +238,17 @@ impl Pipeline {
             owner,
             header: 1 + watched.len(),
             set_if_none: false,
+            alone: false,
         });
+    }
+
+    /// Makes this pipeline one command's atomic batch (RENAME): answered as the command,
+    /// not as EXEC's array.
+    pub fn begin_alone(&mut self, owner: u32) {
+        self.begin_transaction(owner, &[]);
+        if let Some(t) = &mut self.txn {
+            t.alone = true;
+        }
     }
 
     /// Makes this pipeline MSETNX's: as [`Pipeline::begin_transaction`] with a check that
@@ -385,6 +422,25 @@ impl Pipeline {
         });
     }
 
+    /// RENAME / RENAMENX key newkey (the caller checked both are of one node).
+    pub fn rename(&mut self, node: &Node, forward: bool, key: &[u8], to: &[u8], nx: bool) {
+        let value = kvshared::keyspace::Rename { to, nx }.encode();
+        let op = self.op(node, forward, OpKind::Rename, key, &value);
+        self.steps.push(Step::Rename { op, nx });
+    }
+
+    /// OBJECT ENCODING key.
+    pub fn encoding(&mut self, node: &Node, forward: bool, key: &[u8]) {
+        let op = self.op(node, forward, OpKind::Get, key, &[]);
+        self.steps.push(Step::Encoding(op));
+    }
+
+    /// MEMORY USAGE key.
+    pub fn memory_usage(&mut self, node: &Node, forward: bool, key: &[u8]) {
+        let op = self.op(node, forward, OpKind::Get, key, &[]);
+        self.steps.push(Step::Memory { op, key_len: key.len() });
+    }
+
     /// DEL key... or EXISTS key...
     pub fn count(&mut self, node: &Node, forward: bool, keys: &[&[u8]], delete: bool) {
         let first = self.ops.len();
@@ -444,6 +500,19 @@ impl Pipeline {
         budget: &BufferBudget,
         tally: &mut Counts,
     ) -> usize {
+        if let Some(cmd) = self.keyspace.take() {
+            let mut runner = super::keyspace::Runner {
+                node,
+                cluster,
+                budget,
+                tally,
+                taken: 0,
+            };
+            let mut reply = std::mem::take(&mut self.keyspace_reply);
+            runner.run(&cmd, self.proto, &mut reply).await;
+            self.keyspace_reply = reply;
+            return runner.taken;
+        }
         let remote: Vec<Op<'_>> = self
             .remote
             .iter()
@@ -529,6 +598,7 @@ impl Pipeline {
         let changed = (1..txn.header).any(|j| self.response.result(j) == OpReply::NotStored);
         match self.response.result(0) {
             OpReply::Stored if txn.set_if_none => reply::integer(out, 1),
+            OpReply::Stored if txn.alone => self.write_steps(out),
             OpReply::Stored => {
                 reply::array(out, self.steps.len());
                 self.write_steps(out);
@@ -554,6 +624,27 @@ impl Pipeline {
             match *step {
                 Step::Immediate(ref r) => out.extend_from_slice(&self.immediate[r.clone()]),
                 Step::Switch(p) => proto = p,
+                Step::Keyspace => out.extend_from_slice(&self.keyspace_reply),
+                Step::Rename { op, nx } => match result(op) {
+                    Result1::Reply(OpReply::Stored) if nx => reply::integer(out, 1),
+                    Result1::Reply(OpReply::Stored) => reply::simple(out, "OK"),
+                    Result1::Reply(OpReply::NotStored) => reply::integer(out, 0),
+                    Result1::Reply(OpReply::NotFound) => reply::error(out, "ERR no such key"),
+                    other => error_reply(out, other),
+                },
+                Step::Encoding(op) => match result(op) {
+                    Result1::Reply(OpReply::Found(v)) => reply::bulk(out, redis_encoding(v).as_bytes()),
+                    Result1::Reply(OpReply::TooLarge) => reply::bulk(out, b"raw"),
+                    Result1::Reply(OpReply::NotFound) => reply::null(out, proto),
+                    other => error_reply(out, other),
+                },
+                Step::Memory { op, key_len } => match result(op) {
+                    Result1::Reply(OpReply::Found(v)) => {
+                        reply::integer(out, crate::store::entry_bytes(key_len, v.len()) as i64)
+                    }
+                    Result1::Reply(OpReply::NotFound) => reply::null(out, proto),
+                    other => error_reply(out, other),
+                },
                 Step::Get(op) => value_reply(out, result(op), proto),
                 Step::Set { put, old } => match (result(put), old) {
                     (Result1::Reply(OpReply::Stored), None) => reply::simple(out, "OK"),
@@ -651,7 +742,12 @@ impl Pipeline {
 
 /// Sends a transaction's batch to `owner` (the node of its keys) and puts its answer in
 /// `out`; `Some(error)` when there is none.
-async fn forward_transaction(c: &Cluster, owner: u32, batch: &BatchRequest, out: &mut BatchResponse) -> Option<String> {
+pub(super) async fn forward_transaction(
+    c: &Cluster,
+    owner: u32,
+    batch: &BatchRequest,
+    out: &mut BatchResponse,
+) -> Option<String> {
     let reply = match c.send_batch(owner as usize, batch).await {
         Ok(reply) => reply,
         Err(e) => return Some(format!("ERR forwarding the transaction to its keys' owner failed: {e}")),
@@ -668,7 +764,7 @@ async fn forward_transaction(c: &Cluster, owner: u32, batch: &BatchRequest, out:
 }
 
 /// Runs this node's part of the pipeline; `Some(error)` when it could not be answered.
-async fn run_local(
+pub(super) async fn run_local(
     node: &Node,
     batch: &BatchRequest,
     body: &mut AlignedVec,
@@ -708,6 +804,16 @@ async fn run_local(
             "ERR the shard's log failed; the write may or may not have taken effect: {e}"
         )),
         None => Some("ERR the shard's log did not answer".into()),
+    }
+}
+
+/// How Redis 7 would encode a string value: `int` when it reads as a 64-bit integer
+/// (canonically), `embstr` up to 44 bytes, `raw` past that.
+pub fn redis_encoding(v: &[u8]) -> &'static str {
+    match v.len() {
+        _ if kvshared::wire::decimal_i64(v).is_some() => "int",
+        0..=44 => "embstr",
+        _ => "raw",
     }
 }
 

@@ -25,7 +25,7 @@ pub const MAX_QUEUED_BYTES: usize = 4 << 20;
 /// Most keys one connection watches.
 pub const MAX_WATCHED: usize = 1024;
 
-const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+pub(super) const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 
 /// A connection's transaction state.
 #[derive(Default)]
@@ -76,6 +76,11 @@ impl TxState {
                 None => self.watched.push((key, value)),
             }
         }
+    }
+
+    /// Whether MULTI is queuing commands.
+    pub fn is_queuing(&self) -> bool {
+        matches!(self.multi, Multi::Queuing(_))
     }
 
     /// Bytes the queued commands and watched keys hold (charged to the buffer budget).
@@ -186,7 +191,7 @@ fn queue(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
 /// pipeline (nothing runs): the nodes of its keys, or the error it is refused with.
 fn queue_refusal(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result<Vec<u32>, String> {
     let name = args.get(0);
-    if ["HELLO", "AUTH", "CLIENT", "SELECT"].iter().any(|c| is(name, c)) {
+    if ["HELLO", "AUTH", "CLIENT", "SELECT"].iter().any(|c| is(name, c)) || super::keyspace::is_keyspace(name) {
         let shown = String::from_utf8_lossy(name).to_ascii_uppercase();
         return Err(format!("ERR kvd does not run {shown} inside MULTI"));
     }

@@ -136,8 +136,14 @@ impl Store {
                 out.set(i, OpStatus::Stored);
                 Ok([None; 2])
             }
-            OpKind::Clock => Err(refuse(MalformedOp::LogOnly)),
-            _ if op.kind.is_node_wide() => Err(refuse(MalformedOp::NotAlone)),
+            OpKind::Clock => {
+                refuse(MalformedOp::LogOnly);
+                Err(())
+            }
+            _ if op.kind.is_node_wide() => {
+                refuse(MalformedOp::NotAlone);
+                Err(())
+            }
             _ => {
                 let hash = key_hash(op.key);
                 if !self.me.owns(hash) {

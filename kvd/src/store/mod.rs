@@ -33,7 +33,9 @@ pub use expiry::CycleFigures;
 use expiry::batch_clock;
 pub use memory::{Eviction, MemoryLimit};
 use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage};
+pub use pattern::Pattern;
 use pipeline::Pending;
+pub use table::entry_bytes;
 use table::{Table, data_cost, prefetch_at};
 
 /// Decides whether a found value may join the reply being built (a reply is bounded by the

@@ -514,6 +514,12 @@ fn slots_for(items: usize) -> usize {
 /// bytes allocated (the value, and a long key) rounded up to the allocator's size class
 /// (16-byte steps up to 64, then four classes per doubling: ..., 112, 128, 160, 192, ...).
 /// An empty allocation costs nothing.
+/// What one entry costs a table: its slot and its allocation (Redis's `MEMORY USAGE`; a
+/// deadline, when set, adds `expires::deadline_cost`).
+pub fn entry_bytes(key_len: usize, value_len: usize) -> usize {
+    std::mem::size_of::<Slot>() + data_cost(key_len, value_len)
+}
+
 pub(super) fn data_cost(key_len: usize, value_len: usize) -> usize {
     let bytes = if key_len > INLINE_KEY {
         key_len + value_len

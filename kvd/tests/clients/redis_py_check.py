@@ -102,6 +102,23 @@ def check_sync(host, port, password):
     assert r.set("pshort", "v", px=100) is True
     time.sleep(0.25)
     assert r.get("pshort") is None and r.exists("pshort") == 0
+    # The keyspace, across both shards through this node.
+    listed = set(r.scan_iter(match="py1*", count=7))
+    assert listed == {f"py{i}".encode() for i in range(200) if str(i).startswith("1")}, listed
+    assert set(r.keys("py19?")) == {f"py19{i}".encode() for i in range(10)}
+    assert r.dbsize() >= 200 and r.randomkey() is not None
+    assert r.type("py1") == b"string" and r.object("encoding", "pcount") == b"int"
+    assert r.memory_usage("py1") > 0 and r.exists("py1", "py2") == 2
+    assert r.unlink("py1") == 1 and r.touch("py2") == 1
+    for i in range(64):  # RENAME within a shard (CROSSSLOT across: the target is found by trying)
+        try:
+            assert r.rename("py2", f"pyr{i}") is True
+            assert r.get(f"pyr{i}") == b"v2" and r.get("py2") is None
+            break
+        except redis.exceptions.ResponseError as e:
+            assert "same slot" in str(e), e
+    else:
+        raise AssertionError("no rename target on py2's shard")
     # The unknown type commands get Redis's error, and the connection goes on.
     try:
         r.lpush("list", "a")
@@ -118,6 +135,7 @@ async def check_async(host, port, password):
     await r.set("apy", "v")
     assert await r.get("apy") == b"v"
     assert await r.get("apy-missing") is None
+    assert "apy".encode() in [k async for k in r.scan_iter(match="apy")]
     await r.aclose()
 
 

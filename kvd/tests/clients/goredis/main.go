@@ -108,6 +108,21 @@ func run(ctx context.Context, addr, password string, protocol int) {
 	check(errors.Is(err, redis.Nil), "a key read after its deadline: %v", err)
 	info, err := rdb.Info(ctx, "replication").Result()
 	check(err == nil && strings.Contains(info, "role:master"), "info replication: %v", err)
+	// The keyspace across both shards through this node: SCAN with MATCH, KEYS, DBSIZE.
+	seen := map[string]int{}
+	iter := rdb.Scan(ctx, 0, prefix+"1*", 7).Iterator()
+	for iter.Next(ctx) {
+		seen[iter.Val()]++
+	}
+	check(iter.Err() == nil && len(seen) == 111, "scan: %d keys, %v", len(seen), iter.Err())
+	keys, err := rdb.Keys(ctx, prefix+"19?").Result()
+	check(err == nil && len(keys) == 10, "keys: %v %v", keys, err)
+	size, err := rdb.DBSize(ctx).Result()
+	check(err == nil && size >= 200, "dbsize: %d %v", size, err)
+	enc, err := rdb.ObjectEncoding(ctx, prefix+"count").Result()
+	check(err == nil && enc == "int", "object encoding: %q %v", enc, err)
+	usage, err := rdb.MemoryUsage(ctx, prefix+"1").Result()
+	check(err == nil && usage > 0, "memory usage: %d %v", usage, err)
 }
 
 func main() {

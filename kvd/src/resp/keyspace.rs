@@ -1,0 +1,341 @@
+//! The keyspace commands that span the cluster: `SCAN`, `KEYS`, `DBSIZE`, `FLUSHALL`,
+//! `FLUSHDB`, `RANDOMKEY`. Each runs in a round of its own and asks the nodes one by one,
+//! this node through [`Node::execute`] like any batch and the others through the cluster
+//! client, with the node-wide ops (`Scan`, `KeyCount`, `Flush`).
+//!
+//! A SCAN cursor names a node and a place in it (`kvshared::keyspace::ClusterCursor`), so
+//! a scan through one node covers the whole cluster with Redis's guarantee: a key present
+//! for the whole scan is returned (exactly once, in fact). Without `--nodes` only this
+//! node's keys are scanned, counted and flushed.
+
+use kvshared::client::Cluster;
+use kvshared::keyspace::{ClusterCursor, MAX_SCAN_COUNT, ScanPage, ScanRequest};
+use kvshared::stats::Counts;
+use kvshared::wire::{BatchRequest, BatchResponse, OpKind, OpReply};
+
+use super::commands::{Ctx, is, wrong_args};
+use super::parse::Args;
+use super::pipeline::{Pipeline, forward_transaction, run_local};
+use super::reply::{self, Proto};
+use crate::edge::budget::{BufferBudget, ReplyAllowance};
+use crate::node::Node;
+use crate::store::Scratch;
+
+/// Most keys `KEYS` answers with (past it, use `SCAN`).
+pub const MAX_KEYS_REPLY: usize = 1_000_000;
+/// Keys a `KEYS` or `RANDOMKEY` page asks a node for.
+const PAGE: u32 = 1000;
+
+/// A keyspace command, parsed, waiting for its round.
+#[derive(Debug)]
+pub enum Keyspace {
+    Scan {
+        cursor: ClusterCursor,
+        pattern: Vec<u8>,
+        count: u32,
+        strings: bool,
+    },
+    Keys {
+        pattern: Vec<u8>,
+    },
+    DbSize,
+    Flush,
+    RandomKey,
+}
+
+/// Whether `name` is one of these (they run in a round of their own).
+pub fn is_keyspace(name: &[u8]) -> bool {
+    ["SCAN", "KEYS", "DBSIZE", "FLUSHALL", "FLUSHDB", "RANDOMKEY"]
+        .iter()
+        .any(|c| is(name, c))
+}
+
+/// Parses one of these commands into the pipeline (or answers its error at once).
+pub fn parse(ctx: &Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
+    let name = args.get(0);
+    let cmd = match name {
+        _ if is(name, "SCAN") => scan_args(ctx, args),
+        _ if is(name, "KEYS") && args.len() == 2 => Ok(Keyspace::Keys {
+            pattern: args.get(1).to_vec(),
+        }),
+        _ if is(name, "DBSIZE") && args.len() == 1 => Ok(Keyspace::DbSize),
+        _ if is(name, "RANDOMKEY") && args.len() == 1 => Ok(Keyspace::RandomKey),
+        _ if is(name, "FLUSHALL") || is(name, "FLUSHDB") => flush_args(ctx, args),
+        _ => return wrong_args(p, name),
+    };
+    match cmd {
+        Ok(cmd) => p.keyspace(cmd),
+        Err(e) => p.immediate(|o| reply::error(o, &e)),
+    }
+}
+
+fn scan_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, String> {
+    let nodes = nodes(ctx.node, ctx.forward);
+    let cursor = std::str::from_utf8(args.get(1))
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+        .and_then(|c| ClusterCursor::from_u64(c, nodes.len() as u32))
+        .ok_or("ERR invalid cursor")?;
+    let (mut pattern, mut count, mut strings) = (Vec::new(), 10u32, true);
+    let mut i = 2;
+    if args.len() < 2 {
+        return Err("ERR wrong number of arguments for 'scan' command".into());
+    }
+    while i < args.len() {
+        let value = args.get(i + 1);
+        match args.get(i) {
+            _ if i + 1 >= args.len() => return Err("ERR syntax error".into()),
+            o if is(o, "MATCH") => pattern = value.to_vec(),
+            o if is(o, "COUNT") => {
+                count = kvshared::wire::decimal_i64(value)
+                    .filter(|&c| c >= 1)
+                    .ok_or("ERR syntax error")?
+                    .min(i64::from(MAX_SCAN_COUNT)) as u32;
+            }
+            // Every kvd key is a string: another type matches none.
+            o if is(o, "TYPE") => strings = is(value, "string"),
+            _ => return Err("ERR syntax error".into()),
+        }
+        i += 2;
+    }
+    crate::store::Pattern::new(&pattern).map_err(|e| format!("ERR {e}"))?;
+    Ok(Keyspace::Scan {
+        cursor,
+        pattern,
+        count,
+        strings,
+    })
+}
+
+/// FLUSHALL/FLUSHDB [ASYNC|SYNC]: a durable node wants the mode said, so a habit typed at
+/// a prompt does not delete acknowledged data for good (both run at once here).
+fn flush_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, String> {
+    let explicit = match args.len() {
+        1 => false,
+        2 if is(args.get(1), "ASYNC") || is(args.get(1), "SYNC") => true,
+        _ => return Err("ERR syntax error".into()),
+    };
+    if ctx.node.config.data_dir.is_some() && !explicit {
+        let name = String::from_utf8_lossy(args.get(0)).to_ascii_uppercase();
+        return Err(format!(
+            "ERR kvd: {name} on a durable node (--data-dir) deletes acknowledged data for good; send {name} SYNC (or ASYNC) to mean it"
+        ));
+    }
+    Ok(Keyspace::Flush)
+}
+
+/// The nodes a keyspace command covers: the cluster's, or this one alone.
+fn nodes(node: &Node, forward: bool) -> Vec<u32> {
+    let shard = node.config.shard;
+    match forward {
+        true => (0..shard.count).collect(),
+        false => vec![shard.index],
+    }
+}
+
+/// Where a keyspace command runs, and what its local batches may take.
+pub struct Runner<'a> {
+    pub node: &'a Node,
+    pub cluster: Option<&'a Cluster>,
+    pub budget: &'a BufferBudget,
+    pub tally: &'a mut Counts,
+    /// Bytes taken from `budget` for local answers (held until the reply is sent).
+    pub taken: usize,
+}
+
+/// One node's answer to a node-wide op.
+enum Answer {
+    Page(Vec<u8>),
+    Count(i64),
+    Done,
+}
+
+impl Runner<'_> {
+    /// Runs `cmd` and writes its reply to `out`.
+    pub async fn run(&mut self, cmd: &Keyspace, proto: Proto, out: &mut Vec<u8>) {
+        let result = match cmd {
+            Keyspace::Scan {
+                cursor,
+                pattern,
+                count,
+                strings,
+            } => self.scan(*cursor, pattern, *count, *strings, out).await,
+            Keyspace::Keys { pattern } => self.keys(pattern, out).await,
+            Keyspace::DbSize => self.sum().await.map(|n| reply::integer(out, n)),
+            Keyspace::Flush => self.flush().await.map(|()| reply::simple(out, "OK")),
+            Keyspace::RandomKey => self.random_key(proto, out).await,
+        };
+        if let Err(e) = result {
+            reply::error(out, &e);
+        }
+    }
+
+    fn targets(&self) -> Vec<u32> {
+        nodes(self.node, self.cluster.is_some())
+    }
+
+    /// One node-wide op on node `target`.
+    async fn ask(&mut self, target: u32, kind: OpKind, key: &[u8], value: &[u8]) -> Result<Answer, String> {
+        let mut batch = BatchRequest::new();
+        batch.push(kind, key, value);
+        let mut response = BatchResponse::default();
+        let error = match self.cluster {
+            Some(c) if target != self.node.config.shard.index => {
+                forward_transaction(c, target, &batch, &mut response).await
+            }
+            _ => {
+                let mut room = ReplyAllowance::new(self.budget, 1, self.node.config.max_frame as usize);
+                let (mut body, mut scratch) = (Default::default(), Scratch::default());
+                let e = run_local(
+                    self.node,
+                    &batch,
+                    &mut body,
+                    &mut response,
+                    &mut scratch,
+                    &mut room,
+                    self.tally,
+                )
+                .await;
+                self.taken += room.taken();
+                e
+            }
+        };
+        if let Some(e) = error {
+            return Err(e);
+        }
+        match response.result(0) {
+            OpReply::Found(page) => Ok(Answer::Page(page.to_vec())),
+            OpReply::Counted(n) => Ok(Answer::Count(n)),
+            OpReply::Stored => Ok(Answer::Done),
+            OpReply::Malformed(why) => Err(format!("ERR node {target}: {why}")),
+            other => Err(format!("ERR node {target} answered {other:?}")),
+        }
+    }
+
+    /// One page of node `cursor.node`'s keys: the next cluster cursor and the keys.
+    async fn page(
+        &mut self,
+        cursor: ClusterCursor,
+        pattern: &[u8],
+        count: u32,
+    ) -> Result<(Option<ClusterCursor>, Vec<Vec<u8>>), String> {
+        let req = ScanRequest {
+            cursor: cursor.at,
+            count,
+        }
+        .encode();
+        let Answer::Page(bytes) = self.ask(cursor.node, OpKind::Scan, pattern, &req).await? else {
+            return Err(format!("ERR node {} answered a scan without a page", cursor.node));
+        };
+        let page =
+            ScanPage::decode(&bytes).ok_or_else(|| format!("ERR node {}'s scan page does not parse", cursor.node))?;
+        let keys = page.keys.iter().map(|k| k.to_vec()).collect();
+        let next = match self.cluster {
+            Some(_) => ClusterCursor::after(cursor.node, page.next, self.node.config.shard.count),
+            None => (page.next != 0).then_some(ClusterCursor {
+                node: cursor.node,
+                at: page.next,
+            }),
+        };
+        Ok((next, keys))
+    }
+
+    async fn scan(
+        &mut self,
+        cursor: ClusterCursor,
+        pattern: &[u8],
+        count: u32,
+        strings: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        // Without --nodes, cursor 0 starts at this node (the only one scanned).
+        let cursor = match self.cluster {
+            None => ClusterCursor {
+                node: self.node.config.shard.index,
+                ..cursor
+            },
+            Some(_) => cursor,
+        };
+        let (next, keys) = match strings {
+            true => self.page(cursor, pattern, count).await?,
+            false => (None, Vec::new()),
+        };
+        let next = next.map_or(0, |c| match self.cluster {
+            None => c.at,
+            Some(_) => c.to_u64(),
+        });
+        reply::array(out, 2);
+        reply::bulk(out, next.to_string().as_bytes());
+        reply::array(out, keys.len());
+        for k in &keys {
+            reply::bulk(out, k);
+        }
+        Ok(())
+    }
+
+    async fn keys(&mut self, pattern: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        let first = *self.targets().first().unwrap_or(&0);
+        let (mut cursor, mut all) = (Some(ClusterCursor { node: first, at: 0 }), Vec::new());
+        while let Some(c) = cursor {
+            let (next, keys) = self.page(c, pattern, PAGE).await?;
+            all.extend(keys);
+            if all.len() > MAX_KEYS_REPLY {
+                return Err(format!(
+                    "ERR KEYS would answer more than {MAX_KEYS_REPLY} keys; use SCAN"
+                ));
+            }
+            cursor = next;
+        }
+        reply::array(out, all.len());
+        for k in &all {
+            reply::bulk(out, k);
+        }
+        Ok(())
+    }
+
+    async fn sum(&mut self) -> Result<i64, String> {
+        let mut total = 0;
+        for n in self.targets() {
+            if let Answer::Count(c) = self.ask(n, OpKind::KeyCount, b"", b"").await? {
+                total += c;
+            }
+        }
+        Ok(total)
+    }
+
+    async fn flush(&mut self) -> Result<(), String> {
+        for n in self.targets() {
+            self.ask(n, OpKind::Flush, b"", b"").await?;
+        }
+        Ok(())
+    }
+
+    /// A key from a random place: a random node and position, then on in scan order
+    /// (wrapping once). Not uniform: a key after a long gap is likelier, as in Redis.
+    async fn random_key(&mut self, proto: Proto, out: &mut Vec<u8>) -> Result<(), String> {
+        let nodes = self.targets();
+        let start = rand::random_range(0..nodes.len());
+        let mut cursor = ClusterCursor {
+            node: nodes[start],
+            at: u64::from(rand::random::<u32>()),
+        };
+        let mut wrapped = false;
+        for _ in 0..1024 {
+            let (next, keys) = self.page(cursor, b"", 1).await?;
+            if let Some(k) = keys.first() {
+                reply::bulk(out, k);
+                return Ok(());
+            }
+            cursor = match next {
+                Some(c) => c,
+                None if !wrapped => {
+                    wrapped = true;
+                    ClusterCursor { node: nodes[0], at: 0 }
+                }
+                None => break,
+            };
+        }
+        reply::null(out, proto);
+        Ok(())
+    }
+}
