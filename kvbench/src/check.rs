@@ -183,6 +183,7 @@ async fn record_history(args: &CheckArgs) -> anyhow::Result<(History, u64, u32)>
         seed: args.seed,
         get_percent: args.get_percent.min(100),
         put_percent: 40.min(100 - args.get_percent.min(100)),
+        ttl_ms: args.ttl.map(|t| (t.min_ms, t.max_ms)),
         ..RecordConfig::default()
     };
     eprintln!(

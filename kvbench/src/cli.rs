@@ -302,6 +302,10 @@ pub struct CheckArgs {
     /// from acknowledging ops begun after it.
     #[arg(long, value_name = "FILE", conflicts_with = "from")]
     pub faults: Option<PathBuf>,
+    /// Puts carry a time to live drawn from this range (`50ms`, `20ms..200ms`), and the
+    /// check holds reads to it: no read returns a value after its time ran out.
+    #[arg(long, value_parser = crate::workload::ttl::TtlRange::parse, value_name = "DURATION[..DURATION]")]
+    pub ttl: Option<crate::workload::ttl::TtlRange>,
     /// Give up (exit 2, verdict unknown) if checking takes longer than this.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub deadline: Duration,

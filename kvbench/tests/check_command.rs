@@ -1,7 +1,7 @@
 //! `kvbench check` end to end: against live nodes, from a saved history, and on a tampered one.
 
 use kvd::local::LocalCluster;
-use kvshared::history::{History, Return};
+use kvshared::history::{Call, History, Operation, Return};
 
 async fn kvbench(args: &[&str]) -> std::process::Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
@@ -83,5 +83,72 @@ async fn check_records_saves_and_rechecks_a_history() {
     assert_eq!(refused.status.code(), Some(2), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(err.contains("operation #3") && err.contains("before its call"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `kvbench check --ttl`: puts with times to live, reads held to them; a history where a
+/// read returns a value long after its time ran out is not linearizable, with that read
+/// shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_with_times_to_live_holds_reads_to_them() {
+    let nodes = LocalCluster::start(2, |_| {}).await.unwrap();
+    let list = nodes.addrs().join(",");
+    let dir = std::env::temp_dir().join(format!("kvbench-check-ttl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let saved = dir.join("history.json");
+    let saved = saved.to_str().unwrap();
+    let args = [
+        "check",
+        "--nodes",
+        &list,
+        "--clients",
+        "4",
+        "--keys",
+        "3",
+        "--duration",
+        "700ms",
+    ];
+    let out = kvbench(&[&args[..], &["--ttl", "2ms..20ms", "--history", saved]].concat()).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("LINEARIZABLE"), "{text}");
+    // Tamper: the last read of a key returns the value of its first put with a time to
+    // live, a second after its time ran out.
+    let mut h: History = serde_json::from_slice(&std::fs::read(saved).unwrap()).unwrap();
+    let (key, value, ends) = h
+        .operations
+        .iter()
+        .find_map(|o| match (&o.call, &o.ret) {
+            (Call::PutTtl { value, ttl_ms }, Return::Stored) => {
+                Some((o.key.clone(), value.clone(), o.return_ns + ttl_ms * 1_000_000))
+            }
+            _ => None,
+        })
+        .expect("the history has puts with times to live");
+    let end = h.operations.iter().map(|o| o.return_ns).max().unwrap();
+    h.operations.push(Operation {
+        client: 99,
+        key,
+        call: Call::Get,
+        ret: Return::Value {
+            value: Some(value.clone()),
+        },
+        call_ns: end.max(ends) + 1_000_000_000,
+        return_ns: end.max(ends) + 1_000_001_000,
+    });
+    let tampered = dir.join("tampered.json");
+    std::fs::write(&tampered, serde_json::to_vec(&h).unwrap()).unwrap();
+    let bad = kvbench(&["check", "--from", tampered.to_str().unwrap()]).await;
+    let text = String::from_utf8_lossy(&bad.stdout);
+    assert_eq!(bad.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("NOT LINEARIZABLE") && text.contains(&format!("get→{value}")),
+        "{text}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -187,6 +187,7 @@ async fn the_history_across_kill_9_restarts_is_linearizable() {
         clients: 8,
         keys: 12,
         key_prefix: "crash-".into(),
+        ttl_ms: None,
         // The kills take about 5 s; the rest of the recording reads what they left.
         duration: Duration::from_secs(9),
         max_ops_per_client: 1_000_000,

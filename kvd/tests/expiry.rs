@@ -230,7 +230,17 @@ fn untouched_keys_go(writer: &str, check: &[String], n: usize) {
     for addr in check {
         let mut c = con(addr);
         loop {
-            let keys = int(&mut c, &["DBSIZE"]);
+            // This member's own keys (DBSIZE is the cluster's).
+            let info = match cmd(&mut c, &["INFO", "keyspace"]) {
+                redis::Value::BulkString(t) => String::from_utf8(t).unwrap(),
+                other => panic!("{other:?}"),
+            };
+            let keys: usize = info
+                .split("keys=")
+                .nth(1)
+                .and_then(|s| s.split(',').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
             if keys == 50 {
                 break;
             }

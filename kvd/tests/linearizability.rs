@@ -2,6 +2,8 @@
 //! check is not vacuous, by catching a store with a stale-read fault, is a unit test in
 //! `kvd/src/fault_tests.rs`: the fault exists only in kvd's own test build.)
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,4 +68,59 @@ fn concurrent_clients_on_real_shards_stay_linearizable() {
             Ok(())
         })
         .unwrap();
+}
+
+/// Puts with times to live of 2-30 ms, in memory and durable: every history is
+/// linearizable with each value gone when its time ran out (the checker places an expiry
+/// per put: a read of a value after its time surely ran out fails it), and times do run out.
+#[test]
+fn histories_with_times_to_live_stay_linearizable_in_memory_and_durable() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("kvd-lin-ttl-{}", std::process::id()));
+    for durable in [false, true] {
+        let _ = std::fs::remove_dir_all(&dir);
+        let (verdict, expired) = rt.block_on(async {
+            let d = dir.clone();
+            let cluster = LocalCluster::start(2, |c| {
+                if durable {
+                    c.data_dir = Some(d.join(c.shard.index.to_string()));
+                }
+            })
+            .await
+            .unwrap();
+            let client = Arc::new(
+                Cluster::connect(&cluster.addrs(), ClientConfig::default())
+                    .await
+                    .unwrap(),
+            );
+            let config = RecordConfig {
+                clients: 4,
+                keys: 4,
+                duration: Duration::from_millis(1500),
+                max_ops_per_client: 20_000,
+                get_percent: 70,
+                put_percent: 30,
+                ttl_ms: Some((2, 30)),
+                seed: 7,
+                ..RecordConfig::default()
+            };
+            let recording = record(client, &config).await;
+            assert_eq!(recording.refused_total(), 0, "{:?}", recording.refused);
+            let report = check(&recording.history, &CheckOptions::default());
+            (report.verdict, common::reads_after_expiry(&recording.history))
+        });
+        if let Verdict::NotLinearizable(f) = &verdict {
+            eprintln!("{}", render_timeline(f));
+        }
+        assert_eq!(verdict, Verdict::Linearizable, "durable: {durable}");
+        assert!(
+            expired > 10,
+            "only {expired} reads found a key gone (durable: {durable})"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -644,3 +644,28 @@ async fn a_follower_reads_linearizably_or_within_its_stated_staleness() {
         began.elapsed()
     );
 }
+
+/// Puts with times to live of 2-30 ms through a group's leader, reads served by the
+/// leader: the history is linearizable with each value gone when its time ran out (the
+/// checker's expiry ops), and times do run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_s_history_with_times_to_live_stays_linearizable() {
+    let group = Group::start("ttl-history");
+    let client = Arc::new(group.client());
+    let config = RecordConfig {
+        clients: 4,
+        keys: 4,
+        duration: Duration::from_millis(1500),
+        max_ops_per_client: 20_000,
+        get_percent: 70,
+        put_percent: 30,
+        ttl_ms: Some((2, 30)),
+        seed: 11,
+        ..RecordConfig::default()
+    };
+    let recording = record(client, &config).await;
+    assert_eq!(recording.refused_total(), 0, "{:?}", recording.refused);
+    assert_linearizable(&recording, "times to live in a group");
+    let expired = common::reads_after_expiry(&recording.history);
+    assert!(expired > 10, "only {expired} reads found a key gone");
+}

@@ -37,10 +37,18 @@ fn the_redis_crate_gets_sets_deletes_and_pipelines_across_shards() {
         .unwrap();
     let v: Option<String> = other.get("k7").unwrap();
     assert_eq!(v.as_deref(), Some("v7"));
-    let sizes: (u64, u64) = (
+    // DBSIZE is the cluster's; INFO keyspace one node's.
+    let total: (u64, u64) = (
         redis::cmd("DBSIZE").query(&mut con).unwrap(),
         redis::cmd("DBSIZE").query(&mut other).unwrap(),
     );
+    assert_eq!(total, (200, 200));
+    let own = |c: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("keyspace").query(c).unwrap();
+        let keys = info.split("keys=").nth(1).and_then(|s| s.split(',').next());
+        keys.unwrap().parse().unwrap()
+    };
+    let sizes = (own(&mut con), own(&mut other));
     assert_eq!(sizes.0 + sizes.1, 200, "{sizes:?}");
     assert!(sizes.0 > 50 && sizes.1 > 50, "keys spread over both shards: {sizes:?}");
 

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use kvshared::history::{Call, CheckOptions, History, Operation, Return, Verdict, check};
+use kvshared::history::{Call, CheckOptions, History, Operation, Return, Verdict, check, expiries};
 use proptest::prelude::*;
 
 /// Whether some real-time-respecting order explains every answer. Exponential: for
@@ -18,19 +18,22 @@ fn reference(ops: &[Operation]) -> bool {
         let ok = match (&op.call, &op.ret) {
             (_, Return::Unknown) => true,
             (Call::Get, Return::Value { value }) => *value == now,
-            (Call::Put { .. }, Return::Stored) => true,
+            (Call::Put { .. } | Call::PutTtl { .. } | Call::Expiry { .. }, Return::Stored) => true,
             (Call::Delete, Return::Deleted { existed }) => *existed == now.is_some(),
             _ => false,
         };
         if ok {
             match &op.call {
-                Call::Put { value } => {
+                Call::Put { value } | Call::PutTtl { value, .. } => {
                     map.insert(op.key.clone(), value.clone());
                 }
                 Call::Delete => {
                     map.remove(&op.key);
                 }
-                Call::Get => {}
+                Call::Expiry { value } if now.as_ref() == Some(value) => {
+                    map.remove(&op.key);
+                }
+                Call::Get | Call::Expiry { .. } => {}
             }
         }
         ok
@@ -64,14 +67,23 @@ fn reference(ops: &[Operation]) -> bool {
         // (Covered above: unknown ops are not required for the finish.)
         false
     }
-    search(ops, &mut vec![false; ops.len()], &HashMap::new())
+    // A put with a time to live brings its expiry, placed like any op (the window is the
+    // checker's `expiries`; what is checked here is the search).
+    let all: Vec<Operation> = ops
+        .iter()
+        .cloned()
+        .chain(expiries(&History {
+            operations: ops.to_vec(),
+        }))
+        .collect();
+    search(&all, &mut vec![false; all.len()], &HashMap::new())
 }
 
 fn history() -> impl Strategy<Value = Vec<Operation>> {
     let op = (
         0u32..4,
         0u8..2,
-        0u8..3,
+        0u8..4,
         0u8..4,
         0u64..10,
         0u64..8,
@@ -85,10 +97,19 @@ fn history() -> impl Strategy<Value = Vec<Operation>> {
                 // are right by chance: both verdicts occur often.
                 let seen = match answer {
                     0 => None,
+                    3 if i % 3 == 0 => Some("t1".to_string()),
                     a => Some(format!("v{}", a + i as u8 % 2)),
                 };
                 let (call, ret) = match kind {
                     0 => (Call::Get, Return::Value { value: seen }),
+                    // A value of its own (an expiry names it), read back by chance: `t1`.
+                    3 => (
+                        Call::PutTtl {
+                            value: format!("t{i}"),
+                            ttl_ms: u64::from(answer % 2),
+                        },
+                        Return::Stored,
+                    ),
                     1 => (
                         Call::Put {
                             value: format!("v{}", 1 + i % 2),

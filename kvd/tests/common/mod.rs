@@ -286,3 +286,26 @@ pub fn resp_group(name: &str) -> (Vec<Kvd>, Vec<String>, usize) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// Gets that found a key missing after a put of it had been acknowledged: with no deletes
+/// in the workload, only an expiry removes a key, so these show times running out.
+pub fn reads_after_expiry(history: &kvshared::history::History) -> usize {
+    use kvshared::history::{Call, Return};
+    let mut ops: Vec<_> = history.operations.iter().collect();
+    ops.sort_by_key(|o| o.call_ns);
+    let mut put_done: std::collections::HashMap<&str, u64> = Default::default();
+    let mut n = 0;
+    for o in ops {
+        match (&o.call, &o.ret) {
+            (Call::PutTtl { .. }, Return::Stored) => {
+                let t = put_done.entry(o.key.as_str()).or_insert(u64::MAX);
+                *t = (*t).min(o.return_ns);
+            }
+            (Call::Get, Return::Value { value: None }) => {
+                n += usize::from(put_done.get(o.key.as_str()).is_some_and(|&t| t < o.call_ns));
+            }
+            _ => {}
+        }
+    }
+    n
+}

@@ -33,6 +33,9 @@ pub struct RecordConfig {
     pub get_percent: u32,
     /// Percent of puts; the rest are deletes.
     pub put_percent: u32,
+    /// Puts carry a time to live drawn from this range (milliseconds, both ends included):
+    /// the checker then holds reads to it too (no read returns a value after its time).
+    pub ttl_ms: Option<(u64, u64)>,
 }
 
 impl Default for RecordConfig {
@@ -46,6 +49,7 @@ impl Default for RecordConfig {
             seed: 1,
             get_percent: 50,
             put_percent: 40,
+            ttl_ms: None,
         }
     }
 }
@@ -127,8 +131,13 @@ async fn run_client(
         let call = if roll < config.get_percent {
             Call::Get
         } else if roll < config.get_percent + config.put_percent {
-            Call::Put {
-                value: format!("c{client}-{n}"),
+            let value = format!("c{client}-{n}");
+            match config.ttl_ms {
+                Some((lo, hi)) => Call::PutTtl {
+                    value,
+                    ttl_ms: rng.random_range(lo..=hi.max(lo)),
+                },
+                None => Call::Put { value },
             }
         } else {
             Call::Delete
@@ -142,10 +151,16 @@ async fn run_client(
                 .put(key.as_bytes(), value.as_bytes())
                 .await
                 .map(|_| Return::Stored),
+            Call::PutTtl { value, ttl_ms } => cluster
+                .put_for(key.as_bytes(), value.as_bytes(), Duration::from_millis(*ttl_ms))
+                .await
+                .map(|_| Return::Stored),
             Call::Delete => cluster
                 .delete(key.as_bytes())
                 .await
                 .map(|existed| Return::Deleted { existed }),
+            // Only the checker makes these.
+            Call::Expiry { .. } => continue,
         };
         let return_ns = clock.now_ns();
         let ret = match ret {

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::model::{ModelOp, reduce, step};
-use super::{History, Operation};
+use super::{Call, History, Operation, Return};
 
 /// How to run a check.
 #[derive(Clone, Debug)]
@@ -118,7 +118,8 @@ enum PartitionResult {
 pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
     let start = Instant::now();
     let mut by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
-    for op in &history.operations {
+    let expiries = expiries(history);
+    for op in history.operations.iter().chain(&expiries) {
         by_key.entry(op.key.as_str()).or_default().push(op);
     }
     let mut partitions: Vec<(&str, Vec<&Operation>)> = by_key.into_iter().collect();
@@ -222,6 +223,42 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
         keys,
         elapsed_ms: start.elapsed().as_secs_f64() * 1000.0,
     }
+}
+
+/// How far a time to live's end may stray from its put's interval, each way: the server
+/// keeps deadlines in whole milliseconds of its wall clock, the history another clock.
+pub const EXPIRY_SLACK_NS: u64 = 2_000_000;
+
+/// For every put with a time to live, the moment its time ran out, as an op (`Expiry`)
+/// the search places like any other: somewhere from the put's call plus its time to live
+/// to its return plus its time to live (widened by [`EXPIRY_SLACK_NS`]), since the server
+/// starts the clock when the put takes effect; and never before the put returned, so the
+/// put is always placed first (a read of the value in between is allowed: lenient, never
+/// wrong). It removes the key only if the key still holds that put's value (a later write
+/// ended the time to live). So a read that returns a value after its time surely ran out
+/// has no valid order. (Public for the reference checker in the tests.)
+pub fn expiries(history: &History) -> Vec<Operation> {
+    let expiry = |op: &Operation, value: &str, ttl_ms: u64| {
+        let ttl = ttl_ms.saturating_mul(1_000_000);
+        Operation {
+            client: u32::MAX,
+            key: op.key.clone(),
+            call: Call::Expiry {
+                value: value.to_string(),
+            },
+            ret: Return::Stored,
+            call_ns: (op.call_ns.saturating_add(ttl).saturating_sub(EXPIRY_SLACK_NS)).max(op.return_ns + 1),
+            return_ns: op.return_ns.saturating_add(ttl).saturating_add(EXPIRY_SLACK_NS),
+        }
+    };
+    // An unknown put has none: it may take effect at any time after its call, so nothing
+    // would keep its expiry after it (the model lets its value live on: lenient, never wrong).
+    let ttl_puts = history.operations.iter().filter_map(|op| match (&op.call, &op.ret) {
+        (_, Return::Unknown) => None,
+        (Call::PutTtl { value, ttl_ms }, _) => Some(expiry(op, value, *ttl_ms)),
+        _ => None,
+    });
+    ttl_puts.collect()
 }
 
 /// The set of linearized ops, kept so that its memo key stays small.
@@ -401,7 +438,7 @@ fn check_partition(ops: &[ModelOp], until: Option<Instant>, cancel: &AtomicBool,
             let mut e = next[head];
             while e != NIL && !events[e].is_return {
                 let kind = ops[events[e].op].kind;
-                if kind.is_observer() && step(state, kind).is_some() {
+                if kind.is_observer_at(state) && step(state, kind).is_some() {
                     let op = events[e].op;
                     linearized.set(op);
                     if memo.insert((linearized.key(), state)) {
@@ -528,6 +565,68 @@ mod tests {
     }
     fn is_lin(ops: Vec<Operation>) -> bool {
         matches!(verdict(ops), Verdict::Linearizable)
+    }
+
+    const MS: u64 = 1_000_000;
+
+    fn put_ttl(c: u32, v: &str, ttl_ms: u64, t0: u64, t1: u64) -> Operation {
+        let call = Call::PutTtl {
+            value: v.into(),
+            ttl_ms,
+        };
+        op(c, call, Return::Stored, t0 * MS, t1 * MS)
+    }
+
+    fn get_ms(c: u32, v: Option<&str>, t0: u64, t1: u64) -> Operation {
+        get(c, v, t0 * MS, t1 * MS)
+    }
+
+    /// A value read after its time to live surely ran out is caught, and so is one gone
+    /// before its time could have run out; a later write ends the time to live.
+    #[test]
+    fn times_to_live_hold_reads_to_them() {
+        // Read while alive, missing once surely gone: fine.
+        assert!(is_lin(vec![
+            put_ttl(0, "a", 10, 0, 1),
+            get_ms(1, Some("a"), 5, 6),
+            get_ms(1, None, 20, 21),
+        ]));
+        // Read 19 ms after a 10 ms time to live began: caught.
+        match verdict(vec![put_ttl(0, "a", 10, 0, 1), get_ms(1, Some("a"), 20, 21)]) {
+            Verdict::NotLinearizable(f) => {
+                assert!(f.operations.iter().any(|o| o.label() == "expiry(a)"), "{f:?}");
+            }
+            v => panic!("a read after the deadline passed: {v:?}"),
+        }
+        // Gone 3 ms into a 10 ms time to live: caught.
+        assert!(!is_lin(vec![put_ttl(0, "a", 10, 0, 1), get_ms(1, None, 3, 4)]));
+        // Near the deadline either answer is right (the put's interval and the slack).
+        assert!(is_lin(vec![put_ttl(0, "a", 10, 0, 2), get_ms(1, Some("a"), 11, 11)]));
+        assert!(is_lin(vec![put_ttl(0, "a", 10, 0, 2), get_ms(1, None, 9, 9)]));
+        // A plain put after it ends the time to live; another put's has its own.
+        assert!(is_lin(vec![
+            put_ttl(0, "a", 10, 0, 1),
+            put(0, "b", 2 * MS, 3 * MS),
+            get_ms(1, Some("b"), 30, 31),
+        ]));
+        assert!(!is_lin(vec![
+            put_ttl(0, "a", 100, 0, 1),
+            put_ttl(0, "b", 10, 2, 3),
+            get_ms(1, Some("b"), 30, 31),
+        ]));
+        // An unknown put with a time to live may or may not have happened (and its value
+        // may live on: it has no expiry).
+        let lost = op(
+            0,
+            Call::PutTtl {
+                value: "a".into(),
+                ttl_ms: 10,
+            },
+            Return::Unknown,
+            0,
+            MS,
+        );
+        assert!(is_lin(vec![lost, get_ms(1, Some("a"), 5, 6)]));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-pub use checker::{CheckOptions, CheckReport, Failure, Verdict, check};
+pub use checker::{CheckOptions, CheckReport, Failure, Verdict, check, expiries};
 pub use staleness::{Staleness, staleness};
 pub use timeline::render_timeline;
 
@@ -32,6 +32,21 @@ pub enum Call {
     },
     /// Remove the key.
     Delete,
+    /// Write `value` with a time to live: the key is gone `ttl_ms` after the write takes
+    /// effect, unless another write came first.
+    PutTtl {
+        /// The value written (unique per put in a recorded history).
+        value: String,
+        /// Its time to live, in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Not recorded by a client: the checker's stand-in for the moment a `PutTtl`'s time
+    /// ran out (the key goes if it still holds `value`), placed in a window its put's
+    /// interval and time to live give (see `checker::expiries`).
+    Expiry {
+        /// The value whose time ran out.
+        value: String,
+    },
 }
 
 /// What the operation's answer said.
@@ -74,12 +89,14 @@ pub struct Operation {
 }
 
 impl Call {
-    /// `get`, `put` or `delete`.
+    /// `get`, `put`, `delete`, `put_ttl` or `expiry`.
     pub fn name(&self) -> &'static str {
         match self {
             Call::Get => "get",
             Call::Put { .. } => "put",
             Call::Delete => "delete",
+            Call::PutTtl { .. } => "put_ttl",
+            Call::Expiry { .. } => "expiry",
         }
     }
 }
@@ -90,6 +107,8 @@ impl Operation {
         let unknown = matches!(self.ret, Return::Unknown);
         let mut s = match (&self.call, &self.ret) {
             (Call::Put { value }, _) => format!("put({value})"),
+            (Call::PutTtl { value, ttl_ms }, _) => format!("put({value}, ttl {ttl_ms}ms)"),
+            (Call::Expiry { value }, _) => format!("expiry({value})"),
             (Call::Get, Return::Value { value: Some(v) }) => format!("get→{v}"),
             (Call::Get, Return::Value { value: None }) => "get→∅".to_string(),
             (Call::Get, _) => "get".to_string(),
@@ -152,6 +171,15 @@ impl History {
                 max: MAX_OPERATIONS,
             });
         }
+        let mut ttl_values = std::collections::HashSet::new();
+        let plain: std::collections::HashSet<(&str, &str)> = self
+            .operations
+            .iter()
+            .filter_map(|o| match &o.call {
+                Call::Put { value } => Some((o.key.as_str(), value.as_str())),
+                _ => None,
+            })
+            .collect();
         for (index, op) in self.operations.iter().enumerate() {
             let bad = |problem: String| HistoryError::BadOperation {
                 index,
@@ -165,18 +193,30 @@ impl History {
                     op.return_ns, op.call_ns
                 )));
             }
+            if matches!(op.call, Call::Expiry { .. }) {
+                return Err(bad("an expiry is the checker's, not a recorded op".into()));
+            }
+            if let Call::PutTtl { ttl_ms, value } = &op.call {
+                if *ttl_ms > crate::expiry::MAX_TTL_MS {
+                    return Err(bad(format!("a time to live past {} ms", crate::expiry::MAX_TTL_MS)));
+                }
+                let key_value = (op.key.as_str(), value.as_str());
+                if !ttl_values.insert(key_value) || plain.contains(&key_value) {
+                    return Err(bad("a put with a time to live writes a value another put of the key writes too (its expiry names it: values must be unique)".into()));
+                }
+            }
             let fits = matches!(
                 (&op.call, &op.ret),
                 (_, Return::Unknown)
                     | (Call::Get, Return::Value { .. })
-                    | (Call::Put { .. }, Return::Stored)
+                    | (Call::Put { .. } | Call::PutTtl { .. }, Return::Stored)
                     | (Call::Delete, Return::Deleted { .. })
             );
             if !fits {
                 return Err(bad(format!("a {} cannot answer {:?}", op.call.name(), op.ret)));
             }
             let value_len = match (&op.call, &op.ret) {
-                (Call::Put { value }, _) => value.len(),
+                (Call::Put { value } | Call::PutTtl { value, .. }, _) => value.len(),
                 (_, Return::Value { value: Some(v) }) => v.len(),
                 _ => 0,
             };

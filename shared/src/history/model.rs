@@ -28,6 +28,8 @@ pub(crate) enum Kind {
         existed: bool,
     },
     DeleteUnknown,
+    /// A time to live ran out: the key goes if it holds this value.
+    ExpireIf(u32),
 }
 
 impl Kind {
@@ -37,6 +39,18 @@ impl Kind {
     #[inline]
     pub(crate) fn is_observer(self) -> bool {
         matches!(self, Kind::Get(_) | Kind::GetUnknown | Kind::Delete { existed: false })
+    }
+
+    /// [`Kind::is_observer`] from `state`: also an expiry of a value the key no longer
+    /// holds. Its put was placed before it (an expiry is called after its put returned),
+    /// and values are unique, so that value never comes back: the expiry changes nothing
+    /// wherever it goes from here.
+    #[inline]
+    pub(crate) fn is_observer_at(self, state: u32) -> bool {
+        match self {
+            Kind::ExpireIf(v) => v != state,
+            k => k.is_observer(),
+        }
     }
 }
 
@@ -49,6 +63,7 @@ pub(crate) fn step(state: u32, op: Kind) -> Option<u32> {
         Kind::Put(v) => Some(v),
         Kind::Delete { existed } => (existed == (state != 0)).then_some(0),
         Kind::DeleteUnknown => Some(0),
+        Kind::ExpireIf(v) => Some(if state == v { 0 } else { state }),
     }
 }
 
@@ -82,8 +97,10 @@ pub(crate) fn reduce(ops: &[&Operation], merge_unread: bool) -> Vec<ModelOp> {
     let mut values = Interner::default();
     let read: std::collections::HashSet<&str> = ops
         .iter()
-        .filter_map(|op| match &op.ret {
-            Return::Value { value: Some(v) } => Some(v.as_str()),
+        .filter_map(|op| match (&op.call, &op.ret) {
+            (_, Return::Value { value: Some(v) }) => Some(v.as_str()),
+            // A value with a time to live has its own state: its expiry names it.
+            (Call::Expiry { value }, _) => Some(value.as_str()),
             _ => None,
         })
         .collect();
@@ -92,6 +109,9 @@ pub(crate) fn reduce(ops: &[&Operation], merge_unread: bool) -> Vec<ModelOp> {
             let kind = match (&op.call, &op.ret) {
                 (Call::Put { value }, _) if merge_unread && !read.contains(value.as_str()) => Kind::Put(UNREAD),
                 (Call::Put { value }, _) => Kind::Put(values.id(Some(value.as_str()))),
+                (Call::PutTtl { value, .. }, _) if merge_unread && !read.contains(value.as_str()) => Kind::Put(UNREAD),
+                (Call::PutTtl { value, .. }, _) => Kind::Put(values.id(Some(value.as_str()))),
+                (Call::Expiry { value }, _) => Kind::ExpireIf(values.id(Some(value.as_str()))),
                 (Call::Get, Return::Value { value }) => Kind::Get(values.id(value.as_deref())),
                 (Call::Get, _) => Kind::GetUnknown,
                 (Call::Delete, Return::Deleted { existed }) => Kind::Delete { existed: *existed },

@@ -54,7 +54,9 @@ fn one_key(key: &str, ops: &[&Operation], bound_ns: u64, out: &mut Staleness) {
     let put_return: HashMap<&str, Option<u64>> = ops
         .iter()
         .filter_map(|o| match &o.call {
-            Call::Put { value } => Some((value.as_str(), (o.ret != Return::Unknown).then_some(o.return_ns))),
+            Call::Put { value } | Call::PutTtl { value, .. } => {
+                Some((value.as_str(), (o.ret != Return::Unknown).then_some(o.return_ns)))
+            }
             _ => None,
         })
         .collect();
