@@ -429,7 +429,8 @@ impl Node {
                     && offset.saturating_add(op.value.len() as u64 - 8) > max
             })
         };
-        if !(0..batch.len()).any(too_long) {
+        // (The kinds column alone first: most batches hold no range write.)
+        if !batch.contains(OpKind::SetRange) || !(0..batch.len()).any(too_long) {
             return false;
         }
         out.reset(batch.len());

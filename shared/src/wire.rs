@@ -754,6 +754,11 @@ impl<'a> BatchView<'a> {
         self.archived.kinds.contains(&ArchivedOpKind::Atomic)
     }
 
+    /// Whether the batch holds an op of `kind` (a scan of the kinds column only).
+    pub fn contains(&self, kind: OpKind) -> bool {
+        self.archived.kinds.iter().any(|k| OpKind::from(k) == kind)
+    }
+
     /// Op `i`, with its key and value spans bounds-checked.
     pub fn op(&self, i: usize) -> Result<OpRef<'a>, MalformedOp> {
         let a = self.archived;

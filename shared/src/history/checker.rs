@@ -231,7 +231,7 @@ pub const EXPIRY_SLACK_NS: u64 = 2_000_000;
 
 /// For every put with a time to live, the moment its time ran out, as an op (`Expiry`)
 /// the search places like any other: somewhere from the put's call plus its time to live
-/// to its return plus its time to live (widened by [`EXPIRY_SLACK_NS`]), since the server
+/// to its return plus its time to live (widened by `EXPIRY_SLACK_NS`, 2 ms), since the server
 /// starts the clock when the put takes effect; and never before the put returned, so the
 /// put is always placed first (a read of the value in between is allowed: lenient, never
 /// wrong). It removes the key only if the key still holds that put's value (a later write
