@@ -179,6 +179,13 @@ fn rename_object_encoding_and_memory_usage_answer_as_redis() {
     assert!((3000..3400).contains(&usage), "{usage}");
     assert_eq!(cmd(&mut c, &["MEMORY", "USAGE", "nope"]), Value::Nil);
     assert_eq!(text(&cmd(&mut c, &["TYPE", "enc"])), "string");
+    // Redis Cluster's slots (routing does not use them yet).
+    assert_eq!(cmd(&mut c, &["CLUSTER", "KEYSLOT", "somekey"]), Value::Int(11_058));
+    assert_eq!(
+        cmd(&mut c, &["CLUSTER", "KEYSLOT", "{user1000}.following"]),
+        cmd(&mut c, &["CLUSTER", "KEYSLOT", "user1000"])
+    );
+    assert!(text(&cmd(&mut c, &["CLUSTER", "SLOTS"])).contains("cluster support disabled"));
     assert_eq!(cmd(&mut c, &["UNLINK", "enc", "nope"]), Value::Int(1));
 }
 

@@ -27,6 +27,25 @@ pub fn owner_node(hash: u64, nodes: u32) -> u32 {
     (((hash & 0xffff_ffff) * u64::from(nodes)) >> 32) as u32
 }
 
+/// Redis Cluster's hash slot count.
+pub const SLOTS: u16 = 16_384;
+
+/// CRC-16/XMODEM, Redis Cluster's slot hash (a table-driven implementation from `crc`).
+const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+
+/// A key's Redis Cluster hash slot: CRC-16/XMODEM of the key mod 16,384, or of its hash
+/// tag, the bytes between the first `{` and the first `}` after it when there are any
+/// (`{user1000}.following` and `{user1000}.followers` share a slot). What `CLUSTER
+/// KEYSLOT` answers. (Routing does not use it yet: see issue 30's notes in ARCHITECTURE.md.)
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = key.get(open + 1..)?;
+        let close = rest.iter().position(|&b| b == b'}')?;
+        rest.get(..close).filter(|tag| !tag.is_empty())
+    });
+    CRC16.checksum(tagged.unwrap_or(key)) % SLOTS
+}
+
 /// The internal map shard of a key with this hash; `shards` must be a power of two.
 #[inline]
 pub fn map_shard(hash: u64, shards: usize) -> usize {
@@ -103,6 +122,23 @@ impl std::str::FromStr for ShardId {
 
 #[cfg(test)]
 mod tests {
+    /// Redis Cluster's own examples (its specification and `CLUSTER KEYSLOT` answers).
+    #[test]
+    fn slots_are_redis_cluster_s() {
+        use super::key_slot;
+        assert_eq!(super::CRC16.checksum(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"123456789"), 12_739);
+        assert_eq!(key_slot(b"somekey"), 11_058);
+        assert_eq!(key_slot(b"foo"), 12_182);
+        assert_eq!(key_slot(b"bar"), 5_061);
+        assert_eq!(key_slot(b"hello"), 866);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"), "an empty tag: the whole key");
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b""), 0);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

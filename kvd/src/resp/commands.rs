@@ -18,6 +18,7 @@ const COMMANDS: &[&str] = &[
     "APPEND",
     "AUTH",
     "CLIENT",
+    "CLUSTER",
     "COMMAND",
     "CONFIG",
     "DBSIZE",
@@ -293,6 +294,19 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool 
         _ if is(name, "CONFIG") => config(node, args, p),
         _ if is(name, "COMMAND") => command(args, p),
         _ if is(name, "CLIENT") => client(ctx.session, args, p),
+        _ if is(name, "CLUSTER") => match n {
+            3 if is(args.get(1), "KEYSLOT") => {
+                let slot = i64::from(kvshared::routing::key_slot(args.get(2)));
+                p.immediate(|o| reply::integer(o, slot))
+            }
+            // Redis's answer when cluster mode is off: cluster-aware clients then say so.
+            _ => p.immediate(|o| {
+                reply::error(
+                    o,
+                    "ERR This instance has cluster support disabled (kvd answers CLUSTER KEYSLOT only)",
+                )
+            }),
+        },
         _ if is(name, "AUTH") => auth(ctx, args.get(n.saturating_sub(1)), n, p),
         _ if is(name, "HELLO") => hello(ctx, args, p),
         _ => {

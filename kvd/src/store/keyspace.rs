@@ -364,3 +364,97 @@ mod tests {
         assert_eq!(store.memory_used(), store.memory_recount());
     }
 }
+
+/// Any op of any kind, with any key and value bytes, in any batch (a transaction or not,
+/// a client's or a log entry's): answered, never a panic, and the memory accounts stay true.
+#[cfg(test)]
+mod any_ops {
+    use kvshared::keyspace::{Rename, ScanRequest};
+    use kvshared::routing::ShardId;
+    use kvshared::wire::BatchRequest;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::store::expiry::tests_support::run_at;
+
+    const ALL: [OpKind; 20] = [
+        OpKind::Get,
+        OpKind::Put,
+        OpKind::Delete,
+        OpKind::PutIfAbsent,
+        OpKind::PutIfPresent,
+        OpKind::IncrBy,
+        OpKind::Append,
+        OpKind::SetRange,
+        OpKind::PutWith,
+        OpKind::Expire,
+        OpKind::Ttl,
+        OpKind::Expired,
+        OpKind::Clock,
+        OpKind::Atomic,
+        OpKind::Unchanged,
+        OpKind::IncrByFloat,
+        OpKind::Scan,
+        OpKind::KeyCount,
+        OpKind::Flush,
+        OpKind::Rename,
+    ];
+
+    /// Fails to compile when a kind is added, so `ALL` is kept whole.
+    #[allow(dead_code)]
+    fn every_kind_listed(k: OpKind) {
+        match k {
+            OpKind::Get
+            | OpKind::Put
+            | OpKind::Delete
+            | OpKind::PutIfAbsent
+            | OpKind::PutIfPresent
+            | OpKind::IncrBy
+            | OpKind::Append
+            | OpKind::SetRange
+            | OpKind::PutWith
+            | OpKind::Expire
+            | OpKind::Ttl
+            | OpKind::Expired
+            | OpKind::Clock
+            | OpKind::Atomic
+            | OpKind::Unchanged
+            | OpKind::IncrByFloat
+            | OpKind::Scan
+            | OpKind::KeyCount
+            | OpKind::Flush
+            | OpKind::Rename => {}
+        }
+    }
+
+    fn value() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..24),
+            (any::<u64>(), 0u32..50).prop_map(|(cursor, count)| ScanRequest { cursor, count }.encode().to_vec()),
+            (0u8..6, any::<bool>()).prop_map(|(k, nx)| Rename { to: &[b'k', k], nx }.encode()),
+            any::<i64>().prop_map(|n| n.to_le_bytes().to_vec()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn any_ops_are_answered_and_accounts_stay_true(
+            batches in proptest::collection::vec(
+                (proptest::collection::vec((0..ALL.len(), 0u8..6, value()), 1..8), 0u64..3),
+                1..12,
+            ),
+        ) {
+            let store = Store::new(ShardId::SOLO, 4, 0).unwrap();
+            for (ops, clock) in batches {
+                let mut req = BatchRequest::new();
+                for (kind, key, value) in &ops {
+                    req.push(ALL[*kind], &[b'k', *key], value);
+                }
+                let (results, _) = run_at(&store, clock * 1_000, &req);
+                prop_assert_eq!(results.len(), ops.len());
+                prop_assert_eq!(store.memory_used(), store.memory_recount());
+            }
+        }
+    }
+}
