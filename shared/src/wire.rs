@@ -96,6 +96,30 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// Every kind, in the order of its byte.
+    pub const ALL: [OpKind; 20] = [
+        OpKind::Get,
+        OpKind::Put,
+        OpKind::Delete,
+        OpKind::PutIfAbsent,
+        OpKind::PutIfPresent,
+        OpKind::IncrBy,
+        OpKind::Append,
+        OpKind::SetRange,
+        OpKind::PutWith,
+        OpKind::Expire,
+        OpKind::Ttl,
+        OpKind::Expired,
+        OpKind::Clock,
+        OpKind::Atomic,
+        OpKind::Unchanged,
+        OpKind::IncrByFloat,
+        OpKind::Scan,
+        OpKind::KeyCount,
+        OpKind::Flush,
+        OpKind::Rename,
+    ];
+
     /// Whether the op concerns the whole node rather than one key (no key routes it).
     pub fn is_node_wide(self) -> bool {
         matches!(self, OpKind::Scan | OpKind::KeyCount | OpKind::Flush)
@@ -928,6 +952,36 @@ pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
 
 #[cfg(test)]
 mod tests {
+    /// `OpKind::ALL` holds every kind at its byte (the match fails to compile when a kind
+    /// is added, so the list is kept whole).
+    #[test]
+    fn all_kinds_are_listed_in_byte_order() {
+        for (i, k) in OpKind::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, i);
+            match k {
+                OpKind::Get
+                | OpKind::Put
+                | OpKind::Delete
+                | OpKind::PutIfAbsent
+                | OpKind::PutIfPresent
+                | OpKind::IncrBy
+                | OpKind::Append
+                | OpKind::SetRange
+                | OpKind::PutWith
+                | OpKind::Expire
+                | OpKind::Ttl
+                | OpKind::Expired
+                | OpKind::Clock
+                | OpKind::Atomic
+                | OpKind::Unchanged
+                | OpKind::IncrByFloat
+                | OpKind::Scan
+                | OpKind::KeyCount
+                | OpKind::Flush
+                | OpKind::Rename => {}
+            }
+        }
+    }
     use super::*;
 
     #[test]

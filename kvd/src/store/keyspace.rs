@@ -377,56 +377,6 @@ mod any_ops {
     use super::*;
     use crate::store::expiry::tests_support::run_at;
 
-    const ALL: [OpKind; 20] = [
-        OpKind::Get,
-        OpKind::Put,
-        OpKind::Delete,
-        OpKind::PutIfAbsent,
-        OpKind::PutIfPresent,
-        OpKind::IncrBy,
-        OpKind::Append,
-        OpKind::SetRange,
-        OpKind::PutWith,
-        OpKind::Expire,
-        OpKind::Ttl,
-        OpKind::Expired,
-        OpKind::Clock,
-        OpKind::Atomic,
-        OpKind::Unchanged,
-        OpKind::IncrByFloat,
-        OpKind::Scan,
-        OpKind::KeyCount,
-        OpKind::Flush,
-        OpKind::Rename,
-    ];
-
-    /// Fails to compile when a kind is added, so `ALL` is kept whole.
-    #[allow(dead_code)]
-    fn every_kind_listed(k: OpKind) {
-        match k {
-            OpKind::Get
-            | OpKind::Put
-            | OpKind::Delete
-            | OpKind::PutIfAbsent
-            | OpKind::PutIfPresent
-            | OpKind::IncrBy
-            | OpKind::Append
-            | OpKind::SetRange
-            | OpKind::PutWith
-            | OpKind::Expire
-            | OpKind::Ttl
-            | OpKind::Expired
-            | OpKind::Clock
-            | OpKind::Atomic
-            | OpKind::Unchanged
-            | OpKind::IncrByFloat
-            | OpKind::Scan
-            | OpKind::KeyCount
-            | OpKind::Flush
-            | OpKind::Rename => {}
-        }
-    }
-
     fn value() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             proptest::collection::vec(any::<u8>(), 0..24),
@@ -441,7 +391,7 @@ mod any_ops {
         #[test]
         fn any_ops_are_answered_and_accounts_stay_true(
             batches in proptest::collection::vec(
-                (proptest::collection::vec((0..ALL.len(), 0u8..6, value()), 1..8), 0u64..3),
+                (proptest::collection::vec((0..OpKind::ALL.len(), 0u8..6, value()), 1..8), 0u64..3),
                 1..12,
             ),
         ) {
@@ -449,7 +399,7 @@ mod any_ops {
             for (ops, clock) in batches {
                 let mut req = BatchRequest::new();
                 for (kind, key, value) in &ops {
-                    req.push(ALL[*kind], &[b'k', *key], value);
+                    req.push(OpKind::ALL[*kind], &[b'k', *key], value);
                 }
                 let (results, _) = run_at(&store, clock * 1_000, &req);
                 prop_assert_eq!(results.len(), ops.len());
