@@ -54,6 +54,17 @@ fn reference(ops: &[Operation]) -> bool {
             if (0..ops.len()).any(|j| !done[j] && j != i && must_precede(&ops[j], &ops[i])) {
                 continue;
             }
+            // An expiry comes after its put.
+            if let Call::Expiry { value } = &ops[i].call {
+                let put_done = (0..ops.len()).any(|j| {
+                    done[j]
+                        && ops[j].key == ops[i].key
+                        && matches!(&ops[j].call, Call::PutTtl { value: v, .. } if v == value)
+                });
+                if !put_done {
+                    continue;
+                }
+            }
             let mut next = map.clone();
             if apply(&ops[i], &mut next) {
                 done[i] = true;

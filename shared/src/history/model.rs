@@ -15,6 +15,8 @@ pub(crate) struct ModelOp {
     pub call: u64,
     /// `u64::MAX` when the outcome is unknown.
     pub ret: u64,
+    /// An op that must be placed before this one (an expiry's put).
+    pub after: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,9 +44,8 @@ impl Kind {
     }
 
     /// [`Kind::is_observer`] from `state`: also an expiry of a value the key no longer
-    /// holds. Its put was placed before it (an expiry is called after its put returned),
-    /// and values are unique, so that value never comes back: the expiry changes nothing
-    /// wherever it goes from here.
+    /// holds. Its put was placed before it (`ModelOp::after`), and values are unique, so
+    /// that value never comes back: the expiry changes nothing wherever it goes from here.
     #[inline]
     pub(crate) fn is_observer_at(self, state: u32) -> bool {
         match self {
@@ -104,7 +105,8 @@ pub(crate) fn reduce(ops: &[&Operation], merge_unread: bool) -> Vec<ModelOp> {
             _ => None,
         })
         .collect();
-    ops.iter()
+    let mut model = ops
+        .iter()
         .map(|op| {
             let kind = match (&op.call, &op.ret) {
                 (Call::Put { value }, _) if merge_unread && !read.contains(value.as_str()) => Kind::Put(UNREAD),
@@ -126,7 +128,23 @@ pub(crate) fn reduce(ops: &[&Operation], merge_unread: bool) -> Vec<ModelOp> {
                 kind,
                 call: op.call_ns,
                 ret,
+                after: None,
             }
         })
-        .collect()
+        .collect::<Vec<_>>();
+    // Each expiry after its put (the one put of its value: values are unique).
+    let puts: HashMap<&str, usize> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match &op.call {
+            Call::PutTtl { value, .. } => Some((value.as_str(), i)),
+            _ => None,
+        })
+        .collect();
+    for (m, op) in model.iter_mut().zip(ops) {
+        if let Call::Expiry { value } = &op.call {
+            m.after = puts.get(value.as_str()).copied();
+        }
+    }
+    model
 }
