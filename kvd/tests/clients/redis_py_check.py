@@ -38,6 +38,26 @@ def check_sync(host, port, password):
     except redis.exceptions.ResponseError as e:
         assert "not an integer" in str(e), e
     assert r.delete("pa", "pb", "py-missing") == 2
+    # String ops and the other counters.
+    assert r.set("ps", "Hello") is True
+    assert r.append("ps", " World") == 11 and r.strlen("ps") == 11
+    assert r.getrange("ps", 0, 4) == b"Hello" and r.getrange("ps", -5, -1) == b"World"
+    assert r.setrange("ps", 6, "Redis") == 11 and r.get("ps") == b"Hello Redis"
+    assert r.getdel("ps") == b"Hello Redis" and r.get("ps") is None
+    assert r.incrbyfloat("pf", 10.5) == 10.5 and r.incrbyfloat("pf", 0.1) == 10.6
+    assert r.decrby("pcount", 3) == 7
+    assert r.psetex("ppx", 60_000, "v") is True and 59_000 <= r.pttl("ppx") <= 60_000
+    assert r.expireat("ppx", int(time.time()) + 100) is True and 98 <= r.ttl("ppx") <= 100
+    assert r.pexpireat("ppx", int(time.time() * 1000) + 50_000) is True and r.pexpiretime("ppx") > 0
+    for i in range(64):  # MSETNX on one shard (CROSSSLOT across: the second key is found by trying)
+        try:
+            assert r.msetnx({"pm0": "a", f"pm{i + 1}": "b"}) is True
+            assert r.msetnx({"pm0": "c", f"pm{i + 1}": "d"}) is False and r.get("pm0") == b"a"
+            break
+        except redis.exceptions.ResponseError as e:
+            assert "same slot" in str(e), e
+    else:
+        raise AssertionError("no MSETNX key on pm0's shard")
     assert r.client_setname("tester") is True
     assert r.client_getname() == "tester" or r.client_getname() == b"tester"
     assert r.info("replication")["role"] == "master"
