@@ -23,6 +23,8 @@ use crate::store::Scratch;
 
 /// Most keys `KEYS` answers with (past it, use `SCAN`).
 pub const MAX_KEYS_REPLY: usize = 1_000_000;
+/// Most bytes of keys `KEYS` gathers for one reply.
+pub const MAX_KEYS_REPLY_BYTES: usize = 64 << 20;
 /// Keys a `KEYS` or `RANDOMKEY` page asks a node for.
 const PAGE: u32 = 1000;
 
@@ -275,13 +277,15 @@ impl Runner<'_> {
 
     async fn keys(&mut self, pattern: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         let first = *self.targets().first().unwrap_or(&0);
-        let (mut cursor, mut all) = (Some(ClusterCursor { node: first, at: 0 }), Vec::new());
+        let (mut cursor, mut all, mut bytes) = (Some(ClusterCursor { node: first, at: 0 }), Vec::new(), 0);
         while let Some(c) = cursor {
             let (next, keys) = self.page(c, pattern, PAGE).await?;
+            bytes += keys.iter().map(Vec::len).sum::<usize>();
             all.extend(keys);
-            if all.len() > MAX_KEYS_REPLY {
+            if all.len() > MAX_KEYS_REPLY || bytes > MAX_KEYS_REPLY_BYTES {
                 return Err(format!(
-                    "ERR KEYS would answer more than {MAX_KEYS_REPLY} keys; use SCAN"
+                    "ERR KEYS would answer more than {MAX_KEYS_REPLY} keys or {} MiB of them; use SCAN",
+                    MAX_KEYS_REPLY_BYTES >> 20
                 ));
             }
             cursor = next;
