@@ -121,6 +121,7 @@ impl OpKind {
     ];
 
     /// Whether the op concerns the whole node rather than one key (no key routes it).
+    #[inline]
     pub fn is_node_wide(self) -> bool {
         matches!(self, OpKind::Scan | OpKind::KeyCount | OpKind::Flush)
     }
@@ -779,6 +780,7 @@ impl<'a> BatchView<'a> {
     }
 
     /// Whether the batch holds an op of `kind` (a scan of the kinds column only).
+    #[inline]
     pub fn contains(&self, kind: OpKind) -> bool {
         self.archived.kinds.iter().any(|k| OpKind::from(k) == kind)
     }
