@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use kvshared::client::{ClientError, Cluster, NodeBatches, Reply};
 use kvshared::latency::Latency;
-use kvshared::routing::{key_hash, owner_node};
+use kvshared::routing::owner_node;
 use kvshared::wire::{BatchRequest, OpKind, OpStatus};
 use parking_lot::Mutex;
 use rand::Rng;
@@ -208,7 +208,7 @@ impl BatchFiller {
             let (op, index) = self.gen_.next_op();
             self.key.clear();
             write_key(&mut self.key, prefix, index);
-            let node = owner_node(key_hash(&self.key), self.nodes) as usize;
+            let node = owner_node(&self.key, self.nodes) as usize;
             let lane = match (self.lanes, op) {
                 (1, _) | (_, OpType::Read) => node * self.lanes,
                 _ => node * self.lanes + 1,

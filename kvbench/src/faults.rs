@@ -8,7 +8,7 @@
 //! that is one round trip, for a leader's death the election and the client's retries.
 
 use kvshared::history::{History, Return};
-use kvshared::routing::{key_hash, owner_node};
+use kvshared::routing::owner_node;
 
 /// One injected fault.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,7 +63,7 @@ pub fn unavailability(history: &History, faults: &[Fault], started_unix_ms: u64,
                 .operations
                 .iter()
                 .filter(|o| o.ret != Return::Unknown && o.call_ns >= at_ns)
-                .filter(|o| owner_node(key_hash(o.key.as_bytes()), shards.max(1)) == f.shard)
+                .filter(|o| owner_node(o.key.as_bytes(), shards.max(1)) == f.shard)
                 .map(|o| o.return_ns)
                 .min()
                 .map(|ns| (ns - at_ns) as f64 / 1e6)
@@ -108,7 +108,7 @@ mod tests {
         let other = parse("1000100\t1\tkill\n").unwrap();
         assert_eq!(
             unavailability(&history, &other, 1_000_000, 2)[0].is_none(),
-            owner_node(key_hash(b"a"), 2) != 1
+            owner_node(b"a", 2) != 1
         );
     }
 

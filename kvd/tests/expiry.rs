@@ -20,7 +20,7 @@ fn con(addr: &str) -> redis::Connection {
 fn key_of(shard: u32, prefix: &str) -> String {
     (0..)
         .map(|i| format!("{prefix}{i}"))
-        .find(|k| kvshared::routing::owner_node(kvshared::routing::key_hash(k.as_bytes()), 2) == shard)
+        .find(|k| kvshared::routing::owner_node(k.as_bytes(), 2) == shard)
         .unwrap()
 }
 

@@ -234,7 +234,7 @@ fn go_redis_with_resp3_and_resp2_works_through_one_node_also_with_a_token() {
 fn key_of(shard: u32, prefix: &str) -> String {
     (0..)
         .map(|i| format!("{prefix}{i}"))
-        .find(|k| kvshared::routing::owner_node(kvshared::routing::key_hash(k.as_bytes()), 2) == shard)
+        .find(|k| kvshared::routing::owner_node(k.as_bytes(), 2) == shard)
         .unwrap()
 }
 

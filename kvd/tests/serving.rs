@@ -7,7 +7,7 @@ use std::time::Duration;
 use kvd::local::{LocalCluster, LocalNode};
 use kvd::node::NodeConfig;
 use kvshared::client::{ClientConfig, ClientError, Cluster, Op, Outcome};
-use kvshared::routing::{ShardId, key_hash, owner_node};
+use kvshared::routing::{ShardId, owner_node};
 use kvshared::wire::{BatchRequest, OpReply};
 
 fn config() -> ClientConfig {
@@ -32,7 +32,7 @@ async fn a_node_refuses_keys_it_does_not_own_and_names_the_owner() {
     let results = client.batch(&ops).await;
     let mut refused = 0;
     for (k, r) in keys.iter().zip(results) {
-        let owner = owner_node(key_hash(k.as_bytes()), 3);
+        let owner = owner_node(k.as_bytes(), 3);
         match r {
             Ok(Outcome::Stored) => assert_eq!(owner, 1, "{k} stored on a node that does not own it"),
             Err(ClientError::WrongShard {
@@ -45,10 +45,7 @@ async fn a_node_refuses_keys_it_does_not_own_and_names_the_owner() {
         }
     }
     assert!(refused > 20, "most keys belong elsewhere");
-    let foreign = keys
-        .iter()
-        .find(|k| owner_node(key_hash(k.as_bytes()), 3) != 1)
-        .unwrap();
+    let foreign = keys.iter().find(|k| owner_node(k.as_bytes(), 3) != 1).unwrap();
     let text = client.get(foreign.as_bytes()).await.unwrap_err().to_string();
     assert!(text.contains("--nodes lists 1 but the cluster has 3"), "{text}");
     node.stop().await;
@@ -229,7 +226,7 @@ async fn a_node_going_down_fails_only_its_own_ops() {
     let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::Put(k.as_bytes(), b"v")).collect();
     let results = client.batch(&ops).await;
     for (k, r) in keys.iter().zip(results) {
-        if owner_node(key_hash(k.as_bytes()), 2) == 0 {
+        if owner_node(k.as_bytes(), 2) == 0 {
             assert_eq!(r, Ok(Outcome::Stored));
         } else {
             let e = r.unwrap_err();

@@ -1,34 +1,55 @@
 //! Key hashing and routing: which node owns a key, and which internal map shard holds it.
 //!
-//! One hash per key, computed once and reused for every decision:
+//! Two functions of a key, each fixed and documented so that every client and server, in any
+//! language, agrees on placement forever:
 //!
-//! * `key_hash(key) = xxh3_64(key)` with seed 0. It is fixed and documented (not a
-//!   per-process random seed) so that every client and server, in any language, agrees on
-//!   placement forever.
-//! * `owner_node(hash, n) = ((hash & 0xffff_ffff) * n) >> 32`: the low 32 bits, scaled to
-//!   `0..n` with a multiply-shift (Lemire's fast range), so no division and an even split.
-//! * `map_shard(hash, shards) = (hash >> 40) & (shards - 1)`: bits 40.. pick the internal shard.
+//! * **Which node**: the key's Redis Cluster hash slot, `key_slot(key)` = CRC-16/XMODEM of the
+//!   key (or of its `{hash tag}`) mod 16,384, then the slot's owner. A cluster started as
+//!   `--shard i/n` splits the slots into n contiguous, even ranges: `slot_owner(slot, n) =
+//!   (slot * n) >> 14`. `owner_node(key, n)` is the two together.
+//! * **Where inside the node**: `key_hash(key) = xxh3_64(key)` with seed 0, for the node's own
+//!   hash table; `map_shard(hash, shards) = (hash >> 40) & (shards - 1)`: bits 40.. pick the
+//!   internal shard.
 //!
-//! The bit ranges are disjoint on purpose. The store's hash table uses the low bits for bucket
-//! positions and the top 7 bits as tags; if the shard were chosen from the low bits, every key
-//! in a shard would share them and crowd into a fraction of that shard's buckets.
+//! The bit ranges of `key_hash` are disjoint on purpose. The store's hash table uses the low
+//! bits for bucket positions and the top 7 bits as tags; if the shard were chosen from the low
+//! bits, every key in a shard would share them and crowd into a fraction of that shard's
+//! buckets. The slot is a separate hash so that a map shard holds keys of every slot.
 
-/// The fixed hash of a key. Both sides call this; nothing else hashes keys.
+/// The fixed hash of a key inside a node (its table and map shard). Both sides call this;
+/// nothing else hashes keys for placement inside a node.
 #[inline]
 pub fn key_hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
 
-/// The node (0-based) that owns a key with this hash in a cluster of `nodes` nodes.
+/// The node (0-based) that owns `key` in a cluster of `nodes` nodes started with the even
+/// split: `slot_owner(key_slot(key), nodes)`.
 ///
-/// `nodes` must be at least 1.
+/// `nodes` must be at least 1 and at most [`SLOTS`].
 #[inline]
-pub fn owner_node(hash: u64, nodes: u32) -> u32 {
-    (((hash & 0xffff_ffff) * u64::from(nodes)) >> 32) as u32
+pub fn owner_node(key: &[u8], nodes: u32) -> u32 {
+    slot_owner(key_slot(key), nodes)
+}
+
+/// The node that owns `slot` when `nodes` nodes split the slots evenly into contiguous
+/// ranges, in order (node 0 the lowest slots): `(slot * nodes) >> 14`, no division.
+#[inline]
+pub fn slot_owner(slot: u16, nodes: u32) -> u32 {
+    (u32::from(slot) * nodes) >> SLOT_BITS
+}
+
+/// The slots node `index` of `nodes` owns in the even split: the first and the last.
+pub fn owned_slots(index: u32, nodes: u32) -> (u16, u16) {
+    // The smallest slot s with s * nodes >= i << 14, for i = index and index + 1.
+    let first = |i: u32| (i << SLOT_BITS).div_ceil(nodes.max(1));
+    (first(index) as u16, (first(index + 1) - 1) as u16)
 }
 
 /// Redis Cluster's hash slot count.
 pub const SLOTS: u16 = 16_384;
+/// `SLOTS` is `1 << SLOT_BITS`.
+const SLOT_BITS: u32 = 14;
 
 /// CRC-16/XMODEM, Redis Cluster's slot hash (a table-driven implementation from `crc`).
 const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
@@ -36,7 +57,8 @@ const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
 /// A key's Redis Cluster hash slot: CRC-16/XMODEM of the key mod 16,384, or of its hash
 /// tag, the bytes between the first `{` and the first `}` after it when there are any
 /// (`{user1000}.following` and `{user1000}.followers` share a slot). What `CLUSTER
-/// KEYSLOT` answers. (Routing does not use it yet: see issue 30's notes in ARCHITECTURE.md.)
+/// KEYSLOT` answers, and what every client and server routes by.
+#[inline]
 pub fn key_slot(key: &[u8]) -> u16 {
     let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = key.get(open + 1..)?;
@@ -81,10 +103,15 @@ impl ShardId {
     /// The single-node cluster.
     pub const SOLO: ShardId = ShardId { index: 0, count: 1 };
 
-    /// Whether this node owns a key with this hash.
+    /// Whether this node owns `slot` (in the even split `--shard i/n` starts with).
     #[inline]
-    pub fn owns(&self, hash: u64) -> bool {
-        owner_node(hash, self.count) == self.index
+    pub fn owns(&self, slot: u16) -> bool {
+        slot_owner(slot, self.count) == self.index
+    }
+
+    /// The slots this node owns: the first and the last.
+    pub fn slots(&self) -> (u16, u16) {
+        owned_slots(self.index, self.count)
     }
 }
 
@@ -115,6 +142,11 @@ impl std::str::FromStr for ShardId {
         }
         if index >= count {
             return Err(format!("shard index {index} must be below the count {count}"));
+        }
+        if count > u32::from(SLOTS) {
+            return Err(format!(
+                "shard count {count} is more than the {SLOTS} hash slots: each shard owns at least one"
+            ));
         }
         Ok(ShardId { index, count })
     }
@@ -154,7 +186,7 @@ mod tests {
         let n = 4;
         let mut counts = [0u32; 4];
         for i in 0..40_000u32 {
-            counts[owner_node(key_hash(i.to_string().as_bytes()), n) as usize] += 1;
+            counts[owner_node(i.to_string().as_bytes(), n) as usize] += 1;
         }
         for c in counts {
             assert!((9_000..11_000).contains(&c), "uneven split {counts:?}");
@@ -167,19 +199,42 @@ mod tests {
         assert!("3/3".parse::<ShardId>().is_err());
         assert!("0/0".parse::<ShardId>().is_err());
         assert!("x".parse::<ShardId>().is_err());
+        assert!("0/16384".parse::<ShardId>().is_ok());
+        assert!("0/16385".parse::<ShardId>().is_err());
+    }
+
+    /// Contiguous and even (Redis's `--cluster create` gives 3 nodes 0-5460, 5461-10922 and
+    /// 10923-16383: one slot apart).
+    #[test]
+    fn the_even_split_is_contiguous_and_redis_like() {
+        let three: Vec<_> = (0..3).map(|i| owned_slots(i, 3)).collect();
+        assert_eq!(three, [(0, 5461), (5462, 10922), (10923, 16383)]);
+        assert_eq!(owned_slots(0, 1), (0, 16383));
     }
 
     proptest! {
         #[test]
-        fn owner_is_in_range(hash: u64, nodes in 1u32..1000) {
-            prop_assert!(owner_node(hash, nodes) < nodes);
+        fn owner_is_in_range(slot in 0..SLOTS, nodes in 1u32..=16_384) {
+            prop_assert!(slot_owner(slot, nodes) < nodes);
         }
 
         #[test]
         fn exactly_one_node_owns_each_key(key: Vec<u8>, nodes in 1u32..16) {
-            let h = key_hash(&key);
-            let owners = (0..nodes).filter(|&i| ShardId { index: i, count: nodes }.owns(h)).count();
+            let slot = key_slot(&key);
+            let owners = (0..nodes).filter(|&i| ShardId { index: i, count: nodes }.owns(slot)).count();
             prop_assert_eq!(owners, 1);
+        }
+
+        /// `owned_slots` is exactly the slots `slot_owner` gives the node, never empty.
+        #[test]
+        fn owned_ranges_agree_with_the_owner(nodes in 1u32..=16_384, pick: u32) {
+            let index = pick % nodes;
+            let (first, last) = owned_slots(index, nodes);
+            prop_assert!(first <= last && last < SLOTS);
+            prop_assert_eq!(slot_owner(first, nodes), index);
+            prop_assert_eq!(slot_owner(last, nodes), index);
+            if first > 0 { prop_assert_eq!(slot_owner(first - 1, nodes), index - 1); }
+            if last < SLOTS - 1 { prop_assert_eq!(slot_owner(last + 1, nodes), index + 1); }
         }
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
-use kvshared::routing::{key_hash, owner_node};
+use kvshared::routing::owner_node;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -343,7 +343,7 @@ impl Shared {
             for i in 0..space {
                 key.clear();
                 write_key(&mut key, &spec.key_prefix, i);
-                subsets[owner_node(key_hash(&key), nodes.max(1)) as usize].push(i);
+                subsets[owner_node(&key, nodes.max(1)) as usize].push(i);
             }
             subsets
         });
@@ -549,7 +549,7 @@ mod tests {
         for _ in 0..1000 {
             key.clear();
             write_key(&mut key, "user", g.next_op().1);
-            assert_eq!(owner_node(key_hash(&key), 4), 0);
+            assert_eq!(owner_node(&key, 4), 0);
         }
     }
 
@@ -590,7 +590,7 @@ mod tests {
             .filter(|_| {
                 key.clear();
                 write_key(&mut key, "", g.next_op().1);
-                owner_node(key_hash(&key), 4) == 0
+                owner_node(&key, 4) == 0
             })
             .count();
         // Half go to node 0's keys, and a quarter of the other half land there anyway.

@@ -120,30 +120,41 @@ impl DataDirLock {
     }
 }
 
-/// Refuses a data directory written for another shard; marks a new one as this shard's.
+/// What the shard file says after the shard: keys are placed by hash slot. A shard file
+/// without it was written by a kvd that placed keys by `xxh3` (before 2026-11-26).
+const SLOT_PLACEMENT: &str = "slots";
+
+/// Refuses a data directory written for another shard, or by a kvd that placed keys
+/// otherwise; marks a new one as this shard's.
 pub fn check_shard(dir: &Path, me: ShardId) -> std::io::Result<()> {
     let path = dir.join(SHARD_FILE);
-    match read_meta(&path, "the shard file")? {
-        None => write_atomically(&path, format!("{me}\n").as_bytes()),
-        Some(found) => match found.trim().parse::<ShardId>() {
-            Ok(s) if s == me => Ok(()),
-            Ok(s) => Err(err(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "{} holds shard {s} but this kvd serves --shard {me}: point --data-dir at this shard's directory",
-                    dir.display()
-                ),
-            )),
-            Err(_) => Err(err(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "{}: the shard file says {:?}, which is not a shard (I/N): the file is damaged; \
-                     write the shard this directory holds into it (e.g. `0/2`) if you know it",
-                    path.display(),
-                    found.trim()
-                ),
-            )),
-        },
+    let Some(found) = read_meta(&path, "the shard file")? else {
+        return write_atomically(&path, format!("{me} {SLOT_PLACEMENT}\n").as_bytes());
+    };
+    let mut words = found.split_whitespace();
+    let shard = words.next().and_then(|w| w.parse::<ShardId>().ok());
+    let placement = words.next();
+    let invalid = |message: String| err(std::io::ErrorKind::InvalidData, message);
+    match (shard, placement, words.next()) {
+        (Some(s), Some(SLOT_PLACEMENT), None) if s == me => Ok(()),
+        (Some(s), Some(SLOT_PLACEMENT), None) => Err(invalid(format!(
+            "{} holds shard {s} but this kvd serves --shard {me}: point --data-dir at this shard's directory",
+            dir.display()
+        ))),
+        (Some(s), None, None) => Err(invalid(format!(
+            "{} holds shard {s} as written by a kvd from before hash slots, which placed keys by \
+             another function: under hash slots most of its keys belong to other shards, so this \
+             kvd will not serve it (nothing in it is changed). Serve it with the kvd that wrote it, \
+             copy its keys out (`redis-cli --scan` against that kvd, or `kvbench`), and load them \
+             into a cluster started on fresh directories (docs/CLUSTER.md, \"data directories from before hash slots\")",
+            dir.display()
+        ))),
+        _ => Err(invalid(format!(
+            "{}: the shard file says {:?}, which is not a shard (`I/N slots`): the file is damaged; \
+             write the shard this directory holds into it (e.g. `0/2 slots`) if you know it",
+            path.display(),
+            found.trim()
+        ))),
     }
 }
 
@@ -247,15 +258,24 @@ mod tests {
         let me = ShardId { index: 1, count: 2 };
         check_shard(&dir, me).unwrap();
         check_shard(&dir, me).unwrap();
+        assert_eq!(std::fs::read(dir.join(SHARD_FILE)).unwrap(), b"1/2 slots\n");
         std::fs::write(dir.join(SHARD_FILE), b"").unwrap();
         let e = check_shard(&dir, me).unwrap_err().to_string();
         assert!(e.contains("is empty") && e.contains("shard"), "{e}");
         std::fs::write(dir.join(SHARD_FILE), b"\x00\x00garbage").unwrap();
         let e = check_shard(&dir, me).unwrap_err().to_string();
         assert!(e.contains("damaged"), "{e}");
-        std::fs::write(dir.join(SHARD_FILE), b"0/2\n").unwrap();
+        std::fs::write(dir.join(SHARD_FILE), b"0/2 slots\n").unwrap();
         let e = check_shard(&dir, me).unwrap_err().to_string();
-        assert!(e.contains("holds shard 0/2"), "{e}");
+        assert!(e.contains("holds shard 0/2 but"), "{e}");
+        std::fs::write(dir.join(SHARD_FILE), b"1/2 slots extra\n").unwrap();
+        let e = check_shard(&dir, me).unwrap_err().to_string();
+        assert!(e.contains("damaged"), "{e}");
+        // A directory from before hash slots: refused, and left as it was.
+        std::fs::write(dir.join(SHARD_FILE), b"1/2\n").unwrap();
+        let e = check_shard(&dir, me).unwrap_err().to_string();
+        assert!(e.contains("before hash slots"), "{e}");
+        assert_eq!(std::fs::read(dir.join(SHARD_FILE)).unwrap(), b"1/2\n");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -274,6 +294,13 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn any_shard_file_is_taken_or_refused_without_a_panic(text in "\\PC{0,64}") {
+            let dir = scratch("shard-any");
+            std::fs::write(dir.join(SHARD_FILE), text.as_bytes()).unwrap();
+            let _ = check_shard(&dir, ShardId::SOLO);
+        }
+
         #[test]
         fn any_identity_text_parses_or_is_refused_without_a_panic(text in "\\\\PC{0,64}") {
             let _ = Identity::parse(&text);

@@ -1,7 +1,7 @@
 //! The Redis commands kvd answers, and what each becomes: ops in the pipeline's batch, or
 //! a reply written at once. Anything else is `-ERR unknown command`, and the connection goes on.
 
-use kvshared::routing::{key_hash, owner_node};
+use kvshared::routing::owner_node;
 use kvshared::wire::decimal_i64;
 
 use super::expiry;
@@ -335,8 +335,8 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool 
 fn rename(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline, nx: bool) {
     let (from, to) = (args.get(1), args.get(2));
     let count = ctx.node.config.shard.count;
-    let owner = owner_node(key_hash(from), count);
-    if owner != owner_node(key_hash(to), count) {
+    let owner = owner_node(from, count);
+    if owner != owner_node(to, count) {
         return p.immediate(|o| reply::error(o, super::transaction::CROSSSLOT));
     }
     if !p.in_transaction() && !ctx.session.tx.is_queuing() {

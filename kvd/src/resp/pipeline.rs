@@ -9,7 +9,7 @@ use std::ops::Range;
 use kvshared::client::{ClientError, Cluster, Op, Outcome};
 use kvshared::expiry::{Expire, PutWith, now_ms};
 use kvshared::frame::AlignedVec;
-use kvshared::routing::{key_hash, owner_node};
+use kvshared::routing::owner_node;
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, ReplyView, encode_body, watch_value};
 
@@ -274,7 +274,7 @@ impl Pipeline {
             [_] => {
                 let local = (0..self.local.len()).filter_map(|i| self.local.key(i));
                 let remote = self.remote.iter().map(|(_, k, _)| &self.remote_bytes[k.clone()]);
-                Ok(local.chain(remote).map(|k| owner_node(key_hash(k), nodes)).collect())
+                Ok(local.chain(remote).map(|k| owner_node(k, nodes)).collect())
             }
         }
     }
@@ -309,7 +309,7 @@ impl Pipeline {
 
     fn op(&mut self, node: &Node, forward: bool, kind: OpKind, key: &[u8], value: &[u8]) -> usize {
         let shard = node.config.shard;
-        let owner = owner_node(key_hash(key), shard.count);
+        let owner = owner_node(key, shard.count);
         let at = if owner == shard.index || !forward || self.txn.is_some() {
             self.local.push(kind, key, value);
             OpAt::Local(self.local.len() - 1)

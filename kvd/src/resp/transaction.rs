@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 
-use kvshared::routing::{key_hash, owner_node};
+use kvshared::routing::owner_node;
 
 use super::commands::{Ctx, is, run};
 use super::parse::Args;
@@ -213,7 +213,7 @@ fn exec(ctx: &mut Ctx<'_>, p: &mut Pipeline) {
     let shard = ctx.node.config.shard;
     let mut owner = q.owner;
     for (key, _) in &watched {
-        let o = owner_node(key_hash(key), shard.count);
+        let o = owner_node(key, shard.count);
         if *owner.get_or_insert(o) != o {
             return p.immediate(|out| reply::error(out, CROSSSLOT));
         }
@@ -251,10 +251,7 @@ fn msetnx(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     }
     let shard = ctx.node.config.shard;
     let pairs: Vec<(&[u8], &[u8])> = (1..n).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
-    let owners: Vec<u32> = pairs
-        .iter()
-        .map(|(k, _)| owner_node(key_hash(k), shard.count))
-        .collect();
+    let owners: Vec<u32> = pairs.iter().map(|(k, _)| owner_node(k, shard.count)).collect();
     if owners.iter().any(|o| *o != owners[0]) {
         return p.immediate(|o| reply::error(o, CROSSSLOT));
     }

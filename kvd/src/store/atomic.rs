@@ -14,7 +14,7 @@
 //! while a shard copied before it needs it applied): the snapshot holds
 //! [`Store::hold_transactions`] while it copies, and applying an atomic batch waits for it.
 
-use kvshared::routing::{key_hash, map_shard};
+use kvshared::routing::{key_hash, key_slot, map_shard, owner_node};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus, watch_value};
 use parking_lot::RwLockWriteGuard;
@@ -146,8 +146,8 @@ impl Store {
             }
             _ => {
                 let hash = key_hash(op.key);
-                if !self.me.owns(hash) {
-                    out.set_wrong_shard(i, kvshared::routing::owner_node(hash, self.me.count), self.me.count);
+                if !self.me.owns(key_slot(op.key)) {
+                    out.set_wrong_shard(i, owner_node(op.key, self.me.count), self.me.count);
                     tally.wrong_shard += 1;
                     return Err(());
                 }
@@ -352,11 +352,11 @@ mod tests {
         let store = Store::new(ShardId { index: 0, count: 2 }, 8, 0).unwrap();
         let other = (0..)
             .map(|i| format!("k{i}"))
-            .find(|k| !ShardId { index: 0, count: 2 }.owns(key_hash(k.as_bytes())))
+            .find(|k| !ShardId { index: 0, count: 2 }.owns(key_slot(k.as_bytes())))
             .unwrap();
         let mine = (0..)
             .map(|i| format!("k{i}"))
-            .find(|k| ShardId { index: 0, count: 2 }.owns(key_hash(k.as_bytes())))
+            .find(|k| ShardId { index: 0, count: 2 }.owns(key_slot(k.as_bytes())))
             .unwrap();
         let (r, _) = run_at(
             &store,

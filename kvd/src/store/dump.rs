@@ -13,7 +13,7 @@
 //! skips, for each key, the entries its shard's copy already holds, which matters because a
 //! conditional put (`SET NX`/`XX`) applied twice can end differently than once.
 
-use kvshared::routing::{key_hash, map_shard};
+use kvshared::routing::{key_hash, key_slot, map_shard};
 use kvshared::stats::Counts;
 use kvshared::wire::BatchResponse;
 
@@ -141,7 +141,7 @@ impl Store {
                 return Err(bad("empty key"));
             }
             let hash = key_hash(key);
-            if !self.me.owns(hash) {
+            if !self.me.owns(key_slot(key)) {
                 return Err(bad(&format!("a key of another shard than {}", self.me)));
             }
             let shard = map_shard(hash, self.shards.len());
@@ -313,7 +313,7 @@ mod tests {
         let store = Store::new(ShardId { index: 0, count: 2 }, 4, 0).unwrap();
         let other = (0..100u32)
             .map(|i| i.to_string())
-            .find(|k| !store.me.owns(key_hash(k.as_bytes())))
+            .find(|k| !store.me.owns(key_slot(k.as_bytes())))
             .unwrap();
         let e = store
             .import(&one_shard(&[(other.into_bytes(), Vec::new())]))

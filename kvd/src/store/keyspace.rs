@@ -8,7 +8,7 @@
 //! and, replayed over a snapshot, clears only the map shards the snapshot copied before it.
 
 use kvshared::keyspace::{MAX_SCAN_PAGE_BYTES, Rename, ScanRequest, encode_page};
-use kvshared::routing::{key_hash, map_shard};
+use kvshared::routing::{key_hash, key_slot, map_shard};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus};
 
@@ -131,7 +131,7 @@ impl Store {
     pub(super) fn rename_target_shard(&self, value: &[u8]) -> Result<usize, Refusal> {
         let r = Rename::decode(value).ok_or(MalformedOp::BadKeyspace)?;
         let hash = key_hash(r.to);
-        if !self.me.owns(hash) {
+        if !self.me.owns(key_slot(r.to)) {
             return Err(MalformedOp::BadKeyspace);
         }
         Ok(map_shard(hash, self.shards.len()))
@@ -327,12 +327,12 @@ mod tests {
         let me = ShardId { index: 0, count: 2 };
         let mine: Vec<String> = (0..)
             .map(|i| format!("k{i}"))
-            .filter(|k| me.owns(key_hash(k.as_bytes())))
+            .filter(|k| me.owns(key_slot(k.as_bytes())))
             .take(20)
             .collect();
         let other = (0..)
             .map(|i| format!("o{i}"))
-            .find(|k| !me.owns(key_hash(k.as_bytes())))
+            .find(|k| !me.owns(key_slot(k.as_bytes())))
             .unwrap();
         let at = kvshared::expiry::now_ms() + 100_000;
         let later = Expire {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam::utils::CachePadded;
 use kvshared::latency::{Latency, MAP_SHARD_SAMPLE_EVERY};
-use kvshared::routing::{ShardId, key_hash, map_shard, owner_node};
+use kvshared::routing::{ShardId, key_hash, key_slot, map_shard, owner_node};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
 use parking_lot::RwLock;
@@ -342,7 +342,7 @@ impl Store {
                 continue;
             }
             let hash = key_hash(op.key);
-            if !self.me.owns(hash) {
+            if !self.me.owns(key_slot(op.key)) {
                 continue;
             }
             if op.kind.is_write() {
@@ -365,7 +365,7 @@ impl Store {
         for i in 0..batch.len() {
             match batch.op(i) {
                 Ok(op) if op.kind == OpKind::Atomic => {}
-                Ok(op) if op.kind != OpKind::Clock && me.owns(key_hash(op.key)) => writes |= op.kind.is_write(),
+                Ok(op) if op.kind != OpKind::Clock && me.owns(key_slot(op.key)) => writes |= op.kind.is_write(),
                 _ => return,
             }
         }
@@ -461,8 +461,8 @@ impl Store {
                 continue;
             }
             let hash = key_hash(op.key);
-            if !self.me.owns(hash) {
-                out.set_wrong_shard(i, owner_node(hash, self.me.count), self.me.count);
+            if !self.me.owns(key_slot(op.key)) {
+                out.set_wrong_shard(i, owner_node(op.key, self.me.count), self.me.count);
                 tally.wrong_shard += 1;
                 continue;
             }
@@ -1315,7 +1315,7 @@ mod tests {
         let mut i = 0u64;
         while req.len() < 100_000 {
             let key = i.to_string();
-            if owner_node(key_hash(key.as_bytes()), 2) == 1 {
+            if owner_node(key.as_bytes(), 2) == 1 {
                 req.push_get(key.as_bytes());
             }
             i += 1;
@@ -1394,7 +1394,7 @@ mod tests {
         let (body, tally) = run(&store, &req);
         let v = ReplyView::parse(&body).unwrap();
         for (i, k) in keys.iter().enumerate() {
-            let owner = owner_node(key_hash(k.as_bytes()), 3);
+            let owner = owner_node(k.as_bytes(), 3);
             if owner == 1 {
                 assert_eq!(v.result(i), OpReply::Stored);
             } else {

@@ -1,6 +1,6 @@
 //! Sorting ops into one batch per owner node: the one place a client splits ops by node.
 
-use crate::routing::{key_hash, owner_node};
+use crate::routing::owner_node;
 use crate::wire::{BatchRequest, OpKind};
 
 /// One reusable [`BatchRequest`] per node; each op goes to the batch of the node that owns
@@ -22,7 +22,7 @@ impl NodeBatches {
     /// The node that owns `key`.
     #[inline]
     pub fn owner(&self, key: &[u8]) -> usize {
-        owner_node(key_hash(key), self.batches.len() as u32) as usize
+        owner_node(key, self.batches.len() as u32) as usize
     }
 
     /// Appends an op to the batch of the node that owns `key` and returns that node.
@@ -65,7 +65,7 @@ mod tests {
         for i in 0..300u32 {
             let key = i.to_string();
             let node = b.push(OpKind::Put, key.as_bytes(), b"v");
-            assert_eq!(node, owner_node(key_hash(key.as_bytes()), 3) as usize);
+            assert_eq!(node, owner_node(key.as_bytes(), 3) as usize);
         }
         let total: usize = b.non_empty().map(|(_, r)| r.len()).sum();
         assert_eq!(total, 300);
