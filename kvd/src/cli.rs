@@ -166,6 +166,13 @@ pub struct ServeArgs {
     /// redis-cli, redis-benchmark and every Redis client library [default: off].
     #[arg(long, value_name = "ADDR")]
     pub resp: Option<String>,
+    /// Make the RESP port a Redis Cluster node, for cluster-aware clients (redis-py
+    /// RedisCluster, go-redis ClusterClient, `redis-cli -c`, memtier --cluster-mode): a
+    /// command for another shard's keys is answered `-MOVED slot host:port` instead of being
+    /// forwarded, and SCAN, KEYS, DBSIZE and FLUSHALL cover this node alone. Give every node
+    /// --nodes. (CLUSTER SLOTS and the other CLUSTER commands answer either way.)
+    #[arg(long, requires = "resp")]
+    pub resp_cluster: bool,
     /// Also serve HTTP on this address: GET /metrics (Prometheus), GET /stats (JSON),
     /// GET|PUT|DELETE /kv/{key}, GET /healthz [default: off].
     #[arg(long, value_name = "ADDR")]

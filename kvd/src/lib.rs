@@ -23,6 +23,7 @@ mod admin_cmd;
 mod binary;
 pub mod cli;
 pub mod client_cmd;
+pub mod cluster_view;
 mod counters;
 pub mod durable;
 pub mod edge;

@@ -99,7 +99,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
         if let Some(resp_addr) = &args.resp {
             let bound = server
-                .serve_resp(resp_addr, cluster.clone())
+                .serve_resp_with(resp_addr, cluster.clone(), &args.nodes, args.resp_cluster)
                 .await
                 .with_context(|| format!("cannot serve RESP on {resp_addr}"))?;
             tracing::info!("kvd shard {} speaks RESP on {bound}", args.shard);

@@ -145,6 +145,9 @@ pub struct Node {
     /// The cumulative figures where the current load window began, and the last window's
     /// load (see [`RecentLoad`]).
     window: parking_lot::Mutex<LoadWindow>,
+    /// Where the RESP front listens, once bound (reported in stats for the other nodes'
+    /// `CLUSTER SLOTS` and `-MOVED`).
+    pub resp_addr: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 struct LoadWindow {
@@ -196,6 +199,7 @@ impl Node {
                 latency: LatencyStats::default(),
                 last: RecentLoad::default(),
             }),
+            resp_addr: std::sync::OnceLock::new(),
             config,
         })
     }
@@ -545,6 +549,7 @@ impl Node {
                 .memory_limit()
                 .map_or(String::new(), |l| l.eviction.name().to_string()),
             worker_threads: self.config.worker_threads as u32,
+            resp_addr: self.resp_addr.get().map_or(String::new(), ToString::to_string),
             durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
             group: self.group_figures(),
             latency,

@@ -35,8 +35,42 @@ impl Server {
 
     /// Also speaks RESP on `addr`; `cluster` (from `--nodes`) forwards keys of other shards.
     pub async fn serve_resp(&mut self, addr: &str, cluster: Option<Arc<Cluster>>) -> std::io::Result<SocketAddr> {
-        let resp: Handler = Arc::new(move |conn| Box::pin(crate::resp::serve(conn, cluster.clone())));
-        self.add(addr, Front::Resp, resp).await
+        self.serve_resp_with(addr, cluster, &[], false).await
+    }
+
+    /// Also speaks RESP on `addr`: `cluster` (from `--nodes`) forwards keys of other
+    /// shards, or with `redirect` (`--resp-cluster`) they are answered `-MOVED` to the owner
+    /// as a Redis Cluster node does; `nodes` (`--nodes`) is where the view of the cluster
+    /// comes from (`CLUSTER SLOTS`).
+    pub async fn serve_resp_with(
+        &mut self,
+        addr: &str,
+        cluster: Option<Arc<Cluster>>,
+        nodes: &[String],
+        redirect: bool,
+    ) -> std::io::Result<SocketAddr> {
+        // The view needs the bound address; connections are accepted only once `run` starts,
+        // after it is set.
+        let setup: Arc<std::sync::OnceLock<crate::resp::Setup>> = Arc::default();
+        let set = setup.clone();
+        let resp: Handler = Arc::new(move |conn| {
+            let setup = set.get().cloned();
+            Box::pin(async move {
+                if let Some(setup) = setup {
+                    crate::resp::serve(conn, setup).await;
+                }
+            })
+        });
+        let bound = self.add(addr, Front::Resp, resp).await?;
+        let _ = self.node.resp_addr.set(bound);
+        let config = cluster.as_ref().map(|c| c.config().clone()).unwrap_or_default();
+        let view = crate::cluster_view::ClusterView::start(self.node.clone(), nodes, config);
+        let _ = setup.set(crate::resp::Setup {
+            cluster,
+            view,
+            redirect,
+        });
+        Ok(bound)
     }
 
     /// Also serves HTTP on `addr`; `cluster` (from `--nodes`) forwards keys of other shards.

@@ -48,6 +48,14 @@ pub fn owned_slots(index: u32, nodes: u32) -> (u16, u16) {
 
 /// Redis Cluster's hash slot count.
 pub const SLOTS: u16 = 16_384;
+
+/// A cluster member's node id as Redis Cluster shows it (`CLUSTER NODES`, `MYID`): 40 hex
+/// digits, made from its kvd address as `--nodes` names it, so every node computes the same
+/// id for a member without asking it.
+pub fn node_id(addr: &str) -> String {
+    let wide = xxhash_rust::xxh3::xxh3_128(addr.as_bytes());
+    format!("{wide:032x}{:08x}", key_hash(addr.as_bytes()) as u32)
+}
 /// `SLOTS` is `1 << SLOT_BITS`.
 const SLOT_BITS: u32 = 14;
 

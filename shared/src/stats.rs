@@ -119,6 +119,7 @@ counters! {
     conns_refused / ConnsRefused : Connections, "Connections refused at once because --max-conns were open.";
     conns_idle_closed / ConnsIdleClosed : Connections, "Connections closed after --idle-timeout without a request.";
     wrong_shard / WrongShard : Error, "Ops for keys this node does not own.";
+    moved / Moved : Traffic, "RESP commands answered -MOVED to the node that serves their slot (a node started with --resp-cluster): a cluster client's slot map was out of date, or the client is not cluster-aware.";
     malformed_op / MalformedOp : Error, "Ops with bad key or value spans.";
     malformed_body / MalformedBody : Error, "Frame bodies that failed validation.";
     bad_frame / BadFrame : Error, "Frames with a bad magic, unknown kind or other protocol version.";
@@ -556,6 +557,10 @@ pub struct NodeStats {
     pub eviction: String,
     /// Tokio worker threads serving connections.
     pub worker_threads: u32,
+    /// Where the node speaks RESP (`--resp`, as bound; empty: it does not), for Redis
+    /// Cluster's `CLUSTER SLOTS` and `-MOVED` on the other nodes.
+    #[serde(default)]
+    pub resp_addr: String,
     /// The shard's log and snapshots (`durability.mode` is `memory` without `--data-dir`).
     #[serde(default)]
     pub durability: Durability,
@@ -655,6 +660,7 @@ impl Default for NodeStats {
             max_memory_bytes: 0,
             eviction: String::new(),
             worker_threads: 0,
+            resp_addr: String::new(),
             durability: Durability::default(),
             group: GroupFigures::default(),
             latency: LatencyStats::default(),

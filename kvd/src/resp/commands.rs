@@ -13,72 +13,6 @@ use super::transaction::TxState;
 use crate::edge::conn::Auth;
 use crate::node::Node;
 
-/// Commands answered (for `COMMAND COUNT`).
-const COMMANDS: &[&str] = &[
-    "APPEND",
-    "AUTH",
-    "CLIENT",
-    "CLUSTER",
-    "COMMAND",
-    "CONFIG",
-    "DBSIZE",
-    "FLUSHALL",
-    "FLUSHDB",
-    "KEYS",
-    "MEMORY",
-    "OBJECT",
-    "RANDOMKEY",
-    "RENAME",
-    "RENAMENX",
-    "SCAN",
-    "DECR",
-    "DECRBY",
-    "DEL",
-    "DISCARD",
-    "ECHO",
-    "EXEC",
-    "EXISTS",
-    "EXPIRE",
-    "EXPIREAT",
-    "EXPIRETIME",
-    "GET",
-    "GETDEL",
-    "GETEX",
-    "GETRANGE",
-    "GETSET",
-    "HELLO",
-    "INCR",
-    "INCRBY",
-    "INCRBYFLOAT",
-    "INFO",
-    "MGET",
-    "MSET",
-    "MSETNX",
-    "MULTI",
-    "PERSIST",
-    "PEXPIRE",
-    "PEXPIREAT",
-    "PEXPIRETIME",
-    "PING",
-    "PSETEX",
-    "PTTL",
-    "QUIT",
-    "ROLE",
-    "SELECT",
-    "SET",
-    "SETEX",
-    "SETNX",
-    "SETRANGE",
-    "STRLEN",
-    "SUBSTR",
-    "TOUCH",
-    "TTL",
-    "TYPE",
-    "UNLINK",
-    "UNWATCH",
-    "WATCH",
-];
-
 /// What a connection remembers between commands.
 pub struct Session {
     id: u64,
@@ -86,6 +20,8 @@ pub struct Session {
     name: Vec<u8>,
     /// MULTI's queue and WATCH's keys.
     pub(super) tx: TxState,
+    /// READONLY or READWRITE (Redis Cluster).
+    pub(super) reads: super::cluster::Reads,
 }
 
 impl Session {
@@ -96,6 +32,7 @@ impl Session {
             peer,
             name: Vec::new(),
             tx: TxState::default(),
+            reads: Default::default(),
         }
     }
 
@@ -118,11 +55,15 @@ impl Session {
     }
 }
 
-/// What a command may use: the node, whether other shards' keys are forwarded, the
-/// connection's session and its standing with the token.
+/// What a command may use: the node, whether other shards' keys are forwarded (or, in a
+/// Redis Cluster node, redirected), the connection's session and its standing with the token.
 pub struct Ctx<'a> {
     pub node: &'a Node,
     pub forward: bool,
+    /// `--resp-cluster`: a command for another shard's keys is answered `-MOVED`.
+    pub redirect: bool,
+    /// The cluster as this node sees it (CLUSTER SLOTS, MOVED's addresses).
+    pub view: Option<&'a crate::cluster_view::ClusterView>,
     pub session: &'a mut Session,
     pub auth: Auth<'a>,
     /// The port this node serves RESP on (INFO's `tcp_port`).
@@ -144,6 +85,18 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
     if !ctx.auth.admitted() && !is(name, "AUTH") && !is(name, "HELLO") && !is(name, "QUIT") {
         ctx.auth.refused();
         p.immediate(|o| reply::error(o, "NOAUTH Authentication required."));
+        return false;
+    }
+    if ctx.redirect
+        && !ctx.session.tx.is_queuing()
+        && let Some(e) = super::cluster::redirect(ctx, args)
+    {
+        if e.starts_with("MOVED") {
+            ctx.node
+                .counters
+                .add(ctx.session.id, kvshared::stats::Counter::Moved, 1);
+        }
+        p.immediate(|o| reply::error(o, &e));
         return false;
     }
     if super::transaction::handle(ctx, args, p) {
@@ -294,19 +247,12 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool 
         _ if is(name, "CONFIG") => config(node, args, p),
         _ if is(name, "COMMAND") => command(args, p),
         _ if is(name, "CLIENT") => client(ctx.session, args, p),
-        _ if is(name, "CLUSTER") => match n {
-            3 if is(args.get(1), "KEYSLOT") => {
-                let slot = i64::from(kvshared::routing::key_slot(args.get(2)));
-                p.immediate(|o| reply::integer(o, slot))
-            }
-            // Redis's answer when cluster mode is off: cluster-aware clients then say so.
-            _ => p.immediate(|o| {
-                reply::error(
-                    o,
-                    "ERR This instance has cluster support disabled (kvd answers CLUSTER KEYSLOT only)",
-                )
-            }),
-        },
+        _ if ["CLUSTER", "READONLY", "READWRITE", "ASKING"]
+            .iter()
+            .any(|c| is(name, c)) =>
+        {
+            super::cluster::run(ctx, args, p)
+        }
         _ if is(name, "AUTH") => auth(ctx, args.get(n.saturating_sub(1)), n, p),
         _ if is(name, "HELLO") => hello(ctx, args, p),
         _ => {
@@ -406,8 +352,8 @@ fn config(node: &Node, args: &Args<'_>, p: &mut Pipeline) {
 /// COMMAND, COMMAND COUNT, COMMAND DOCS (what redis-cli asks).
 fn command(args: &Args<'_>, p: &mut Pipeline) {
     match args.get(1) {
-        b"" => p.immediate(|o| reply::array(o, 0)),
-        sub if is(sub, "COUNT") => p.immediate(|o| reply::integer(o, COMMANDS.len() as i64)),
+        b"" => p.immediate(super::table::command_reply),
+        sub if is(sub, "COUNT") => p.immediate(|o| reply::integer(o, super::table::COMMANDS.len() as i64)),
         // An error makes redis-cli fall back to its built-in help.
         sub if is(sub, "DOCS") => p.immediate(|o| reply::error(o, "ERR COMMAND DOCS is not supported by kvd")),
         _ => p.immediate(|o| reply::error(o, "ERR kvd answers COMMAND, COMMAND COUNT and COMMAND DOCS only")),

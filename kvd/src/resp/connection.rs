@@ -14,6 +14,7 @@ use super::commands::{Ctx, Session, dispatch};
 use super::parse::{Args, Parsed, parse};
 use super::pipeline::Pipeline;
 use super::reply;
+use crate::cluster_view::ClusterView;
 use crate::edge::conn::{Conn, End, Input, Stage};
 use crate::node::Node;
 
@@ -29,6 +30,8 @@ struct Resp {
     conn: Conn,
     node: Arc<Node>,
     cluster: Option<Arc<Cluster>>,
+    view: Arc<ClusterView>,
+    redirect: bool,
     session: Session,
     /// Bytes read and not yet run; commands start at `start`.
     buf: Vec<u8>,
@@ -53,12 +56,15 @@ enum Round {
 
 /// Serves one RESP connection until the client leaves, QUIT, a protocol error, the idle
 /// timeout or shutdown.
-pub(crate) async fn serve(conn: Conn, cluster: Option<Arc<Cluster>>) {
+pub(crate) async fn serve(conn: Conn, setup: super::Setup) {
     let session = Session::new(conn.peer.id, conn.peer.addr.clone());
     let mut r = Resp {
         node: conn.edge.node.clone(),
         conn,
-        cluster,
+        // A Redis Cluster node redirects rather than forwards.
+        cluster: setup.cluster.filter(|_| !setup.redirect),
+        view: setup.view,
+        redirect: setup.redirect,
         session,
         buf: Vec::with_capacity(READ_CHUNK),
         start: 0,
@@ -146,6 +152,8 @@ impl Resp {
                             let mut ctx = Ctx {
                                 node: &self.node,
                                 forward: self.cluster.is_some(),
+                                redirect: self.redirect,
+                                view: Some(&self.view),
                                 session: &mut self.session,
                                 auth: self.conn.auth(),
                                 port,

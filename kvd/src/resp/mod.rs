@@ -10,7 +10,11 @@
 //! `pipeline` (one batch through the node, forwarding, replies in order) -> `reply`
 //! (RESP writers); `expiry` reads the expiry commands' arguments; `transaction` runs MULTI/EXEC/WATCH; `keyspace` runs the commands
 //! that span the cluster (SCAN, KEYS, DBSIZE, FLUSHALL, RANDOMKEY); `info` answers INFO; `connection` runs the loop.
+//! `table` is the command table (names, where the keys are); `cluster` is Redis Cluster
+//! (`CLUSTER ...`, and `-MOVED` with `--resp-cluster`, where keyspace commands cover this
+//! node alone, as in Redis Cluster).
 
+mod cluster;
 mod commands;
 mod connection;
 mod expiry;
@@ -19,6 +23,20 @@ mod keyspace;
 pub mod parse;
 pub(crate) mod pipeline;
 mod reply;
+mod table;
 mod transaction;
 
 pub(crate) use connection::serve;
+
+use std::sync::Arc;
+
+/// What every connection of a RESP front shares.
+#[derive(Clone)]
+pub struct Setup {
+    /// The cluster client that forwards other shards' keys (from `--nodes`).
+    pub cluster: Option<Arc<kvshared::client::Cluster>>,
+    /// The cluster as this node sees it.
+    pub view: Arc<crate::cluster_view::ClusterView>,
+    /// `--resp-cluster`: redirect (`-MOVED`) instead of forwarding.
+    pub redirect: bool,
+}

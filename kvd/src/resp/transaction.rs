@@ -195,6 +195,11 @@ fn queue_refusal(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result<Vec<u32>, String>
         let shown = String::from_utf8_lossy(name).to_ascii_uppercase();
         return Err(format!("ERR kvd does not run {shown} inside MULTI"));
     }
+    if ctx.redirect
+        && let Some(e) = super::cluster::redirect(ctx, args)
+    {
+        return Err(e);
+    }
     let mut scratch = Pipeline::default();
     run(ctx, args, &mut scratch);
     scratch.queued_owners(ctx.node.config.shard.count)

@@ -106,6 +106,27 @@ impl Store {
         Ok(page)
     }
 
+    /// Redis's `CLUSTER COUNTKEYSINSLOT` and `GETKEYSINSLOT`: how many live keys of `slot`
+    /// this node holds, and the first `limit` of them. A pass over every key (kvd keeps no
+    /// index by slot), one map shard's read lock at a time.
+    pub fn keys_in_slot(&self, slot: u16, limit: usize) -> (u64, Vec<Vec<u8>>) {
+        let clock = kvshared::expiry::now_ms();
+        let (mut count, mut keys) = (0u64, Vec::new());
+        for shard in self.shards.iter() {
+            let s = shard.read();
+            for e in s.table.iter() {
+                let key = e.key();
+                if key_slot(key) == slot && !s.expires.is_due(key, clock) {
+                    count += 1;
+                    if keys.len() < limit {
+                        keys.push(key.to_vec());
+                    }
+                }
+            }
+        }
+        (count, keys)
+    }
+
     /// Removes every key: each map shard gets a new, empty table. Applying a log entry
     /// (`log_index` > 0) over a snapshot, a map shard whose copy already holds the entry
     /// is left alone, and every shard remembers the entry.

@@ -148,8 +148,48 @@ func run(ctx context.Context, addr, password string, protocol int) {
 	check(err == nil && usage > 0, "memory usage: %d %v", usage, err)
 }
 
+// runCluster: go-redis's ClusterClient against a kvd cluster started with --resp-cluster,
+// given one node: it learns the slots (CLUSTER SLOTS) and sends each command to its
+// slot's master itself.
+func runCluster(ctx context.Context, addr, password string, readOnly bool) {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, Password: password, ReadOnly: readOnly})
+	defer rdb.Close()
+	for i := 0; i < 300; i++ {
+		check(rdb.Set(ctx, fmt.Sprintf("gc-%d", i), fmt.Sprintf("v%d", i), 0).Err() == nil, "cluster set %d", i)
+	}
+	for i := 0; i < 300; i++ {
+		v, err := rdb.Get(ctx, fmt.Sprintf("gc-%d", i)).Result()
+		check(err == nil && v == fmt.Sprintf("v%d", i), "cluster get %d: %q %v", i, v, err)
+	}
+	pipe := rdb.Pipeline()
+	for i := 0; i < 100; i++ {
+		pipe.Incr(ctx, fmt.Sprintf("gc-count-%d", i))
+	}
+	cmds, err := pipe.Exec(ctx)
+	check(err == nil && len(cmds) == 100, "cluster pipeline: %v", err)
+	check(rdb.MSet(ctx, "{gc}a", "1", "{gc}b", "2").Err() == nil, "mset of one slot")
+	vals, err := rdb.MGet(ctx, "{gc}a", "{gc}b").Result()
+	check(err == nil && len(vals) == 2 && vals[0] == "1" && vals[1] == "2", "mget of one slot: %v %v", vals, err)
+	masters := 0
+	err = rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		masters++
+		return c.Ping(ctx).Err()
+	})
+	check(err == nil && masters >= 1, "every master answers: %d %v", masters, err)
+	fmt.Printf("go-redis ClusterClient: %d masters\n", masters)
+}
+
 func main() {
 	ctx := context.Background()
+	if len(os.Args) > 2 && (os.Args[1] == "cluster" || os.Args[1] == "cluster-readonly") {
+		password := ""
+		if len(os.Args) > 3 {
+			password = os.Args[3]
+		}
+		runCluster(ctx, os.Args[2], password, os.Args[1] == "cluster-readonly")
+		fmt.Println("go-redis v9 ClusterClient: every check passed")
+		return
+	}
 	addr := os.Args[1]
 	password := ""
 	if len(os.Args) > 2 {

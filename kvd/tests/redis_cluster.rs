@@ -1,0 +1,260 @@
+//! Redis Cluster on the RESP front (issue 30, item 4): nodes started with `--resp-cluster`
+//! answer `CLUSTER SLOTS|SHARDS|NODES|INFO|MYID`, redirect a command for another shard's
+//! slot with `-MOVED`, refuse keys of several shards with `-CROSSSLOT`; redis-cli -c,
+//! redis-py's RedisCluster and go-redis's ClusterClient route by themselves, with no
+//! redirect once they know the slots; in 3 groups x 3 members the leaders are the masters,
+//! a follower redirects to its leader and serves reads after READONLY.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Kvd, free_port, kvd, start_at};
+use kvshared::routing::{key_slot, owner_node};
+
+/// Sends `bytes` (ending in QUIT) and returns everything the node answered.
+fn raw(addr: &str, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A cluster of `groups` shards of `members` each (1: in memory; 3: durable replica
+/// groups), every node with `--resp-cluster`: the guards, the `--nodes` list, and the RESP
+/// addresses by shard, then member.
+fn cluster(name: &str, groups: usize, members: usize) -> (Vec<Kvd>, String, Vec<Vec<String>>) {
+    let port = |_| format!("127.0.0.1:{}", free_port());
+    let bin: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(port).collect()).collect();
+    let resp: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(port).collect()).collect();
+    let nodes = bin.iter().map(|g| g.join("|")).collect::<Vec<_>>().join(",");
+    let mut guards = Vec::new();
+    for g in 0..groups {
+        for m in 0..members {
+            let shard = format!("{g}/{groups}");
+            let mut args = vec![
+                "--shard",
+                &shard,
+                "--resp",
+                &resp[g][m],
+                "--nodes",
+                &nodes,
+                "--resp-cluster",
+            ];
+            let dir = std::env::temp_dir().join(format!("kvd-{name}-{}-{g}-{m}", std::process::id()));
+            let (d, group) = (dir.display().to_string(), bin[g].join(","));
+            if members > 1 {
+                let _ = std::fs::remove_dir_all(&dir);
+                args.extend(["--data-dir", &d, "--group", &group]);
+            }
+            guards.push(start_at(&bin[g][m], &args).0);
+        }
+        if members > 1 {
+            let init = kvd(&["admin", "init-group", "--nodes", &bin[g].join("|")]);
+            assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for addr in resp.iter().flatten() {
+        while !raw(addr, b"CLUSTER INFO\r\nQUIT\r\n").contains("cluster_state:ok") {
+            assert!(Instant::now() < deadline, "{addr}: the cluster's state never became ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    (guards, nodes, resp)
+}
+
+/// A key of `shard` (of `count`) named with `prefix`.
+fn key_of(shard: u32, count: u32, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| owner_node(k.as_bytes(), count) == shard)
+        .unwrap()
+}
+
+/// The nodes' `moved` counters, summed.
+fn moved(nodes: &str) -> u64 {
+    let out = kvd(&["stats", "--json", "--nodes", nodes]);
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let all = all.as_array().unwrap();
+    all.iter().map(|n| n["stats"]["moved"].as_u64().unwrap_or(0)).sum()
+}
+
+#[test]
+fn three_nodes_describe_the_cluster_and_redirect_as_redis_cluster() {
+    let (_guards, nodes, resp) = cluster("rc-three", 3, 1);
+    let slots = raw(&resp[1][0], b"CLUSTER SLOTS\r\nQUIT\r\n");
+    assert!(
+        slots.starts_with("*3\r\n*3\r\n:0\r\n:5461\r\n*3\r\n$9\r\n127.0.0.1\r\n"),
+        "{slots:?}"
+    );
+    for r in &resp {
+        let port = r[0].rsplit_once(':').unwrap().1;
+        assert!(slots.contains(&format!(":{port}\r\n")), "{slots:?}");
+    }
+    let (listed, me) = (
+        raw(&resp[2][0], b"CLUSTER NODES\r\nQUIT\r\n"),
+        raw(&resp[2][0], b"CLUSTER MYID\r\nQUIT\r\n"),
+    );
+    let id = me.lines().nth(1).unwrap();
+    let mine = listed.lines().find(|l| l.contains("myself")).unwrap();
+    assert!(
+        mine.starts_with(id) && mine.contains(&resp[2][0]) && mine.ends_with(" 10923-16383"),
+        "{listed}"
+    );
+    assert_eq!(listed.lines().filter(|l| l.contains("master")).count(), 3, "{listed}");
+    // A key of shard 2 asked at shard 0: MOVED to shard 2's RESP address.
+    let k = key_of(2, 3, "moved-");
+    let got = raw(&resp[0][0], format!("SET {k} v\r\nQUIT\r\n").as_bytes());
+    assert_eq!(
+        got,
+        format!("-MOVED {} {}\r\n+OK\r\n", key_slot(k.as_bytes()), resp[2][0])
+    );
+    assert_eq!(moved(&nodes), 1);
+    // Keys of two shards: CROSSSLOT; keys of this shard's several slots: served.
+    let (a, b, c) = (key_of(0, 3, "a-"), key_of(1, 3, "b-"), key_of(0, 3, "c-"));
+    let got = raw(
+        &resp[0][0],
+        format!("MGET {a} {b}\r\nMSET {a} 1 {c} 2\r\nQUIT\r\n").as_bytes(),
+    );
+    assert_eq!(
+        got,
+        "-CROSSSLOT Keys in request don't hash to the same slot\r\n+OK\r\n+OK\r\n"
+    );
+    // In MULTI a key of another shard is redirected when queued, and EXEC aborts.
+    let got = raw(
+        &resp[0][0],
+        format!("MULTI\r\nSET {a} x\r\nSET {b} y\r\nEXEC\r\nQUIT\r\n").as_bytes(),
+    );
+    assert!(got.starts_with("+OK\r\n+QUEUED\r\n-MOVED "), "{got:?}");
+    assert!(got.contains("-EXECABORT"), "{got:?}");
+    // redis-cli -c follows the redirects.
+    for shard in 0..3 {
+        let k = key_of(shard, 3, "cli-");
+        let set = Command::new("redis-cli")
+            .args(["-c", "-p", port_of(&resp[0][0]), "set", &k, "v1"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&set.stdout).trim(), "OK", "{set:?}");
+        let get = Command::new("redis-cli")
+            .args(["-c", "-p", port_of(&resp[1][0]), "get", &k])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "v1");
+    }
+    // The slot's keys, where they are.
+    let slot = key_slot(a.as_bytes());
+    let got = raw(&resp[0][0], format!("CLUSTER COUNTKEYSINSLOT {slot}\r\nCLUSTER GETKEYSINSLOT {slot} 5\r\nCLUSTER COUNTKEYSINSLOT 16384\r\nQUIT\r\n").as_bytes());
+    assert!(got.starts_with(":1\r\n*1\r\n"), "{got:?}");
+    assert!(
+        got.contains(&a) && got.ends_with("-ERR Invalid slot\r\n+OK\r\n"),
+        "{got:?}"
+    );
+    // Without --resp-cluster nothing changed: see redis_clients.rs (forwarding).
+}
+
+fn port_of(addr: &str) -> &str {
+    addr.rsplit_once(':').unwrap().1
+}
+
+/// The venv's Python with redis-py (see redis_clients.rs).
+fn python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("KV_PYTHON") {
+        return Some(PathBuf::from(p));
+    }
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/pyvenv/bin/python");
+    p.exists().then_some(p)
+}
+
+/// Runs a client check; it must exit 0 and say "every check passed".
+fn run_check(mut cmd: Command, client: &str) {
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{client} failed:\n{text}");
+    assert!(text.contains("every check passed"), "{text}");
+}
+
+/// redis-py's RedisCluster and go-redis's ClusterClient against `addr`, and the redirects
+/// they met: none, since each learns the slots before its first command.
+fn cluster_clients(nodes: &str, addr: &str, replicas: bool) {
+    let before = moved(nodes);
+    match python() {
+        Some(py) => {
+            let mut cmd = Command::new(py);
+            let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/redis_py_cluster_check.py");
+            cmd.arg(script).arg(addr);
+            if replicas {
+                cmd.arg("--replicas");
+            }
+            run_check(cmd, "redis-py RedisCluster");
+        }
+        None => eprintln!("SKIPPED redis-py: no target/pyvenv (run .ci/run)"),
+    }
+    let go = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/goredis-check");
+    match go.exists() {
+        true => {
+            let mut cmd = Command::new(go);
+            cmd.arg(if replicas { "cluster-readonly" } else { "cluster" }).arg(addr);
+            run_check(cmd, "go-redis ClusterClient");
+        }
+        false => eprintln!("SKIPPED go-redis: no target/goredis-check (run .ci/run)"),
+    }
+    assert_eq!(
+        moved(nodes),
+        before,
+        "a cluster client that knows the slots was redirected"
+    );
+}
+
+#[test]
+fn cluster_clients_route_by_themselves_without_redirects() {
+    let (_guards, nodes, resp) = cluster("rc-clients", 3, 1);
+    cluster_clients(&nodes, &resp[1][0], false);
+}
+
+/// 3 groups x 3 members: the leaders are the masters and the followers their replicas;
+/// a follower redirects a key of its own slots to its leader, and after READONLY serves
+/// the read itself; the cluster clients route without a redirect, to replicas too.
+#[test]
+fn three_groups_of_three_are_masters_and_replicas() {
+    let (_guards, nodes, resp) = cluster("rc-groups", 3, 3);
+    let slots = raw(&resp[0][0], b"CLUSTER SLOTS\r\nQUIT\r\n");
+    assert!(
+        slots.starts_with("*3\r\n*5\r\n:0\r\n:5461\r\n"),
+        "master and two replicas per range: {slots:?}"
+    );
+    let listed = raw(&resp[0][0], b"CLUSTER NODES\r\nQUIT\r\n");
+    let flagged = |f: &str| {
+        listed
+            .lines()
+            .filter(|l| l.split(' ').nth(2).is_some_and(|x| x.contains(f)))
+            .count()
+    };
+    assert_eq!((flagged("master"), flagged("slave")), (3, 6), "{listed}");
+    // Group 1's leader and a follower, by their RESP addresses.
+    let role = |addr: &str| raw(addr, b"ROLE\r\nQUIT\r\n");
+    let leader = resp[1].iter().find(|a| role(a).contains("master")).unwrap().clone();
+    let follower = resp[1].iter().find(|a| role(a).contains("slave")).unwrap().clone();
+    let k = key_of(1, 3, "grp-");
+    let got = raw(&leader, format!("SET {k} v\r\nQUIT\r\n").as_bytes());
+    assert_eq!(got, "+OK\r\n+OK\r\n");
+    let slot = key_slot(k.as_bytes());
+    let got = raw(
+        &follower,
+        format!("GET {k}\r\nREADONLY\r\nGET {k}\r\nSET {k} w\r\nQUIT\r\n").as_bytes(),
+    );
+    let to_leader = format!("-MOVED {slot} {leader}\r\n");
+    assert_eq!(got, format!("{to_leader}+OK\r\n$1\r\nv\r\n{to_leader}+OK\r\n"));
+    cluster_clients(&nodes, &resp[2][0], false);
+    cluster_clients(&nodes, &resp[0][1], true);
+}
