@@ -265,6 +265,7 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                     s.latency.summary()
                 ));
                 out.push_str(&format!("{:<22} load: {}\n", "", s.recent.summary()));
+                out.push_str(&format!("{:<22} slots: {}\n", "", s.slots_summary()));
                 if !s.group.lag.is_empty() {
                     let lag: Vec<String> = s
                         .group

@@ -4,7 +4,7 @@
 //! names its addresses.
 //!
 //! A background task asks every member in `--nodes` for its stats once a second (at most
-//! [`ASK_TIMEOUT`] each) and replaces the view whole; readers take the current one without
+//! `ASK_TIMEOUT` each) and replaces the view whole; readers take the current one without
 //! waiting. Slots are the even split `--shard i/n` starts with. A member that does not
 //! answer keeps its last known address and shows as failed.
 

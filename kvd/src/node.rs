@@ -550,6 +550,10 @@ impl Node {
                 .map_or(String::new(), |l| l.eviction.name().to_string()),
             worker_threads: self.config.worker_threads as u32,
             resp_addr: self.resp_addr.get().map_or(String::new(), ToString::to_string),
+            slots: {
+                let (first, last) = self.config.shard.slots();
+                vec![[first, last]]
+            },
             durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
             group: self.group_figures(),
             latency,

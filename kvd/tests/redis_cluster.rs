@@ -156,6 +156,15 @@ fn three_nodes_describe_the_cluster_and_redirect_as_redis_cluster() {
         got.contains(&a) && got.ends_with("-ERR Invalid slot\r\n+OK\r\n"),
         "{got:?}"
     );
+    // `kvd stats` says which slots each node serves.
+    let stats = String::from_utf8_lossy(&kvd(&["stats", "--nodes", &nodes]).stdout).into_owned();
+    for slots in [
+        "0-5461 (5462 slots)",
+        "5462-10922 (5461 slots)",
+        "10923-16383 (5461 slots)",
+    ] {
+        assert!(stats.contains(&format!("slots: {slots}")), "{stats}");
+    }
     // Without --resp-cluster nothing changed: see redis_clients.rs (forwarding).
 }
 

@@ -23,6 +23,8 @@ pub struct NodeRow {
     pub up: bool,
     pub error: Option<String>,
     pub shard: Option<String>,
+    /// The hash slots it serves (`0-5461 (5462 slots)`).
+    pub slots: Option<String>,
     pub uptime_s: Option<u64>,
     pub keys: Option<u64>,
     pub ops_per_sec: Option<f64>,
@@ -135,6 +137,7 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
                     _ => None,
                 },
                 shard: s.map(|s| s.shard.to_string()),
+                slots: s.map(|s| s.slots_summary()),
                 uptime_s: s.map(|s| s.uptime_ms / 1000),
                 keys: s.map(|s| s.keys),
                 ops_per_sec: r.map(|r| r.ops_per_sec),

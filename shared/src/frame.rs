@@ -231,24 +231,29 @@ pub async fn read_header<R: AsyncRead + Unpin>(reader: &mut R, max: u32) -> Resu
 /// Reads a body of `len` bytes into `body` (the second half of [`read_frame`]).
 ///
 /// The body grows as its bytes arrive (at most doubling what has arrived), so a header that
-/// announces a large body costs memory only once the body is really being sent.
+/// announces a large body costs memory only once the body is really being sent. Bytes a
+/// reused buffer already holds are read over, not zeroed first: only growth is zeroed (a
+/// connection's steady frames cost no `memset`).
 pub async fn read_body<R: AsyncRead + Unpin>(
     reader: &mut R,
     body: &mut AlignedVec,
     len: usize,
 ) -> Result<(), FrameError> {
-    body.clear();
-    while body.len() < len {
-        let have = body.len();
+    let mut have = 0;
+    while have < len {
         let step = (len - have).min(have.max(FIRST_CHUNK));
-        body.resize(have + step, 0);
+        if body.len() < have + step {
+            body.resize(have + step, 0);
+        }
         let chunk = &mut body.as_mut_slice()[have..have + step];
         match reader.read_exact(chunk).await {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Truncated),
             Err(e) => return Err(e.into()),
         }
+        have += step;
     }
+    body.resize(len, 0); // shrinks a longer reused buffer: nothing written
     Ok(())
 }
 
@@ -303,6 +308,23 @@ mod tests {
         assert!(err.to_string().contains(&format!("v{VERSION}")), "{err}");
         raw[0] = b'G';
         assert!(matches!(FrameHeader::decode(&raw, 100), Err(FrameError::BadMagic(_))));
+    }
+
+    /// A connection's body buffer is reused: each read holds exactly its own frame's bytes,
+    /// longer or shorter than the last, and a cut one is `Truncated`.
+    #[tokio::test]
+    async fn a_reused_body_holds_exactly_each_frame() {
+        let mut body = AlignedVec::new();
+        for len in [100_000usize, 10, 0, 70_000, 3] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8 ^ len as u8).collect();
+            read_body(&mut &bytes[..], &mut body, len).await.unwrap();
+            assert_eq!(body.as_slice(), &bytes[..], "len {len}");
+        }
+        let short = [1u8; 10];
+        assert!(matches!(
+            read_body(&mut &short[..], &mut body, 11).await,
+            Err(FrameError::Truncated)
+        ));
     }
 
     #[tokio::test]

@@ -561,6 +561,9 @@ pub struct NodeStats {
     /// Cluster's `CLUSTER SLOTS` and `-MOVED` on the other nodes.
     #[serde(default)]
     pub resp_addr: String,
+    /// The hash slot ranges the node serves, first and last slot of each (docs/CLUSTER.md).
+    #[serde(default)]
+    pub slots: Vec<[u16; 2]>,
     /// The shard's log and snapshots (`durability.mode` is `memory` without `--data-dir`).
     #[serde(default)]
     pub durability: Durability,
@@ -661,6 +664,7 @@ impl Default for NodeStats {
             eviction: String::new(),
             worker_threads: 0,
             resp_addr: String::new(),
+            slots: Vec::new(),
             durability: Durability::default(),
             group: GroupFigures::default(),
             latency: LatencyStats::default(),
@@ -672,6 +676,24 @@ impl Default for NodeStats {
 }
 
 impl NodeStats {
+    /// The slots it serves, as `0-5461 (5462 slots)`; `none` when it serves none.
+    pub fn slots_summary(&self) -> String {
+        let count: u32 = self
+            .slots
+            .iter()
+            .map(|[a, b]| u32::from(b.saturating_sub(*a)) + 1)
+            .sum();
+        let ranges: Vec<String> = self
+            .slots
+            .iter()
+            .map(|[a, b]| if a == b { a.to_string() } else { format!("{a}-{b}") })
+            .collect();
+        match count {
+            0 => "none".to_string(),
+            n => format!("{} ({n} slots)", ranges.join(",")),
+        }
+    }
+
     /// The stored data's memory, for tables: `12.3 MB`, or `12.3 MB/100 MB` under a cap.
     pub fn memory_summary(&self) -> String {
         let used = crate::units::bytes(self.memory_used_bytes as f64);
@@ -870,6 +892,14 @@ impl RateTracker {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn slots_read_as_ranges_and_a_count() {
+        let mut s = NodeStats::default();
+        assert_eq!(s.slots_summary(), "none");
+        s.slots = vec![[0, 5461], [7000, 7000]];
+        assert_eq!(s.slots_summary(), "0-5461,7000 (5463 slots)");
+    }
+
     use super::*;
 
     #[test]

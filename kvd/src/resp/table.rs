@@ -164,7 +164,7 @@ fn tips(name: &str) -> &'static [&'static str] {
 }
 
 /// `COMMAND`'s reply: per command its name, arity, flags, first key, last key and step
-/// (what every Redis version gives), ACL categories (none), Redis 7's tips (see [`tips`]),
+/// (what every Redis version gives), ACL categories (none), Redis 7's tips (see `tips`),
 /// key specifications and subcommands (none).
 pub fn command_reply(out: &mut Vec<u8>) {
     super::reply::array(out, COMMANDS.len());

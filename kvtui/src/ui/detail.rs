@@ -49,6 +49,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     s.map_shards,
                     s.worker_threads
                 )),
+                Line::from(format!("hash slots {}", s.slots_summary())),
                 Line::from(""),
                 Line::from(format!(
                     "gets      {:>16}   {:>8}/s",
