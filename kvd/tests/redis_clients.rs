@@ -6,23 +6,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, resp_cluster as cluster, start_at, token_file};
-
-/// Sends `bytes` (ending in QUIT) and returns everything the node answered.
-fn raw(addr: &str, bytes: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    s.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
-}
+use common::{free_port, python, raw, resp_cluster as cluster, run_client_check, start_at, token_file};
 
 #[test]
 fn hello_3_switches_to_resp3_and_hello_2_back() {
@@ -85,15 +73,6 @@ fn role_and_info_replication_tell_a_plain_node_is_a_master() {
     assert!(got.contains("role:master\r\nconnected_slaves:0\r\n"), "{got:?}");
 }
 
-/// The venv's Python with redis-py, made by `.ci/run` (or `KV_PYTHON`).
-fn python() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("KV_PYTHON") {
-        return Some(PathBuf::from(p));
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/pyvenv/bin/python");
-    venv.exists().then_some(venv)
-}
-
 fn redis_py(addr: &str, token: Option<&str>) {
     let Some(python) = python() else {
         // CI always has it (.ci/run makes the venv); say so loudly anywhere else.
@@ -106,21 +85,13 @@ fn redis_py(addr: &str, token: Option<&str>) {
     run_check(cmd, "redis-py", addr, token);
 }
 
-/// Runs an outside client's check program against `addr` (with `token`): it must exit 0
-/// and say "every check passed".
+/// Runs an outside client's check program against `addr` (with `token`).
 fn run_check(mut cmd: Command, client: &str, addr: &str, token: Option<&str>) {
     cmd.arg(addr);
     if let Some(t) = token {
         cmd.arg(t);
     }
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{client} failed:\n{text}");
-    assert!(text.contains("every check passed"), "{text}");
+    run_client_check(cmd, client);
 }
 
 #[test]

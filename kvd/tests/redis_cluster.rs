@@ -7,24 +7,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Kvd, free_port, kvd, start_at};
+use common::{Kvd, free_port, kvd, python, raw, run_client_check, start_at};
 use kvshared::routing::{key_slot, owner_node};
-
-/// Sends `bytes` (ending in QUIT) and returns everything the node answered.
-fn raw(addr: &str, bytes: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    s.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
-}
 
 /// A cluster of `groups` shards of `members` each (1: in memory; 3: durable replica
 /// groups), every node with `--resp-cluster`: the guards, the `--nodes` list, and the RESP
@@ -172,27 +160,6 @@ fn port_of(addr: &str) -> &str {
     addr.rsplit_once(':').unwrap().1
 }
 
-/// The venv's Python with redis-py (see redis_clients.rs).
-fn python() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("KV_PYTHON") {
-        return Some(PathBuf::from(p));
-    }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/pyvenv/bin/python");
-    p.exists().then_some(p)
-}
-
-/// Runs a client check; it must exit 0 and say "every check passed".
-fn run_check(mut cmd: Command, client: &str) {
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{client} failed:\n{text}");
-    assert!(text.contains("every check passed"), "{text}");
-}
-
 /// redis-py's RedisCluster and go-redis's ClusterClient against `addr`, and the redirects
 /// they met: none, since each learns the slots before its first command.
 fn cluster_clients(nodes: &str, addr: &str, replicas: bool) {
@@ -205,7 +172,7 @@ fn cluster_clients(nodes: &str, addr: &str, replicas: bool) {
             if replicas {
                 cmd.arg("--replicas");
             }
-            run_check(cmd, "redis-py RedisCluster");
+            run_client_check(cmd, "redis-py RedisCluster");
         }
         None => eprintln!("SKIPPED redis-py: no target/pyvenv (run .ci/run)"),
     }
@@ -214,7 +181,7 @@ fn cluster_clients(nodes: &str, addr: &str, replicas: bool) {
         true => {
             let mut cmd = Command::new(go);
             cmd.arg(if replicas { "cluster-readonly" } else { "cluster" }).arg(addr);
-            run_check(cmd, "go-redis ClusterClient");
+            run_client_check(cmd, "go-redis ClusterClient");
         }
         false => eprintln!("SKIPPED go-redis: no target/goredis-check (run .ci/run)"),
     }

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{free_port, resp_cluster, start_at};
+use common::{free_port, raw, resp_cluster, start_at};
 use redis::Value;
 
 fn con(addr: &str) -> redis::Connection {
@@ -25,17 +25,6 @@ fn cmd(c: &mut redis::Connection, args: &[&str]) -> Value {
         Ok(v) => v,
         Err(e) => Value::SimpleString(format!("ERR {e}")),
     }
-}
-
-/// Sends `bytes` on a new connection and returns everything it answers until it closes.
-fn raw(addr: &str, bytes: &[u8]) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).unwrap();
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn err_contains(v: &Value, text: &str) -> bool {

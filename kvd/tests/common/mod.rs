@@ -309,3 +309,38 @@ pub fn reads_after_expiry(history: &kvshared::history::History) -> usize {
     }
     n
 }
+
+/// The venv's Python with redis-py, made by `.ci/run` (or `KV_PYTHON`).
+#[allow(dead_code)]
+pub fn python() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("KV_PYTHON") {
+        return Some(std::path::PathBuf::from(p));
+    }
+    let venv = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/pyvenv/bin/python");
+    venv.exists().then_some(venv)
+}
+
+/// Runs an outside client's check program: it must exit 0 and say "every check passed".
+#[allow(dead_code)]
+pub fn run_client_check(mut cmd: Command, client: &str) {
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{client} failed:\n{text}");
+    assert!(text.contains("every check passed"), "{text}");
+}
+
+/// Sends `bytes` to a RESP address (ending in QUIT) and returns everything it answered
+/// (each read within 10 s).
+#[allow(dead_code)]
+pub fn raw(addr: &str, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
