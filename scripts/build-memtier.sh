@@ -5,6 +5,7 @@
 #
 #   scripts/build-memtier.sh            # tag 2.3.0
 #   MEMTIER_TAG=2.2.1 scripts/build-memtier.sh
+#   MEMTIER_REPO=/path/to/a/clone scripts/build-memtier.sh   # without GitHub access
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TAG=${MEMTIER_TAG:-2.3.0}

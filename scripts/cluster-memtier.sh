@@ -9,7 +9,7 @@
 #   SHARDS=2 TEST_TIME=5 scripts/cluster-memtier.sh
 #
 # Environment: SHARDS (3), TEST_TIME (10), PORT (17300: binary ports PORT.., RESP ports
-# PORT+100..), MEMTIER_ARGS (extra arguments). Starts only its own kvd processes and stops
+# PORT+100..), MEMTIER_ARGS (extra arguments), MEMTIER_REPO (see build-memtier.sh). Starts only its own kvd processes and stops
 # them by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
