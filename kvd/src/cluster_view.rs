@@ -152,12 +152,12 @@ fn nodes_count(shard_of: &[u32]) -> u32 {
 /// The view of a node on its own (no `--nodes`): all its shard's slots, itself the master.
 fn alone(node: &Node) -> View {
     let me = node.config.shard;
-    let addr = node.stats().resp_addr;
-    let resp = node.resp_addr.get().map(|a| (a.ip().to_string(), a.port()));
+    let bound = node.resp_addr.get();
+    let addr = bound.map_or(String::new(), ToString::to_string);
     let member = MemberView {
         id: node_id(&addr),
         addr,
-        resp,
+        resp: bound.map(|a| (a.ip().to_string(), a.port())),
         master: true,
         up: true,
         offset: 0,
@@ -189,7 +189,6 @@ fn build(
     last: &View,
     refreshes: u64,
 ) -> View {
-    let me = node.stats();
     let mut shards: Vec<ShardView> = (0..count)
         .map(|i| ShardView {
             slots: owned_slots(i, count),
@@ -199,7 +198,7 @@ fn build(
     for ((addr, &shard), answer) in flat.iter().zip(shard_of).zip(answers) {
         let known = last.shards.iter().flat_map(|s| &s.members).find(|m| &m.addr == addr);
         let member = match answer {
-            Ok(s) => member_of(addr, &s, &me),
+            Ok(s) => member_of(addr, &s, node),
             Err(_) => MemberView {
                 up: false,
                 master: false,
@@ -229,7 +228,7 @@ fn unknown(addr: &str) -> MemberView {
 
 /// A member as its stats describe it. An unspecified RESP address (`0.0.0.0`, `::`) is
 /// announced with the host clients reach its kvd port by.
-fn member_of(addr: &str, s: &NodeStats, me: &NodeStats) -> MemberView {
+fn member_of(addr: &str, s: &NodeStats, me: &Node) -> MemberView {
     let resp = s.resp_addr.parse::<std::net::SocketAddr>().ok().map(|r| {
         let host = match r.ip().is_unspecified() {
             true => addr
@@ -248,6 +247,8 @@ fn member_of(addr: &str, s: &NodeStats, me: &NodeStats) -> MemberView {
         master: matches!(s.group.role, GroupRole::None | GroupRole::Leader),
         up: true,
         offset: s.group.applied_index,
-        myself: s.pid == me.pid && s.shard == me.shard && s.resp_addr == me.resp_addr,
+        myself: s.pid == std::process::id()
+            && s.shard == me.config.shard
+            && me.resp_addr.get().is_some_and(|a| a.to_string() == s.resp_addr),
     }
 }

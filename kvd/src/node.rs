@@ -494,6 +494,15 @@ impl Node {
         }
     }
 
+    /// Whether it serves its shard's writes (Redis's `master`): it is in no group, or leads
+    /// its group and serves. Cheap (no figures built): the RESP front asks per command.
+    pub fn serves_writes(&self) -> bool {
+        match (&self.durable, &self.config.group) {
+            (Some(log), Some(_)) => log.leadership().is_ok(),
+            _ => true,
+        }
+    }
+
     /// The replica group this node is a member of (`None`: none yet, or not in a group).
     pub fn group_id(&self) -> Option<u64> {
         self.durable

@@ -43,8 +43,8 @@ pub fn redirect(ctx: &Ctx<'_>, args: &Args<'_>) -> Option<String> {
     }
     let slot = slot?;
     let owner = slot_owner(slot, me.count);
-    let master_here = super::info::role(ctx.node) == "master";
-    if owner == me.index && (master_here || (ctx.session.reads == Reads::Replica && !spec.write)) {
+    let replica_read = ctx.session.reads == Reads::Replica && !spec.write;
+    if owner == me.index && (replica_read || ctx.node.serves_writes()) {
         return None;
     }
     let view = ctx.view.map(|v| v.get()).unwrap_or_default();
