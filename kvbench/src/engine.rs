@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use kvshared::client::{ClientError, Cluster, NodeBatches, Reply};
 use kvshared::latency::Latency;
-use kvshared::routing::owner_node;
-use kvshared::wire::{BatchRequest, OpKind, OpStatus};
+use kvshared::routing::key_slot;
+use kvshared::slots::SlotTable;
+use kvshared::wire::{BatchRequest, OpKind, OpReply, OpStatus};
 use parking_lot::Mutex;
 use rand::Rng;
 
@@ -169,6 +170,8 @@ pub struct BatchFiller {
     lanes: usize,
     /// A batch per lane.
     pending: NodeBatches,
+    /// Which node owns each slot (the cluster client's table, which learns from redirects).
+    slots: Arc<SlotTable>,
     /// Per node: how many ops of each type its pending batch holds.
     counts: Vec<[u64; 4]>,
     key: Vec<u8>,
@@ -181,7 +184,13 @@ pub struct BatchFiller {
 }
 
 impl BatchFiller {
-    pub fn new(shared: Arc<Shared>, seed: u64, nodes: usize, batch: usize, split_reads: bool) -> BatchFiller {
+    pub fn new(
+        shared: Arc<Shared>,
+        seed: u64,
+        (nodes, slots): (usize, Arc<SlotTable>),
+        batch: usize,
+        split_reads: bool,
+    ) -> BatchFiller {
         let mut gen_ = OpGen::new(shared.clone(), seed);
         let mut value = vec![0u8; shared.spec.value_size];
         gen_.rng().fill_bytes(&mut value);
@@ -192,6 +201,7 @@ impl BatchFiller {
             nodes: nodes.max(1) as u32,
             lanes,
             pending: NodeBatches::new(nodes.max(1) * lanes),
+            slots,
             counts: vec![[0; 4]; nodes.max(1) * lanes],
             key: Vec::with_capacity(32),
             value,
@@ -208,7 +218,10 @@ impl BatchFiller {
             let (op, index) = self.gen_.next_op();
             self.key.clear();
             write_key(&mut self.key, prefix, index);
-            let node = owner_node(&self.key, self.nodes) as usize;
+            let node = match usize::from(self.slots.owner(key_slot(&self.key))) {
+                n if n < self.nodes as usize => n,
+                _ => 0,
+            };
             let lane = match (self.lanes, op) {
                 (1, _) | (_, OpType::Read) => node * self.lanes,
                 _ => node * self.lanes + 1,
@@ -401,7 +414,13 @@ async fn task_loop(
     let nodes = cluster.node_count();
     let seed = cfg.seed.wrapping_add((task as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let prefix = shared.spec.key_prefix.clone();
-    let mut filler = BatchFiller::new(shared, seed, nodes, cfg.batch, cfg.split_reads);
+    let mut filler = BatchFiller::new(
+        shared,
+        seed,
+        (nodes, cluster.slots().clone()),
+        cfg.batch,
+        cfg.split_reads,
+    );
     let mut out = TaskOutput::new(nodes);
     let per_task_rate = cfg.rate.map(|r| (r / cfg.tasks.max(1) as f64).max(1e-3));
     let mut recent = new_hist();
@@ -423,7 +442,7 @@ async fn task_loop(
                 break;
             }
         }
-        collect_parked(&mut parked, &mut out, &live).await;
+        collect_parked(&cluster, &mut parked, &mut out, &live).await;
         if parked[node].is_some() {
             // This node left an earlier batch of ours unanswered past its stall threshold: do not
             // queue more behind it; the ops fail now and the other nodes' ops go on.
@@ -473,7 +492,7 @@ async fn task_loop(
             Ok(reply) => {
                 let in_window = done >= live.measure_start && done <= live.measure_end;
                 misses.clear();
-                let failed = check_reply(&reply, wire_ops, &mut out, in_window, &mut misses);
+                let failed = check_reply(&cluster, &reply, wire_ops, &mut out, in_window, &mut misses);
                 drop(reply);
                 if cfg.cache_aside && !misses.is_empty() {
                     fill.clear();
@@ -550,7 +569,7 @@ struct Parked {
 
 /// Accounts the parked batches that have finished (answered late, or timed out): a late
 /// answer's ops count as done, with the latency they really had; a failure as failed.
-async fn collect_parked(parked: &mut [Option<Parked>], out: &mut TaskOutput, live: &Live) {
+async fn collect_parked(cluster: &Cluster, parked: &mut [Option<Parked>], out: &mut TaskOutput, live: &Live) {
     for slot in parked.iter_mut() {
         if !slot.as_ref().is_some_and(|p| p.wait.is_finished()) {
             continue;
@@ -562,7 +581,7 @@ async fn collect_parked(parked: &mut [Option<Parked>], out: &mut TaskOutput, liv
             Ok(Ok(reply)) => {
                 let done = Instant::now();
                 let mut misses = Vec::new();
-                let failed = check_reply(&reply, p.wire_ops, out, true, &mut misses);
+                let failed = check_reply(cluster, &reply, p.wire_ops, out, true, &mut misses);
                 let ok_counts = without_failures(p.counts, failed);
                 let ok: u64 = ok_counts.iter().sum();
                 live.completed.fetch_add(ok, Ordering::Relaxed);
@@ -602,7 +621,14 @@ fn without_failures(mut counts: [u64; 4], mut failed: u64) -> [u64; 4] {
 
 /// Counts per-op errors and read misses in a reply (and collects the misses' op indexes);
 /// returns the number of failed ops.
-fn check_reply(reply: &Reply, wire_ops: u64, out: &mut TaskOutput, in_window: bool, misses: &mut Vec<usize>) -> u64 {
+fn check_reply(
+    cluster: &Cluster,
+    reply: &Reply,
+    wire_ops: u64,
+    out: &mut TaskOutput,
+    in_window: bool,
+    misses: &mut Vec<usize>,
+) -> u64 {
     let view = match reply.batch() {
         Ok(v) => v,
         Err(e) => {
@@ -622,8 +648,16 @@ fn check_reply(reply: &Reply, wire_ops: u64, out: &mut TaskOutput, in_window: bo
                 out.measured_read_misses += u64::from(in_window);
                 misses.push(i);
             }
-            Some(OpStatus::WrongShard) => {
-                out.error("wrong_shard", 1);
+            Some(OpStatus::Moved) => {
+                // Learned for the next batches; this op is not sent again (counted).
+                if let OpReply::Moved { slot, owner, epoch } = view.result(i) {
+                    cluster.learn_moved(slot, owner, epoch);
+                }
+                out.error("moved", 1);
+                failed += 1;
+            }
+            Some(OpStatus::TryAgain) => {
+                out.error("try_again", 1);
                 failed += 1;
             }
             Some(OpStatus::Malformed) | None => {

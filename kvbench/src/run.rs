@@ -254,7 +254,7 @@ fn dry_run(args: &RunArgs) -> anyhow::Result<()> {
     let mut filler = BatchFiller::new(
         shared,
         args.bench.timing.seed,
-        nodes,
+        (nodes, Arc::new(kvshared::slots::SlotTable::for_client(nodes as u32))),
         args.batch.max(1),
         args.bench.cluster.split_reads,
     );

@@ -54,6 +54,21 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
             eprintln!("kvd: {}", g.send(AdminRequest::TransferLeader { addr }).await?);
             g.print_membership().await?;
         }
+        AdminCommand::MoveSlots {
+            nodes,
+            from,
+            to,
+            chunk,
+            slots,
+        } => {
+            let wanted = kvshared::slots::parse_ranges(&slots).map_err(|e| anyhow::anyhow!("SLOTS: {e}"))?;
+            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            crate::move_slots::move_slots(&groups, (from, to), &wanted, usize::from(chunk)).await?;
+        }
+        AdminCommand::Slots { nodes } => {
+            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            crate::move_slots::print_slots(&groups).await?;
+        }
         AdminCommand::InitGroup { nodes } => {
             let config = nodes.client_config()?;
             for (shard, entry) in nodes.node_list()?.iter().enumerate() {

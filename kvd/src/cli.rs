@@ -429,6 +429,30 @@ pub enum AdminCommand {
         #[command(flatten)]
         nodes: NodesArgs,
     },
+    /// Move hash slots from shard group --from to shard group --to while both serve: a chunk
+    /// at a time, its writes paused while its keys are copied (reads go on), then handed
+    /// over through both groups' logs. Run it again to finish a move that was interrupted.
+    /// See docs/CLUSTER.md.
+    MoveSlots {
+        #[command(flatten)]
+        nodes: NodesArgs,
+        /// The group that gives the slots (its index in --nodes).
+        #[arg(long)]
+        from: usize,
+        /// The group that takes them.
+        #[arg(long)]
+        to: usize,
+        /// Slots per hand-over (each pauses its slots' writes while their keys are copied).
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=16384))]
+        chunk: u16,
+        /// The slots, as `0-99,200,300-310`.
+        slots: String,
+    },
+    /// Print each group's slots: owned, frozen (being handed over), importing, and its epoch.
+    Slots {
+        #[command(flatten)]
+        nodes: NodesArgs,
+    },
 }
 
 /// `kvd manager`: when a shard gets a replica, and when it gives it back.

@@ -126,7 +126,7 @@ where
     F: std::future::Future<Output = Result<T, ClientError>>,
 {
     match op(cluster).await {
-        Err(e @ ClientError::WrongShard { .. }) => {
+        Err(e @ ClientError::Moved { .. }) => {
             let problems = cluster.check_layout().await;
             let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
             match lines.is_empty() {

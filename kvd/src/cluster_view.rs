@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kvshared::client::{ClientConfig, Cluster, members};
-use kvshared::routing::{node_id, owned_slots};
+use kvshared::routing::node_id;
 use kvshared::stats::{GroupRole, NodeStats};
 
 use crate::node::Node;
@@ -34,8 +34,8 @@ pub struct View {
 /// One shard: its slots and its members, the master first when one is known.
 #[derive(Clone, Debug)]
 pub struct ShardView {
-    /// The first and last slot it owns.
-    pub slots: (u16, u16),
+    /// The slots it serves, as inclusive ranges.
+    pub slots: Vec<[u16; 2]>,
     /// Its members.
     pub members: Vec<MemberView>,
 }
@@ -171,7 +171,7 @@ fn alone(node: &Node) -> View {
             vec![]
         };
         shards.push(ShardView {
-            slots: owned_slots(index, me.count),
+            slots: known_slots(node, index),
             members,
         });
     }
@@ -191,14 +191,21 @@ fn build(
 ) -> View {
     let mut shards: Vec<ShardView> = (0..count)
         .map(|i| ShardView {
-            slots: owned_slots(i, count),
+            slots: known_slots(node, i),
             members: Vec::new(),
         })
         .collect();
     for ((addr, &shard), answer) in flat.iter().zip(shard_of).zip(answers) {
         let known = last.shards.iter().flat_map(|s| &s.members).find(|m| &m.addr == addr);
         let member = match answer {
-            Ok(s) => member_of(addr, &s, node),
+            Ok(s) => {
+                let member = member_of(addr, &s, node);
+                if member.master && !member.myself && shard != node.config.shard.index {
+                    // Its master knows a shard's slots best.
+                    shards[shard as usize].slots = s.slots.clone();
+                }
+                member
+            }
             Err(_) => MemberView {
                 up: false,
                 master: false,
@@ -212,6 +219,14 @@ fn build(
         s.members.sort_by_key(|m| !m.master);
     }
     View { shards, refreshes }
+}
+
+/// The slots this node's table says group `index` serves (its own exactly; the others'
+/// as last told).
+fn known_slots(node: &Node, index: u32) -> Vec<[u16; 2]> {
+    node.store
+        .slot_table()
+        .ranges(|s| u32::from(s.owner) == index && s.state != kvshared::slots::SlotState::Importing)
 }
 
 fn unknown(addr: &str) -> MemberView {

@@ -32,6 +32,7 @@ pub mod http;
 mod latency;
 pub mod local;
 pub mod manager;
+pub mod move_slots;
 pub mod node;
 pub mod resp;
 mod sampler;

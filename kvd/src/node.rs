@@ -494,6 +494,13 @@ impl Node {
         }
     }
 
+    /// The shard group that owns `key`'s slot, as this node's slot table says (its own
+    /// slots exactly, the others' as last told): where a front forwards or redirects.
+    #[inline]
+    pub fn owner_of(&self, key: &[u8]) -> u32 {
+        u32::from(self.store.slot_table().owner(kvshared::routing::key_slot(key)))
+    }
+
     /// Whether it serves its shard's writes (Redis's `master`): it is in no group, or leads
     /// its group and serves. Cheap (no figures built): the RESP front asks per command.
     pub fn serves_writes(&self) -> bool {
@@ -559,10 +566,7 @@ impl Node {
                 .map_or(String::new(), |l| l.eviction.name().to_string()),
             worker_threads: self.config.worker_threads as u32,
             resp_addr: self.resp_addr.get().map_or(String::new(), ToString::to_string),
-            slots: {
-                let (first, last) = self.config.shard.slots();
-                vec![[first, last]]
-            },
+            slots: self.store.slot_table().served(),
             durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
             group: self.group_figures(),
             latency,
@@ -823,7 +827,14 @@ fn since(now: [u64; KINDS], before: [u64; KINDS]) -> [u64; KINDS] {
 
 fn kind_index(kind: OpKind) -> usize {
     match kind {
-        OpKind::Get | OpKind::Ttl | OpKind::Atomic | OpKind::Unchanged | OpKind::Scan | OpKind::KeyCount => 0,
+        OpKind::Get
+        | OpKind::Ttl
+        | OpKind::Atomic
+        | OpKind::Unchanged
+        | OpKind::Scan
+        | OpKind::KeyCount
+        | OpKind::SlotScan
+        | OpKind::SlotMap => 0,
         OpKind::Put
         | OpKind::PutIfAbsent
         | OpKind::PutIfPresent
@@ -834,7 +845,9 @@ fn kind_index(kind: OpKind) -> usize {
         | OpKind::Expire
         | OpKind::Clock
         | OpKind::IncrByFloat
-        | OpKind::Rename => 1,
+        | OpKind::Rename
+        | OpKind::SlotSet
+        | OpKind::Load => 1,
         OpKind::Delete | OpKind::Expired | OpKind::Flush => 2,
     }
 }

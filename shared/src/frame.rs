@@ -47,7 +47,7 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 13: the expiry ops `PutWith`, `Expire`, `Ttl`, `Expired` and the log's `Clock`; `Counts`
 /// carries `expired` and `expire_cycle_microseconds`.
 /// 14: the keyspace ops `Scan`, `KeyCount`, `Flush` and `Rename`.
-pub const VERSION: u8 = 15;
+pub const VERSION: u8 = 16;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

@@ -31,6 +31,7 @@ pub mod history;
 pub mod keyspace;
 pub mod latency;
 pub mod routing;
+pub mod slots;
 pub mod stats;
 pub mod stdout;
 pub mod tls;

@@ -118,7 +118,8 @@ counters! {
     conns_closed / ConnsClosed : Connections, "Client connections that ended.";
     conns_refused / ConnsRefused : Connections, "Connections refused at once because --max-conns were open.";
     conns_idle_closed / ConnsIdleClosed : Connections, "Connections closed after --idle-timeout without a request.";
-    wrong_shard / WrongShard : Error, "Ops for keys this node does not own.";
+    wrong_shard / WrongShard : Error, "Ops for keys of slots this node does not serve (answered Moved, naming the owner).";
+    try_again / TryAgain : Error, "Ops refused while their slot was being handed over between shard groups (answered TryAgain; clients send them again).";
     moved / Moved : Traffic, "RESP commands answered -MOVED to the node that serves their slot (a node started with --resp-cluster): a cluster client's slot map was out of date, or the client is not cluster-aware.";
     malformed_op / MalformedOp : Error, "Ops with bad key or value spans.";
     malformed_body / MalformedBody : Error, "Frame bodies that failed validation.";

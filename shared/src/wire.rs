@@ -93,11 +93,26 @@ pub enum OpKind {
     /// (the value: a [`crate::keyspace::Rename`]; Redis's `RENAME`/`RENAMENX`). Answered
     /// `Stored`, `NotFound` when the key is absent, `NotStored` when `nx` and the target exists.
     Rename = 19,
+    /// Change slots' states at this node (the value: a [`crate::slots::SlotChange`]; a
+    /// migration's step, see [`crate::slots`]); node-wide, no key, a write (with a data dir,
+    /// one log entry). Answered `Stored`, or `NotStored` when the node's slots are not where
+    /// the change may start from (nothing changed).
+    SlotSet = 20,
+    /// A page of the keys of some slots with their values and deadlines (the value:
+    /// [`crate::slots::encode_slot_scan`]): a migration's copy. Node-wide, a read. Answered
+    /// `Found` with a page ([`crate::slots::decode_copied`]).
+    SlotScan = 21,
+    /// Store a migrated key (the value: [`crate::slots::encode_load`]): accepted only while
+    /// the key's slot is importing here. Answered `Stored`.
+    Load = 22,
+    /// The node's slot table ([`crate::slots::SlotTable::encode`]); node-wide, no key, a read.
+    /// Answered `Found` with it.
+    SlotMap = 23,
 }
 
 impl OpKind {
     /// Every kind, in the order of its byte.
-    pub const ALL: [OpKind; 20] = [
+    pub const ALL: [OpKind; 24] = [
         OpKind::Get,
         OpKind::Put,
         OpKind::Delete,
@@ -118,12 +133,19 @@ impl OpKind {
         OpKind::KeyCount,
         OpKind::Flush,
         OpKind::Rename,
+        OpKind::SlotSet,
+        OpKind::SlotScan,
+        OpKind::Load,
+        OpKind::SlotMap,
     ];
 
     /// Whether the op concerns the whole node rather than one key (no key routes it).
     #[inline]
     pub fn is_node_wide(self) -> bool {
-        matches!(self, OpKind::Scan | OpKind::KeyCount | OpKind::Flush)
+        matches!(
+            self,
+            OpKind::Scan | OpKind::KeyCount | OpKind::Flush | OpKind::SlotSet | OpKind::SlotScan | OpKind::SlotMap
+        )
     }
 }
 
@@ -148,6 +170,9 @@ impl OpKind {
                 | OpKind::IncrByFloat
                 | OpKind::Scan
                 | OpKind::Rename
+                | OpKind::SlotSet
+                | OpKind::SlotScan
+                | OpKind::Load
         )
     }
 
@@ -156,7 +181,14 @@ impl OpKind {
     pub fn is_write(self) -> bool {
         !matches!(
             self,
-            OpKind::Get | OpKind::Ttl | OpKind::Atomic | OpKind::Unchanged | OpKind::Scan | OpKind::KeyCount
+            OpKind::Get
+                | OpKind::Ttl
+                | OpKind::Atomic
+                | OpKind::Unchanged
+                | OpKind::Scan
+                | OpKind::KeyCount
+                | OpKind::SlotScan
+                | OpKind::SlotMap
         )
     }
 }
@@ -184,6 +216,10 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::KeyCount => OpKind::KeyCount,
             ArchivedOpKind::Flush => OpKind::Flush,
             ArchivedOpKind::Rename => OpKind::Rename,
+            ArchivedOpKind::SlotSet => OpKind::SlotSet,
+            ArchivedOpKind::SlotScan => OpKind::SlotScan,
+            ArchivedOpKind::Load => OpKind::Load,
+            ArchivedOpKind::SlotMap => OpKind::SlotMap,
         }
     }
 }
@@ -322,8 +358,9 @@ pub enum OpStatus {
     Deleted = 3,
     /// Delete found no such key.
     Absent = 4,
-    /// The key belongs to another node; the owner is in the op's value slots.
-    WrongShard = 5,
+    /// The key's slot belongs to another shard group: the owner's index and the epoch of
+    /// its ownership are in the op's value slots. Not run.
+    Moved = 5,
     /// The op itself was malformed (bad span); the [`MalformedOp`] code is in its value slot.
     Malformed = 6,
     /// A get found the key, but its value did not fit in the reply (the server bounds a reply
@@ -346,6 +383,9 @@ pub enum OpStatus {
     /// Not run: the atomic batch it belongs to did not run (a watched key changed, or
     /// another of its ops could not run).
     Aborted = 13,
+    /// Not run: the key's slot is being handed over to another group (Redis's `-TRYAGAIN`);
+    /// send it again shortly (it will then run, or be answered `Moved`).
+    TryAgain = 14,
 }
 
 /// Why an op in a received batch is malformed.
@@ -499,11 +539,11 @@ impl BatchResponse {
         self.status.get(i).copied()
     }
 
-    /// Records that op `i`'s key belongs to node `owner` of `nodes`.
-    pub fn set_wrong_shard(&mut self, i: usize, owner: u32, nodes: u32) {
-        self.status[i] = OpStatus::WrongShard;
-        self.value_offsets[i] = owner;
-        self.value_lens[i] = nodes;
+    /// Records that op `i`'s slot `slot` belongs to group `owner` as of `epoch`.
+    pub fn set_moved(&mut self, i: usize, slot: u16, owner: u16, epoch: u32) {
+        self.status[i] = OpStatus::Moved;
+        self.value_offsets[i] = u32::from(slot) << 16 | u32::from(owner);
+        self.value_lens[i] = epoch;
     }
 
     /// Records that increment `i` stored `sum`.
@@ -553,7 +593,8 @@ impl BatchResponse {
             OpReply::NotAnInteger => self.set(i, OpStatus::NotAnInteger),
             OpReply::Overflow => self.set(i, OpStatus::Overflow),
             OpReply::Aborted => self.set(i, OpStatus::Aborted),
-            OpReply::WrongShard { owner, nodes } => self.set_wrong_shard(i, owner, nodes),
+            OpReply::Moved { slot, owner, epoch } => self.set_moved(i, slot, owner, epoch),
+            OpReply::TryAgain => self.set(i, OpStatus::TryAgain),
             OpReply::Malformed(_) => {
                 let code = from.archived.value_offsets.get(j).map_or(0, |c| c.to_native());
                 self.set_malformed(i, MalformedOp::from_code(code).unwrap_or(MalformedOp::IndexOutOfRange));
@@ -818,9 +859,11 @@ pub enum OpReply<'a> {
     Deleted,
     /// A delete found no such key.
     Absent,
-    /// The key belongs to node `owner` of `nodes`.
+    /// The key's slot `slot` belongs to group `owner` as of `epoch`; not run.
     #[allow(missing_docs)]
-    WrongShard { owner: u32, nodes: u32 },
+    Moved { slot: u16, owner: u16, epoch: u32 },
+    /// The key's slot is being handed over; not run: send it again shortly.
+    TryAgain,
     /// The op was malformed, for this reason.
     Malformed(&'a str),
     /// The value was found but did not fit in this reply; ask again in a smaller batch.
@@ -873,7 +916,7 @@ impl<'a> ReplyView<'a> {
             ArchivedOpStatus::Stored => OpStatus::Stored,
             ArchivedOpStatus::Deleted => OpStatus::Deleted,
             ArchivedOpStatus::Absent => OpStatus::Absent,
-            ArchivedOpStatus::WrongShard => OpStatus::WrongShard,
+            ArchivedOpStatus::Moved => OpStatus::Moved,
             ArchivedOpStatus::Malformed => OpStatus::Malformed,
             ArchivedOpStatus::TooLarge => OpStatus::TooLarge,
             ArchivedOpStatus::OutOfMemory => OpStatus::OutOfMemory,
@@ -882,6 +925,7 @@ impl<'a> ReplyView<'a> {
             ArchivedOpStatus::NotAnInteger => OpStatus::NotAnInteger,
             ArchivedOpStatus::Overflow => OpStatus::Overflow,
             ArchivedOpStatus::Aborted => OpStatus::Aborted,
+            ArchivedOpStatus::TryAgain => OpStatus::TryAgain,
         })
     }
 
@@ -910,7 +954,11 @@ fn op_reply(status: OpStatus, off: u32, len: u32, values: &[u8]) -> OpReply<'_> 
         OpStatus::Stored => OpReply::Stored,
         OpStatus::Deleted => OpReply::Deleted,
         OpStatus::Absent => OpReply::Absent,
-        OpStatus::WrongShard => OpReply::WrongShard { owner: off, nodes: len },
+        OpStatus::Moved => OpReply::Moved {
+            slot: (off >> 16) as u16,
+            owner: off as u16,
+            epoch: len,
+        },
         OpStatus::Malformed => {
             OpReply::Malformed(MalformedOp::from_code(off).map_or("malformed op", MalformedOp::as_str))
         }
@@ -921,6 +969,7 @@ fn op_reply(status: OpStatus, off: u32, len: u32, values: &[u8]) -> OpReply<'_> 
         OpStatus::NotAnInteger => OpReply::NotAnInteger,
         OpStatus::Overflow => OpReply::Overflow,
         OpStatus::Aborted => OpReply::Aborted,
+        OpStatus::TryAgain => OpReply::TryAgain,
     }
 }
 
@@ -980,7 +1029,11 @@ mod tests {
                 | OpKind::Scan
                 | OpKind::KeyCount
                 | OpKind::Flush
-                | OpKind::Rename => {}
+                | OpKind::Rename
+                | OpKind::SlotSet
+                | OpKind::SlotScan
+                | OpKind::Load
+                | OpKind::SlotMap => {}
             }
         }
     }
@@ -1073,7 +1126,7 @@ mod tests {
         resp.set_found(3, b"three");
         resp.set_found(0, b"zero");
         resp.set(1, OpStatus::Stored);
-        resp.set_wrong_shard(2, 1, 3);
+        resp.set_moved(2, 77, 1, 3);
         resp.set_malformed(4, MalformedOp::KeySpan);
         let mut frame = AlignedVec::new();
         encode_frame(FrameKind::BatchResponse, 1, &resp, &mut frame).unwrap();
@@ -1081,7 +1134,14 @@ mod tests {
         let view = ReplyView::parse(&body).unwrap();
         assert_eq!(view.result(0), OpReply::Found(b"zero"));
         assert_eq!(view.result(1), OpReply::Stored);
-        assert_eq!(view.result(2), OpReply::WrongShard { owner: 1, nodes: 3 });
+        assert_eq!(
+            view.result(2),
+            OpReply::Moved {
+                slot: 77,
+                owner: 1,
+                epoch: 3
+            }
+        );
         assert_eq!(view.result(3), OpReply::Found(b"three"));
         assert_eq!(view.result(4), OpReply::Malformed("key span out of bounds"));
         assert!(matches!(view.result(5), OpReply::Malformed(_)));
@@ -1096,7 +1156,7 @@ mod tests {
         resp.reset(n);
         for i in 0..n {
             if i % 2 == 0 {
-                resp.set_wrong_shard(i, (i % 7) as u32, 9);
+                resp.set_moved(i, i as u16, (i % 7) as u16, 9);
             } else {
                 resp.set_malformed(i, MalformedOp::KeySpan);
             }
@@ -1107,9 +1167,10 @@ mod tests {
         let view = ReplyView::parse(&body).unwrap();
         for i in 0..n {
             let expected = if i % 2 == 0 {
-                OpReply::WrongShard {
-                    owner: (i % 7) as u32,
-                    nodes: 9,
+                OpReply::Moved {
+                    slot: i as u16,
+                    owner: (i % 7) as u16,
+                    epoch: 9,
                 }
             } else {
                 OpReply::Malformed("key span out of bounds")

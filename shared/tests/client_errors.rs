@@ -108,7 +108,11 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                             | OpKind::Scan
                             | OpKind::KeyCount
                             | OpKind::Flush
-                            | OpKind::Rename => {
+                            | OpKind::Rename
+                            | OpKind::SlotSet
+                            | OpKind::SlotScan
+                            | OpKind::Load
+                            | OpKind::SlotMap => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

@@ -232,9 +232,15 @@ async fn one_op(
     let held = Held::adopt(s.edge.budget.clone(), taken);
     node.counters.add_counts(Front::Http.first_id(), &tally);
     match p.outcome(0) {
-        Ok(OpReply::WrongShard { owner, nodes }) => json_error(
+        Ok(OpReply::Moved { owner, epoch, .. }) => json_error(
             StatusCode::MISDIRECTED_REQUEST,
-            format!("the key belongs to node {owner} of {nodes}; start kvd with --nodes to forward it"),
+            format!(
+                "the key's slot belongs to shard group {owner} (epoch {epoch}); start kvd with --nodes to forward it"
+            ),
+        ),
+        Ok(OpReply::TryAgain) => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the key's slot is being moved to another shard group; try again",
         ),
         Ok(OpReply::OutOfMemory) => json_error(
             StatusCode::INSUFFICIENT_STORAGE,

@@ -6,7 +6,8 @@
 
 use std::fmt::Write;
 
-use kvshared::routing::{SLOTS, key_slot, slot_owner};
+use kvshared::routing::{SLOTS, key_slot};
+use kvshared::slots::SlotState;
 
 use super::commands::{Ctx, is, wrong_args};
 use super::parse::Args;
@@ -32,17 +33,23 @@ pub enum Reads {
 pub fn redirect(ctx: &Ctx<'_>, args: &Args<'_>) -> Option<String> {
     let spec = super::table::spec(args.get(0))?;
     let me = ctx.node.config.shard;
+    let table = ctx.node.store.slot_table();
     let mut slot = None;
     for i in spec.key_indexes(args.len()) {
         let s = key_slot(args.get(i));
         match slot {
             None => slot = Some(s),
-            Some(t) if slot_owner(t, me.count) != slot_owner(s, me.count) => return Some(CROSSSLOT.into()),
+            Some(t) if table.owner(t) != table.owner(s) => return Some(CROSSSLOT.into()),
             Some(_) => {}
         }
     }
     let slot = slot?;
-    let owner = slot_owner(slot, me.count);
+    let entry = table.get(slot);
+    let owner = u32::from(entry.owner);
+    if owner == me.index && entry.state != SlotState::Owned && (spec.write || entry.state == SlotState::Importing) {
+        // Being handed over: Redis's answer while a slot migrates, which clients retry.
+        return Some(super::pipeline::TRY_AGAIN.into());
+    }
     let replica_read = ctx.session.reads == Reads::Replica && !spec.write;
     if owner == me.index && (replica_read || ctx.node.serves_writes()) {
         return None;
@@ -157,13 +164,18 @@ fn slots(view: &View, o: &mut Vec<u8>) {
             .filter_map(|m| m.resp.clone().map(|(h, p)| (h, p, m.id.clone())))
             .collect()
     };
-    let ranges: Vec<_> = view.shards.iter().filter(|s| view.master_of(s).is_some()).collect();
+    let ranges: Vec<_> = view
+        .shards
+        .iter()
+        .filter(|s| view.master_of(s).is_some())
+        .flat_map(|s| s.slots.iter().map(move |r| (s, r)))
+        .collect();
     reply::array(o, ranges.len());
-    for s in ranges {
+    for (s, [first, last]) in ranges {
         let members = listed(&s);
         reply::array(o, 2 + members.len());
-        reply::integer(o, i64::from(s.slots.0));
-        reply::integer(o, i64::from(s.slots.1));
+        reply::integer(o, i64::from(*first));
+        reply::integer(o, i64::from(*last));
         for (host, port, id) in members {
             reply::array(o, 3);
             reply::bulk(o, host.as_bytes());
@@ -179,9 +191,11 @@ fn shards(view: &View, proto: Proto, o: &mut Vec<u8>) {
     for s in &view.shards {
         reply::map(o, 2, proto);
         reply::bulk(o, b"slots");
-        reply::array(o, 2);
-        reply::integer(o, i64::from(s.slots.0));
-        reply::integer(o, i64::from(s.slots.1));
+        reply::array(o, 2 * s.slots.len());
+        for [first, last] in &s.slots {
+            reply::integer(o, i64::from(*first));
+            reply::integer(o, i64::from(*last));
+        }
         reply::bulk(o, b"nodes");
         let members: Vec<_> = s.members.iter().filter(|m| m.resp.is_some()).collect();
         reply::array(o, members.len());
@@ -226,7 +240,16 @@ fn nodes(view: &View) -> String {
             let link = if m.up { "connected" } else { "disconnected" };
             let _ = write!(text, "{} {host}:{port}@0 {} {of} 0 0 1 {link}", m.id, flags.join(","));
             if m.master {
-                let _ = write!(text, " {}-{}", s.slots.0, s.slots.1);
+                for [first, last] in &s.slots {
+                    match first == last {
+                        true => {
+                            let _ = write!(text, " {first}");
+                        }
+                        false => {
+                            let _ = write!(text, " {first}-{last}");
+                        }
+                    }
+                }
             }
             text.push('\n');
         }
@@ -240,7 +263,8 @@ fn info(view: &View) -> String {
         .shards
         .iter()
         .filter(|s| view.master_of(s).is_some())
-        .map(|s| u32::from(s.slots.1 - s.slots.0) + 1)
+        .flat_map(|s| &s.slots)
+        .map(|[first, last]| u32::from(last - first) + 1)
         .sum();
     let known = view.shards.iter().map(|s| s.members.len()).sum::<usize>();
     let state = if view.complete() { "ok" } else { "fail" };

@@ -1,7 +1,6 @@
 //! The Redis commands kvd answers, and what each becomes: ops in the pipeline's batch, or
 //! a reply written at once. Anything else is `-ERR unknown command`, and the connection goes on.
 
-use kvshared::routing::owner_node;
 use kvshared::wire::decimal_i64;
 
 use super::expiry;
@@ -280,9 +279,8 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool 
 /// Redis Cluster); outside MULTI it runs as an atomic batch of its own.
 fn rename(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline, nx: bool) {
     let (from, to) = (args.get(1), args.get(2));
-    let count = ctx.node.config.shard.count;
-    let owner = owner_node(from, count);
-    if owner != owner_node(to, count) {
+    let owner = ctx.node.owner_of(from);
+    if owner != ctx.node.owner_of(to) {
         return p.immediate(|o| reply::error(o, super::transaction::CROSSSLOT));
     }
     if !p.in_transaction() && !ctx.session.tx.is_queuing() {

@@ -9,7 +9,6 @@ use std::ops::Range;
 use kvshared::client::{ClientError, Cluster, Op, Outcome};
 use kvshared::expiry::{Expire, PutWith, now_ms};
 use kvshared::frame::AlignedVec;
-use kvshared::routing::owner_node;
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, ReplyView, encode_body, watch_value};
 
@@ -262,7 +261,7 @@ impl Pipeline {
 
     /// For a command queued in MULTI, added alone to a scratch pipeline: the node of each of
     /// its keys, or the error it was answered with at once (it would abort the transaction).
-    pub fn queued_owners(&self, nodes: u32) -> Result<Vec<u32>, String> {
+    pub fn queued_owners(&self, node: &Node) -> Result<Vec<u32>, String> {
         match self.steps.as_slice() {
             [Step::Immediate(r)] if self.immediate.get(r.start) == Some(&b'-') => {
                 let text = String::from_utf8_lossy(&self.immediate[r.start + 1..r.end]);
@@ -274,7 +273,7 @@ impl Pipeline {
             [_] => {
                 let local = (0..self.local.len()).filter_map(|i| self.local.key(i));
                 let remote = self.remote.iter().map(|(_, k, _)| &self.remote_bytes[k.clone()]);
-                Ok(local.chain(remote).map(|k| owner_node(k, nodes)).collect())
+                Ok(local.chain(remote).map(|k| node.owner_of(k)).collect())
             }
         }
     }
@@ -308,9 +307,8 @@ impl Pipeline {
     }
 
     fn op(&mut self, node: &Node, forward: bool, kind: OpKind, key: &[u8], value: &[u8]) -> usize {
-        let shard = node.config.shard;
-        let owner = owner_node(key, shard.count);
-        let at = if owner == shard.index || !forward || self.txn.is_some() {
+        let owner = node.owner_of(key);
+        let at = if owner == node.config.shard.index || !forward || self.txn.is_some() {
             self.local.push(kind, key, value);
             OpAt::Local(self.local.len() - 1)
         } else {
@@ -607,7 +605,8 @@ impl Pipeline {
             _ if changed => reply::null_array(out, self.start_proto),
             _ => {
                 let why = (0..self.response.len()).find_map(|j| match self.response.result(j) {
-                    OpReply::WrongShard { owner, .. } => Some(format!("a key belongs to node {owner}")),
+                    OpReply::Moved { owner, .. } => Some(format!("a key belongs to shard group {owner}")),
+                    OpReply::TryAgain => Some("a key's slot is being moved; try again".into()),
                     OpReply::Malformed(w) => Some(w.to_string()),
                     _ => None,
                 });
@@ -825,15 +824,19 @@ fn value_reply(out: &mut Vec<u8>, r: Result1<'_>, proto: Proto) {
     }
 }
 
+/// Redis's answer while a slot is being migrated, which cluster clients retry on.
+pub(crate) const TRY_AGAIN: &str = "TRYAGAIN the key's slot is being moved to another shard group; try again";
+
 fn error_reply(out: &mut Vec<u8>, r: Result1<'_>) {
     match r {
         Result1::Failed(e) => reply::error(out, &e),
-        Result1::Reply(OpReply::WrongShard { owner, nodes }) => reply::error(
+        Result1::Reply(OpReply::Moved { owner, epoch, .. }) => reply::error(
             out,
             &format!(
-                "ERR the key belongs to node {owner} of {nodes}; start this kvd with --nodes so it can forward it, or send it there"
+                "ERR the key's slot belongs to shard group {owner} (epoch {epoch}); start this kvd with --nodes so it can forward it, or send it there"
             ),
         ),
+        Result1::Reply(OpReply::TryAgain) => reply::error(out, TRY_AGAIN),
         Result1::Reply(OpReply::OutOfMemory) => {
             reply::error(out, "OOM command not allowed when used memory > 'maxmemory'.")
         }

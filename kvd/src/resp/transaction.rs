@@ -11,8 +11,6 @@
 
 use std::ops::Range;
 
-use kvshared::routing::owner_node;
-
 use super::commands::{Ctx, is, run};
 use super::parse::Args;
 use super::pipeline::Pipeline;
@@ -202,7 +200,7 @@ fn queue_refusal(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result<Vec<u32>, String>
     }
     let mut scratch = Pipeline::default();
     run(ctx, args, &mut scratch);
-    scratch.queued_owners(ctx.node.config.shard.count)
+    scratch.queued_owners(ctx.node)
 }
 
 /// EXEC: the queued commands as one atomic batch to the node of their keys.
@@ -215,16 +213,15 @@ fn exec(ctx: &mut Ctx<'_>, p: &mut Pipeline) {
     if q.failed {
         return p.immediate(|o| reply::error(o, "EXECABORT Transaction discarded because of previous errors."));
     }
-    let shard = ctx.node.config.shard;
     let mut owner = q.owner;
     for (key, _) in &watched {
-        let o = owner_node(key, shard.count);
+        let o = ctx.node.owner_of(key);
         if *owner.get_or_insert(o) != o {
             return p.immediate(|out| reply::error(out, CROSSSLOT));
         }
     }
     // Without --nodes nothing is forwarded: another node's keys abort it here.
-    let owner = owner.filter(|_| ctx.forward).unwrap_or(shard.index);
+    let owner = owner.filter(|_| ctx.forward).unwrap_or(ctx.node.config.shard.index);
     p.begin_transaction(owner, &watched);
     for (bytes, ranges) in &q.commands {
         run(ctx, &Args::new(bytes, ranges), p);
@@ -254,13 +251,14 @@ fn msetnx(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     if n < 3 || n.is_multiple_of(2) {
         return p.immediate(|o| reply::error(o, "ERR wrong number of arguments for 'msetnx' command"));
     }
-    let shard = ctx.node.config.shard;
     let pairs: Vec<(&[u8], &[u8])> = (1..n).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
-    let owners: Vec<u32> = pairs.iter().map(|(k, _)| owner_node(k, shard.count)).collect();
+    let owners: Vec<u32> = pairs.iter().map(|(k, _)| ctx.node.owner_of(k)).collect();
     if owners.iter().any(|o| *o != owners[0]) {
         return p.immediate(|o| reply::error(o, CROSSSLOT));
     }
-    let owner = Some(owners[0]).filter(|_| ctx.forward).unwrap_or(shard.index);
+    let owner = Some(owners[0])
+        .filter(|_| ctx.forward)
+        .unwrap_or(ctx.node.config.shard.index);
     let absent: Vec<(Vec<u8>, [u8; 9])> = pairs
         .iter()
         .map(|(k, _)| (k.to_vec(), kvshared::wire::watch_value(None)))

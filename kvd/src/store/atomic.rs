@@ -14,7 +14,7 @@
 //! while a shard copied before it needs it applied): the snapshot holds
 //! [`Store::hold_transactions`] while it copies, and applying an atomic batch waits for it.
 
-use kvshared::routing::{key_hash, key_slot, map_shard, owner_node};
+use kvshared::routing::{key_hash, map_shard};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus, watch_value};
 use parking_lot::RwLockWriteGuard;
@@ -41,6 +41,7 @@ impl Store {
     ) {
         let n = batch.len();
         let (mut runnable, mut shards) = (true, Vec::new());
+        let slot_changes = self.slots.changes();
         scratch.hashes.clear();
         scratch.hashes.resize(n, 0);
         for i in 0..n {
@@ -67,7 +68,16 @@ impl Store {
             now: self.now(),
             clock: batch_clock(batch, scratch.log_index),
             log_index: scratch.log_index,
+            slot_changes,
         };
+        if self.slots.changes() != slot_changes {
+            // A slot changed hands since the ops were checked: nothing runs; sent again,
+            // the batch is checked against the new table.
+            for i in 0..n {
+                ans.out.set(i, OpStatus::TryAgain);
+            }
+            return;
+        }
         if runnable {
             runnable = self.checks_hold(batch, &scratch.hashes, &guards, &mut ans);
         }
@@ -145,12 +155,10 @@ impl Store {
                 Err(())
             }
             _ => {
-                let hash = key_hash(op.key);
-                if !self.me.owns(key_slot(op.key)) {
-                    out.set_wrong_shard(i, owner_node(op.key, self.me.count), self.me.count);
-                    tally.wrong_shard += 1;
+                if self.refuse_unserved(op.kind, op.key, i, out, tally) {
                     return Err(());
                 }
+                let hash = key_hash(op.key);
                 scratch.hashes[i] = hash;
                 let target = match op.kind {
                     OpKind::Rename => Some(self.rename_target_shard(op.value).map_err(|why| {
@@ -255,7 +263,7 @@ fn abort(batch: &BatchView<'_>, out: &mut BatchResponse) {
     for i in 0..batch.len() {
         let kept = matches!(
             out.status(i),
-            Some(OpStatus::Malformed | OpStatus::WrongShard | OpStatus::NotStored)
+            Some(OpStatus::Malformed | OpStatus::Moved | OpStatus::TryAgain | OpStatus::NotStored)
         ) || batch.op(i).is_ok_and(|op| op.kind == OpKind::Clock);
         if !kept {
             out.set(i, OpStatus::Aborted);
@@ -265,7 +273,7 @@ fn abort(batch: &BatchView<'_>, out: &mut BatchResponse) {
 
 #[cfg(test)]
 mod tests {
-    use kvshared::routing::ShardId;
+    use kvshared::routing::{ShardId, key_slot};
     use kvshared::wire::{BatchRequest, OpReply, watch_value};
 
     use super::*;
@@ -367,7 +375,7 @@ mod tests {
             ]),
         );
         assert_eq!(r[..2], [OpReply::Aborted, OpReply::Aborted]);
-        assert!(matches!(r[2], OpReply::WrongShard { owner: 1, nodes: 2 }));
+        assert!(matches!(r[2], OpReply::Moved { owner: 1, epoch: 0, .. }));
         assert_eq!(store.len(), 0);
     }
 }

@@ -1,6 +1,7 @@
 //! The store's contents as bytes, for snapshots:
 //!
-//! `[map shards u32]`, then per map shard `[last log entry it holds u64][bytes of its pairs
+//! `[u32::MAX][slot table: last change's log entry u64, 16,384 entries u64][map shards u32]`,
+//! then per map shard `[last log entry it holds u64][bytes of its pairs
 //! u64][pairs]`, each pair `[key length u32][value length u32][key][value]` (little-endian);
 //! a key with a time to live has [`HAS_DEADLINE`] set in its value length and its deadline
 //! (Unix milliseconds, u64) after its value. (Snapshots from before expiry have no such
@@ -24,12 +25,18 @@ const PAIR_HEADER: usize = 8;
 /// Set in a pair's value length when its deadline follows its value (values are at most
 /// 512 MiB, so the bit is free).
 const HAS_DEADLINE: u32 = 1 << 31;
+/// In place of a map shard count: the slot table follows, then the count (snapshots from
+/// before slot maps begin with the count, at most 2^20).
+const SLOT_TABLE_FOLLOWS: u32 = u32::MAX;
 /// Bytes of a map shard's header.
 const SHARD_HEADER: usize = 16;
 
 impl Store {
-    /// Starts an export: the number of map shards that follow.
+    /// Starts an export: the slot table (see `slots`), then the number of map shards that
+    /// follow. (Call it while holding [`Store::hold_transactions`], as the shards' copy.)
     pub fn export_header(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&SLOT_TABLE_FOLLOWS.to_le_bytes());
+        self.export_slots(out);
         out.extend_from_slice(&(self.shards.len() as u32).to_le_bytes());
     }
 
@@ -65,6 +72,15 @@ impl Store {
     /// saying which pair.
     pub fn import(&self, data: &[u8]) -> Result<u64, String> {
         self.flush();
+        let mut data = data;
+        match data.split_first_chunk::<4>() {
+            Some((magic, rest)) if u32::from_le_bytes(*magic) == SLOT_TABLE_FOLLOWS => {
+                let took = self.import_slots(rest)?;
+                data = &rest[took..];
+            }
+            // From before slot maps: the even split of --shard.
+            _ => self.reset_slots(),
+        }
         let (count, mut rest) = data
             .split_first_chunk::<4>()
             .ok_or_else(|| "the data is shorter than its header".to_string())?;
@@ -109,6 +125,7 @@ impl Store {
             now: self.now(),
             clock: 0,
             log_index: 0,
+            slot_changes: self.slots.changes(),
         };
         let mut rest = data;
         let mut pairs = 0u64;
@@ -141,8 +158,8 @@ impl Store {
                 return Err(bad("empty key"));
             }
             let hash = key_hash(key);
-            if !self.me.owns(key_slot(key)) {
-                return Err(bad(&format!("a key of another shard than {}", self.me)));
+            if self.slots.get(key_slot(key)).state == kvshared::slots::SlotState::Gone {
+                return Err(bad(&format!("a key of a slot shard {} does not hold", self.me)));
             }
             let shard = map_shard(hash, self.shards.len());
             let mut s = self.shards[shard].write();
@@ -200,6 +217,8 @@ mod tests {
 
     /// Every pair of an export, sorted.
     fn pairs_of(bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        // After the slot table.
+        let bytes = &bytes[4 + 8 + kvshared::slots::ENCODED_LEN..];
         let count = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
         let mut rest = &bytes[4..];
         let mut found = Vec::new();
@@ -318,6 +337,6 @@ mod tests {
         let e = store
             .import(&one_shard(&[(other.into_bytes(), Vec::new())]))
             .unwrap_err();
-        assert!(e.contains("another shard"), "{e}");
+        assert!(e.contains("a slot shard 0/2 does not hold"), "{e}");
     }
 }

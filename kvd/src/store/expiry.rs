@@ -305,7 +305,7 @@ pub(in crate::store) mod tests_support {
             OpReply::Counted(n) => OpReply::Counted(n),
             OpReply::OutOfMemory => OpReply::OutOfMemory,
             OpReply::Aborted => OpReply::Aborted,
-            OpReply::WrongShard { owner, nodes } => OpReply::WrongShard { owner, nodes },
+            OpReply::Moved { slot, owner, epoch } => OpReply::Moved { slot, owner, epoch },
             OpReply::Malformed(_) => OpReply::Malformed("malformed"),
             _ => OpReply::Malformed("other"),
         }

@@ -59,6 +59,33 @@ impl Store {
                 tally.gets += 1;
                 out.set_counted(first, self.len() as i64);
             }
+            OpKind::SlotSet => match self.set_slots(op.value, log_index) {
+                OpStatus::Malformed => {
+                    tally.malformed_op += 1;
+                    out.set_malformed(first, MalformedOp::BadKeyspace);
+                }
+                status => out.set(first, status),
+            },
+            OpKind::SlotMap => {
+                tally.gets += 1;
+                let mut table = Vec::new();
+                self.slot_table().encode(&mut table);
+                out.set_found(first, &table);
+            }
+            OpKind::SlotScan => {
+                tally.gets += 1;
+                let clock = super::expiry::batch_clock(batch, log_index);
+                match self.slot_scan(op.value, clock) {
+                    Ok(page) if room.admit(page.len()) => {
+                        out.set_found(first, &page);
+                    }
+                    Ok(_) => out.set(first, OpStatus::TooLarge),
+                    Err(why) => {
+                        tally.malformed_op += 1;
+                        out.set_malformed(first, why);
+                    }
+                }
+            }
             _ => {
                 tally.deletes += 1;
                 self.flush_at(log_index);
@@ -152,7 +179,7 @@ impl Store {
     pub(super) fn rename_target_shard(&self, value: &[u8]) -> Result<usize, Refusal> {
         let r = Rename::decode(value).ok_or(MalformedOp::BadKeyspace)?;
         let hash = key_hash(r.to);
-        if !self.me.owns(key_slot(r.to)) {
+        if !self.serves(OpKind::Put, r.to) {
             return Err(MalformedOp::BadKeyspace);
         }
         Ok(map_shard(hash, self.shards.len()))

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam::utils::CachePadded;
 use kvshared::latency::{Latency, MAP_SHARD_SAMPLE_EVERY};
-use kvshared::routing::{ShardId, key_hash, key_slot, map_shard, owner_node};
+use kvshared::routing::{ShardId, key_hash, map_shard};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
 use parking_lot::RwLock;
@@ -27,6 +27,7 @@ mod keyspace;
 mod memory;
 mod pattern;
 mod pipeline;
+mod slots;
 mod table;
 
 pub use expiry::CycleFigures;
@@ -116,6 +117,8 @@ struct Answers<'a, R> {
     clock: u64,
     /// See `Scratch::log_index`.
     log_index: u64,
+    /// The slot table's change count when the batch checked its ops' slots (see `slots`).
+    slot_changes: u64,
 }
 
 /// Where a map shard's slot array is, readable without its lock: a batch requests the
@@ -137,6 +140,10 @@ pub struct Store {
     shards: Box<[CachePadded<RwLock<Shard>>]>,
     hints: Box<[SlotsHint]>,
     me: ShardId,
+    /// Which slots this node serves (see `slots`).
+    slots: kvshared::slots::SlotTable,
+    /// The log entry of the table's last change (0: none, or in memory).
+    slots_applied: std::sync::atomic::AtomicU64,
     /// Accounted bytes, and `--max-memory` (see `memory`).
     usage: Usage,
     /// The LRU clock's zero.
@@ -229,6 +236,8 @@ impl Store {
             shards: shards.into_boxed_slice(),
             hints,
             me,
+            slots: kvshared::slots::SlotTable::for_shard(me),
+            slots_applied: std::sync::atomic::AtomicU64::new(0),
             usage,
             started: std::time::Instant::now(),
             configured_eviction: limit.map_or(Eviction::Lru, |l| l.eviction),
@@ -325,7 +334,7 @@ impl Store {
         logged.clear();
         written.clear();
         if batch.is_atomic() {
-            return Self::atomic_to_log(self.me, batch, logged);
+            return self.atomic_to_log(batch, logged);
         }
         for i in 0..batch.len() {
             let Ok(op) = batch.op(i) else { continue };
@@ -342,7 +351,7 @@ impl Store {
                 continue;
             }
             let hash = key_hash(op.key);
-            if !self.me.owns(key_slot(op.key)) {
+            if !self.serves(op.kind, op.key) {
                 continue;
             }
             if op.kind.is_write() {
@@ -360,12 +369,12 @@ impl Store {
 
     /// An atomic batch goes through the log whole when it writes and every op of it can
     /// run here; otherwise none of it does (it runs, or is refused, at once).
-    fn atomic_to_log(me: ShardId, batch: &BatchView<'_>, logged: &mut Vec<u32>) {
+    fn atomic_to_log(&self, batch: &BatchView<'_>, logged: &mut Vec<u32>) {
         let mut writes = false;
         for i in 0..batch.len() {
             match batch.op(i) {
                 Ok(op) if op.kind == OpKind::Atomic => {}
-                Ok(op) if op.kind != OpKind::Clock && me.owns(key_slot(op.key)) => writes |= op.kind.is_write(),
+                Ok(op) if op.kind != OpKind::Clock && self.serves(op.kind, op.key) => writes |= op.kind.is_write(),
                 _ => return,
             }
         }
@@ -427,6 +436,7 @@ impl Store {
         let replay_guard = (scratch.log_index > 0).then(|| self.replay.read());
         let replay = replay_guard.as_deref().and_then(Option::as_ref);
         let prefetch_all = n <= PREFETCH_WHOLE_BATCH;
+        let slot_changes = self.slots.changes();
         for i in 0..n {
             if skip.next_if(|&&s| s as usize == i).is_some() {
                 continue;
@@ -460,12 +470,10 @@ impl Store {
                 tally.malformed_op += 1;
                 continue;
             }
-            let hash = key_hash(op.key);
-            if !self.me.owns(key_slot(op.key)) {
-                out.set_wrong_shard(i, owner_node(op.key, self.me.count), self.me.count);
-                tally.wrong_shard += 1;
+            if self.refuse_unserved(op.kind, op.key, i, out, tally) {
                 continue;
             }
+            let hash = key_hash(op.key);
             if let Some(held) = replay {
                 // Replaying the log: the snapshot's copy of this key's map shard already
                 // holds this entry; applying it again could change a conditional put's
@@ -501,6 +509,7 @@ impl Store {
             now: self.now(),
             clock: batch_clock(batch, scratch.log_index),
             log_index: scratch.log_index,
+            slot_changes,
         };
         let mut start = 0;
         while start < order.len() {
@@ -533,6 +542,8 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         let table = self.shards[shard].read();
+        let kept = self.still_served(group, batch, ans);
+        let group = kept.as_deref().unwrap_or(group);
         let mut pending = Pending::new();
         pipeline::prefetch_first(&table.table, group, hashes);
         for (k, &e) in group.iter().enumerate() {
@@ -557,6 +568,8 @@ impl Store {
     ) {
         let mut table = self.shards[shard].write();
         table.applied = table.applied.max(ans.log_index);
+        let kept = self.still_served(group, batch, ans);
+        let group = kept.as_deref().unwrap_or(group);
         let mut pending = Pending::new();
         pipeline::prefetch_first(&table.table, group, hashes);
         for (k, &e) in group.iter().enumerate() {
@@ -604,7 +617,11 @@ impl Store {
             | OpKind::Rename
             | OpKind::Scan
             | OpKind::KeyCount
-            | OpKind::Flush => {}
+            | OpKind::Flush
+            | OpKind::SlotSet
+            | OpKind::SlotScan
+            | OpKind::SlotMap => {}
+            OpKind::Load => self.load_one(shard, s, (hash, op.key, op.value), i, ans),
             OpKind::PutIfAbsent | OpKind::PutIfPresent
                 if s.table.find(hash, op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>
             {
@@ -1077,6 +1094,7 @@ mod tests {
     use super::*;
     use kvshared::frame::AlignedVec;
     use kvshared::frame::{FrameKind, HEADER_LEN};
+    use kvshared::routing::owner_node;
     use kvshared::wire::{BatchRequest, OpReply, ReplyView, encode_frame};
 
     /// Runs a request through the store and returns the encoded response body.
@@ -1398,7 +1416,15 @@ mod tests {
             if owner == 1 {
                 assert_eq!(v.result(i), OpReply::Stored);
             } else {
-                assert_eq!(v.result(i), OpReply::WrongShard { owner, nodes: 3 });
+                let slot = kvshared::routing::key_slot(k.as_bytes());
+                assert_eq!(
+                    v.result(i),
+                    OpReply::Moved {
+                        slot,
+                        owner: owner as u16,
+                        epoch: 0
+                    }
+                );
             }
         }
         assert_eq!(tally.wrong_shard + tally.puts, 50);

@@ -10,6 +10,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use super::connection::{Connection, InFlight, Reply};
 use super::{ClientConfig, ClientError, LayoutProblem, NodeBatches, ReadFrom, check_layout};
 use crate::frame::FrameKind;
+use crate::slots::SlotTable;
 use crate::stats::NodeStats;
 use crate::wire::{
     BatchRequest, ConfigRequest, ErrorCode, OpKind, OpReply, decode_stats, encode_empty_frame, encode_frame,
@@ -172,6 +173,12 @@ impl Reader {
     }
 }
 
+/// Rounds of redirects and retries one batch may go through (a slot moves once per round
+/// at most; more means the node list is not the cluster's).
+const MAX_REDIRECT_ROUNDS: u32 = 8;
+/// The pause before sending again ops whose slot was being handed over (times the round).
+const TRY_AGAIN_PAUSE: Duration = Duration::from_millis(5);
+
 /// How often a client asks a shard which members its group has (for reads).
 const TOPOLOGY_EVERY: Duration = Duration::from_secs(2);
 /// How long reads pass by a member that refused one or could not be reached.
@@ -191,6 +198,11 @@ pub struct Cluster {
     nodes: Vec<NodePool>,
     config: ClientConfig,
     epoch: Instant,
+    /// Which group owns each slot, as far as redirects have told (the even split at first).
+    slots: Arc<SlotTable>,
+    /// `Moved` answers followed, and `TryAgain` answers sent again.
+    redirects: AtomicU64,
+    try_agains: AtomicU64,
 }
 
 impl Cluster {
@@ -200,7 +212,7 @@ impl Cluster {
         if nodes.is_empty() {
             return Err(ClientError::BadNodes("no nodes given".into()));
         }
-        let nodes = nodes
+        let nodes: Vec<NodePool> = nodes
             .iter()
             .map(|addr| NodePool {
                 addr: addr.clone(),
@@ -225,10 +237,14 @@ impl Cluster {
                 }),
             })
             .collect();
+        let groups = nodes.len() as u32;
         Ok(Cluster {
             nodes,
             config,
             epoch: Instant::now(),
+            slots: Arc::new(SlotTable::for_client(groups)),
+            redirects: AtomicU64::new(0),
+            try_agains: AtomicU64::new(0),
         })
     }
 
@@ -241,6 +257,39 @@ impl Cluster {
             }
         }
         Ok(cluster)
+    }
+
+    /// The client's slot table (shared: tools that route by themselves use it too).
+    pub fn slots(&self) -> &Arc<SlotTable> {
+        &self.slots
+    }
+
+    /// `Moved` answers this client followed, and `TryAgain` answers it sent again.
+    pub fn redirects(&self) -> (u64, u64) {
+        (
+            self.redirects.load(Ordering::Relaxed),
+            self.try_agains.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Node `asked` answered that group `owner` owns `slot` as of `epoch`: whether the op
+    /// may be sent there (a group this client has, and not the one that answered), learning
+    /// the owner when the epoch is news.
+    pub fn follow_moved(&self, slot: u16, asked: usize, owner: u16, epoch: u32) -> bool {
+        if usize::from(owner) >= self.nodes.len() || usize::from(owner) == asked {
+            return false;
+        }
+        self.learn_moved(slot, owner, epoch);
+        usize::from(self.slots.owner(slot)) != asked
+    }
+
+    /// A node answered that group `owner` owns `slot` as of `epoch`: the table learns it
+    /// (when the client has that group and the epoch is news). Counted as a redirect.
+    pub fn learn_moved(&self, slot: u16, owner: u16, epoch: u32) {
+        self.redirects.fetch_add(1, Ordering::Relaxed);
+        if usize::from(owner) < self.nodes.len() {
+            self.slots.learn(slot, owner, epoch);
+        }
     }
 
     /// Nodes in the cluster.
@@ -695,8 +744,32 @@ impl Cluster {
     /// Gets whose values did not fit in a reply (a node bounds each reply by its frame
     /// limit) are asked again in further rounds; each round returns at least one value per
     /// node, so this ends.
+    ///
+    /// Ops answered `Moved` are sent to the group named (learning its slot), and ops answered
+    /// `TryAgain` (their slot was being handed over) again after a short pause, while the
+    /// request's time lasts.
     pub async fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Outcome, ClientError>> {
+        let began = tokio::time::Instant::now();
         let mut results = self.batch_once(ops).await;
+        for round in 0..MAX_REDIRECT_ROUNDS {
+            let left: Vec<usize> = (0..results.len())
+                .filter(|&i| self.worth_redirecting(&results[i]))
+                .collect();
+            if left.is_empty() || began.elapsed() >= self.config.request_timeout {
+                break;
+            }
+            if left
+                .iter()
+                .any(|&i| matches!(results[i], Err(ClientError::TryAgain { .. })))
+            {
+                self.try_agains.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(TRY_AGAIN_PAUSE * (round + 1)).await;
+            }
+            let again: Vec<Op<'_>> = left.iter().map(|&i| ops[i]).collect();
+            for (i, r) in left.into_iter().zip(self.batch_once(&again).await) {
+                results[i] = r;
+            }
+        }
         loop {
             let left: Vec<usize> = (0..results.len())
                 .filter(|&i| matches!(results[i], Err(ClientError::ReplyTooLarge { .. })))
@@ -719,7 +792,7 @@ impl Cluster {
     }
 
     async fn batch_once(&self, ops: &[Op<'_>]) -> Vec<Result<Outcome, ClientError>> {
-        let mut parts = NodeBatches::new(self.nodes.len());
+        let mut parts = NodeBatches::with_table(self.nodes.len(), self.slots.clone());
         let mut index: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, op) in ops.iter().enumerate() {
             let node = match *op {
@@ -764,7 +837,13 @@ impl Cluster {
             let err = match view {
                 Ok(view) if view.len() == idx.len() => {
                     for (j, &i) in idx.iter().enumerate() {
-                        results[i] = Some(self.outcome(node, view.result(j)));
+                        let outcome = match view.result(j) {
+                            OpReply::Moved { slot, owner, epoch } if self.follow_moved(slot, node, owner, epoch) => {
+                                Err(self.moved(node, owner, epoch))
+                            }
+                            reply => self.outcome(node, reply),
+                        };
+                        results[i] = Some(outcome);
                     }
                     continue;
                 }
@@ -799,12 +878,8 @@ impl Cluster {
             OpReply::Stored => Ok(Outcome::Stored),
             OpReply::Deleted => Ok(Outcome::Deleted(true)),
             OpReply::Absent => Ok(Outcome::Deleted(false)),
-            OpReply::WrongShard { owner, nodes } => Err(ClientError::WrongShard {
-                addr: addr(),
-                owner,
-                nodes,
-                listed: self.node_count() as u32,
-            }),
+            OpReply::Moved { owner, epoch, .. } => Err(self.moved(node, owner, epoch)),
+            OpReply::TryAgain => Err(ClientError::TryAgain { addr: addr() }),
             OpReply::Malformed(reason) => Err(ClientError::MalformedOp {
                 addr: addr(),
                 reason: reason.to_string(),
@@ -816,6 +891,27 @@ impl Cluster {
             OpReply::NotAnInteger => Ok(Outcome::NotAnInteger),
             OpReply::Overflow => Ok(Outcome::Overflow),
             OpReply::Aborted => Ok(Outcome::Aborted),
+        }
+    }
+
+    /// Whether a result is a redirect to follow (to another group this client has) or a
+    /// slot being handed over.
+    fn worth_redirecting(&self, r: &Result<Outcome, ClientError>) -> bool {
+        match r {
+            Err(ClientError::Moved { addr, owner, .. }) => {
+                (*owner as usize) < self.nodes.len() && self.addr(*owner as usize) != addr
+            }
+            Err(ClientError::TryAgain { .. }) => true,
+            _ => false,
+        }
+    }
+
+    fn moved(&self, node: usize, owner: u16, epoch: u32) -> ClientError {
+        ClientError::Moved {
+            addr: self.addr(node).to_string(),
+            owner: u32::from(owner),
+            epoch,
+            listed: self.node_count() as u32,
         }
     }
 

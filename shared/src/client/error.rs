@@ -38,16 +38,18 @@ pub enum ClientError {
         message: String,
     },
     #[error(
-        "wrong shard: {addr} does not own this key; node {owner} of the {nodes} it reports does ({})",
-        wrong_shard_hint(*nodes, *listed)
+        "{addr} does not own this key's slot: shard group {owner} does (epoch {epoch}), and --nodes lists {listed} groups{}",
+        moved_hint(*owner, *listed)
     )]
-    WrongShard {
+    Moved {
         addr: String,
         owner: u32,
-        nodes: u32,
-        /// How many nodes (shards) the client was given.
+        epoch: u32,
+        /// How many groups the client was given.
         listed: u32,
     },
+    #[error("{addr} kept answering that the key's slot is being handed over (not run); try again")]
+    TryAgain { addr: String },
     #[error(
         "{addr} found the value but it did not fit in the reply (over the server's frame limit); read it in a smaller batch"
     )]
@@ -82,7 +84,8 @@ impl ClientError {
                 ..
             } => "auth",
             ClientError::Server { .. } => "server",
-            ClientError::WrongShard { .. } => "wrong_shard",
+            ClientError::Moved { .. } => "wrong_shard",
+            ClientError::TryAgain { .. } => "try_again",
             ClientError::MalformedOp { .. } => "malformed_op",
             ClientError::ReplyTooLarge { .. } => "reply_too_large",
             ClientError::OutOfMemory { .. } => "out_of_memory",
@@ -107,7 +110,8 @@ impl ClientError {
             | ClientError::FrameTooLarge { .. }
             | ClientError::Encode { .. }
             | ClientError::Server { .. }
-            | ClientError::WrongShard { .. }
+            | ClientError::Moved { .. }
+            | ClientError::TryAgain { .. }
             | ClientError::MalformedOp { .. }
             | ClientError::ReplyTooLarge { .. }
             | ClientError::OutOfMemory { .. }
@@ -116,11 +120,11 @@ impl ClientError {
     }
 }
 
-/// The likely cause of a wrong-shard refusal: a node list of another length than the
-/// cluster's, or one in another order.
-fn wrong_shard_hint(nodes: u32, listed: u32) -> String {
-    match nodes == listed {
-        true => "is --nodes in shard order?".to_string(),
-        false => format!("--nodes lists {listed} but the cluster has {nodes}: list every shard, in shard order"),
+/// Why a client could not follow a redirect: a group it was not given, or redirects that
+/// went round in circles (a node list in another order than the cluster's).
+fn moved_hint(owner: u32, listed: u32) -> String {
+    match owner < listed {
+        true => " (the redirects went round: is --nodes in shard order?)".to_string(),
+        false => format!(": list every group, in shard order (group {owner} is missing)"),
     }
 }

@@ -1,28 +1,41 @@
 //! Sorting ops into one batch per owner node: the one place a client splits ops by node.
 
-use crate::routing::owner_node;
+use std::sync::Arc;
+
+use crate::routing::key_slot;
+use crate::slots::SlotTable;
 use crate::wire::{BatchRequest, OpKind};
 
 /// One reusable [`BatchRequest`] per node; each op goes to the batch of the node that owns
-/// its key. kvbench's load engine, `kvbench load` and [`super::Cluster::batch`] all fill
-/// their batches through this.
-#[derive(Debug, Clone)]
+/// its key's slot, as the slot table says. kvbench's load engine, `kvbench load` and
+/// [`super::Cluster::batch`] all fill their batches through this.
+#[derive(Clone)]
 pub struct NodeBatches {
     batches: Vec<BatchRequest>,
+    slots: Arc<SlotTable>,
 }
 
 impl NodeBatches {
-    /// Empty batches for a cluster of `nodes` nodes (at least one).
+    /// Empty batches for a cluster of `nodes` nodes (at least one) split evenly.
     pub fn new(nodes: usize) -> NodeBatches {
+        NodeBatches::with_table(nodes, Arc::new(SlotTable::for_client(nodes.max(1) as u32)))
+    }
+
+    /// Empty batches for `nodes` nodes, routed by `slots` (a cluster client's table, which
+    /// learns from redirects).
+    pub fn with_table(nodes: usize, slots: Arc<SlotTable>) -> NodeBatches {
         NodeBatches {
             batches: (0..nodes.max(1)).map(|_| BatchRequest::new()).collect(),
+            slots,
         }
     }
 
-    /// The node that owns `key`.
+    /// The node that owns `key` (a table naming a group past the last falls back to 0; a
+    /// client's table only learns owners it has).
     #[inline]
     pub fn owner(&self, key: &[u8]) -> usize {
-        owner_node(key, self.batches.len() as u32) as usize
+        let owner = usize::from(self.slots.owner(key_slot(key)));
+        if owner < self.batches.len() { owner } else { 0 }
     }
 
     /// Appends an op to the batch of the node that owns `key` and returns that node.
@@ -58,6 +71,7 @@ impl NodeBatches {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routing::owner_node;
 
     #[test]
     fn ops_land_with_their_owner() {

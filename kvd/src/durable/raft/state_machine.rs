@@ -134,11 +134,12 @@ impl SnapshotMaker {
         })?;
         let mut file = snapshot::SnapshotWriter::create(&path, &encoded)?;
         let mut buf = Vec::new();
+        // No transaction or slot change is applied while the table and the shards are
+        // copied (none is split).
+        let _transactions = self.store.hold_transactions();
         self.store.export_header(&mut buf);
         file.write_data(&buf)?;
         let mut pairs = 0;
-        // No transaction is applied while the shards are copied (none is split).
-        let _transactions = self.store.hold_transactions();
         for shard in 0..self.store.map_shards() {
             buf.clear();
             pairs += self.store.export_shard(shard, &mut buf);

@@ -1,0 +1,547 @@
+//! The store's slot table: which slots this node's group serves, changed only by `SlotSet`
+//! ops (through the log on a durable node), and a migration's copy (`SlotScan`, `Load`).
+//!
+//! Every op's slot is checked against the table before the op joins its map shard's group
+//! ([`Store::refuse_unserved`]). A change may land between that check and the group's lock,
+//! so the table counts its changes: a group whose lock is taken after a change checks its
+//! ops again ([`Store::still_served`]). With that, an op either ran before a change (and a
+//! migration's copy, taken after the change, sees it) or is refused after it: no write is
+//! lost between a freeze and the copy, and no read finds a key dropped by a hand-over.
+//!
+//! A change takes the transaction gate exclusively: no snapshot copies the map shards in
+//! the middle of one, so a snapshot's table and its map shards agree; the table's last
+//! applied log entry is saved with it, and replaying the log skips changes it already holds.
+
+use kvshared::keyspace::MAX_SCAN_PAGE_BYTES;
+use kvshared::routing::{key_hash, key_slot};
+use kvshared::slots::{Copied, Slot, SlotChange, SlotState, Verdict, decode_load, decode_slot_scan, encode_copied};
+use kvshared::stats::Counts;
+use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus};
+
+use super::memory::Shard;
+use super::{Answers, ReplyRoom, Store};
+
+impl Store {
+    /// The node's slot table.
+    pub fn slot_table(&self) -> &kvshared::slots::SlotTable {
+        &self.slots
+    }
+
+    /// Answers op `i` (on `key`) `Moved` or `TryAgain` when this node does not serve its
+    /// slot now; true when it did (the op does not run).
+    #[inline]
+    pub(super) fn refuse_unserved(
+        &self,
+        kind: OpKind,
+        key: &[u8],
+        i: usize,
+        out: &mut BatchResponse,
+        tally: &mut Counts,
+    ) -> bool {
+        let slot = key_slot(key);
+        match self.slots.verdict(slot, kind.is_write(), kind == OpKind::Load) {
+            Verdict::Serve => false,
+            Verdict::Moved { owner, epoch } => {
+                out.set_moved(i, slot, owner, epoch);
+                tally.wrong_shard += 1;
+                true
+            }
+            Verdict::TryAgain => {
+                out.set(i, OpStatus::TryAgain);
+                tally.try_again += 1;
+                true
+            }
+        }
+    }
+
+    /// Whether this node serves op `kind` on `key` now (a durable node's choice of what to log).
+    #[inline]
+    pub(super) fn serves(&self, kind: OpKind, key: &[u8]) -> bool {
+        self.slots.verdict(key_slot(key), kind.is_write(), kind == OpKind::Load) == Verdict::Serve
+    }
+
+    /// A map shard group's ops whose slots the table still serves, when it changed since the
+    /// batch checked them (`seen`); the others are answered as [`Store::refuse_unserved`] does.
+    /// `None`: nothing changed, the group runs as it is.
+    pub(super) fn still_served(
+        &self,
+        group: &[u64],
+        batch: &BatchView<'_>,
+        ans: &mut Answers<'_, impl ReplyRoom>,
+    ) -> Option<Vec<u64>> {
+        if self.slots.changes() == ans.slot_changes {
+            return None;
+        }
+        let kept = group
+            .iter()
+            .copied()
+            .filter(|&e| {
+                let i = e as u32 as usize;
+                batch
+                    .op(i)
+                    .is_ok_and(|op| !self.refuse_unserved(op.kind, op.key, i, ans.out, ans.tally))
+            })
+            .collect();
+        Some(kept)
+    }
+
+    /// A `SlotSet` op (node-wide): applies the change if every slot may take it, else
+    /// changes nothing and answers `NotStored`. Slots that leave this node (gone) or start
+    /// importing lose the keys this node held of them.
+    pub(super) fn set_slots(&self, value: &[u8], log_index: u64) -> OpStatus {
+        let Some(change) = SlotChange::decode(value) else {
+            return OpStatus::Malformed;
+        };
+        let _gate = self.atomic_gate.write();
+        if log_index > 0 && log_index <= self.slots_applied.load(std::sync::atomic::Ordering::Acquire) {
+            // Replaying the log: the snapshot's table already holds this change.
+            return OpStatus::Stored;
+        }
+        let me = self.me.index as u16;
+        let Some(plan) = plan_change(&self.slots, &change, me) else {
+            return OpStatus::NotStored;
+        };
+        for &(slot, entry, _) in &plan {
+            self.slots.set(slot, entry);
+        }
+        let dropped: std::collections::HashSet<u16> =
+            plan.iter().filter(|(_, _, drop)| *drop).map(|(s, _, _)| *s).collect();
+        if !dropped.is_empty() {
+            self.drop_slots(&dropped, log_index);
+        }
+        if log_index > 0 {
+            self.slots_applied
+                .fetch_max(log_index, std::sync::atomic::Ordering::AcqRel);
+        }
+        tracing::info!(
+            slots = %kvshared::slots::format_ranges(&change.ranges),
+            to = change.to.as_str(),
+            owner = change.owner,
+            epoch = change.epoch,
+            dropped = dropped.len(),
+            "slots changed"
+        );
+        OpStatus::Stored
+    }
+
+    /// Removes every key of `slots` from every map shard (each under its write lock).
+    fn drop_slots(&self, slots: &std::collections::HashSet<u16>, log_index: u64) {
+        for shard in self.shards.iter() {
+            let mut s = shard.write();
+            s.applied = s.applied.max(log_index);
+            let doomed: Vec<Vec<u8>> = s
+                .table
+                .iter()
+                .map(|e| e.key())
+                .filter(|k| slots.contains(&key_slot(k)))
+                .map(<[u8]>::to_vec)
+                .collect();
+            for key in doomed {
+                self.remove_key(&mut s, key_hash(&key), &key);
+            }
+        }
+    }
+
+    /// A `SlotScan` op (node-wide): a page of the keys of the slots asked for, with their
+    /// values and deadlines, walking the map shards as `SCAN` does.
+    pub(super) fn slot_scan(&self, request: &[u8], clock: u64) -> Result<Vec<u8>, MalformedOp> {
+        let (req, ranges) = decode_slot_scan(request).ok_or(MalformedOp::BadKeyspace)?;
+        let wanted = |slot: u16| ranges.iter().any(|[a, b]| (*a..=*b).contains(&slot));
+        let (mut map, mut from) = ((req.cursor >> 32) as usize, req.cursor as u32);
+        if map >= self.shards.len() {
+            return Err(MalformedOp::BadKeyspace);
+        }
+        let mut page = vec![0u8; 8];
+        let mut walked = 0usize;
+        // Every key of the shards is walked, a page's worth at a time (no index by slot).
+        let want = (req.count as usize).saturating_mul(16);
+        loop {
+            let s = self.shards[map].read();
+            let next = s.table.scan(from, want.saturating_sub(walked).max(1), |e| {
+                walked += 1;
+                let key = e.key();
+                if wanted(key_slot(key)) && !s.expires.is_due(key, clock) {
+                    let deadline = s.expires.get(key);
+                    encode_copied(
+                        &Copied {
+                            key,
+                            value: e.value(),
+                            deadline,
+                        },
+                        &mut page,
+                    );
+                }
+            });
+            drop(s);
+            match u32::try_from(next) {
+                Ok(at) => from = at,
+                Err(_) => (map, from) = (map + 1, 0),
+            }
+            if map == self.shards.len() || walked >= want || page.len() >= MAX_SCAN_PAGE_BYTES {
+                break;
+            }
+        }
+        let next = match map == self.shards.len() {
+            true => 0,
+            false => ((map as u64) << 32) | u64::from(from),
+        };
+        page[..8].copy_from_slice(&next.to_le_bytes());
+        Ok(page)
+    }
+
+    /// Op `i`, a migration's `Load` of `key` in `shard` (locked as `s`): the value and
+    /// deadline as the source held them.
+    pub(super) fn load_one(
+        &self,
+        shard: usize,
+        s: &mut Shard,
+        (hash, key, value): (u64, &[u8], &[u8]),
+        i: usize,
+        ans: &mut Answers<'_, impl ReplyRoom>,
+    ) {
+        let Some((value, deadline)) = decode_load(value) else {
+            ans.tally.malformed_op += 1;
+            return ans.out.set_malformed(i, MalformedOp::BadKeyspace);
+        };
+        if !self.put(shard, s, hash, key, value, ans) {
+            ans.tally.out_of_memory += 1;
+            return ans.out.set(i, OpStatus::OutOfMemory);
+        }
+        self.set_deadline(s, key, deadline);
+        ans.tally.puts += 1;
+        ans.out.set(i, OpStatus::Stored);
+    }
+
+    /// Appends the slot table and the log entry of its last change (a snapshot's).
+    pub fn export_slots(&self, out: &mut Vec<u8>) {
+        let applied = self.slots_applied.load(std::sync::atomic::Ordering::Acquire);
+        out.extend_from_slice(&applied.to_le_bytes());
+        self.slots.encode(out);
+    }
+
+    /// Loads a table written by [`Store::export_slots`]; returns the bytes it took.
+    pub(super) fn import_slots(&self, data: &[u8]) -> Result<usize, String> {
+        let (applied, rest) = data
+            .split_first_chunk::<8>()
+            .ok_or_else(|| "the slot table is cut short".to_string())?;
+        let table = rest
+            .get(..kvshared::slots::ENCODED_LEN)
+            .ok_or_else(|| "the slot table is cut short".to_string())?;
+        self.slots.load(table)?;
+        self.slots_applied
+            .store(u64::from_le_bytes(*applied), std::sync::atomic::Ordering::Release);
+        Ok(8 + kvshared::slots::ENCODED_LEN)
+    }
+
+    /// Resets the table to the even split `--shard` gives (a snapshot from before slot maps).
+    pub(super) fn reset_slots(&self) {
+        let fresh = kvshared::slots::SlotTable::for_shard(self.me);
+        for (s, e) in fresh.entries().into_iter().enumerate() {
+            self.slots.set(s as u16, e);
+        }
+        self.slots_applied.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// The entries a change gives its slots, and whether each loses its keys here; `None` when
+/// some slot may not take the change (see the rules in `kvshared::slots`). Repeating a
+/// change that was applied changes nothing (every step of a move may be run again).
+fn plan_change(table: &kvshared::slots::SlotTable, c: &SlotChange, me: u16) -> Option<Vec<(u16, Slot, bool)>> {
+    let mut plan = Vec::new();
+    for slot in c.slots() {
+        let now = table.get(slot);
+        let mine = |state| Slot {
+            state,
+            owner: me,
+            epoch: c.epoch,
+        };
+        let step = match (c.to, now.state) {
+            (SlotState::Frozen, SlotState::Owned | SlotState::Frozen) => Some((
+                Slot {
+                    state: SlotState::Frozen,
+                    ..now
+                },
+                false,
+            )),
+            (SlotState::Importing, SlotState::Gone) if c.epoch > now.epoch => Some((mine(SlotState::Importing), true)),
+            (SlotState::Importing, SlotState::Importing) if c.epoch == now.epoch => None,
+            (SlotState::Owned, SlotState::Importing) if c.epoch == now.epoch => Some((mine(SlotState::Owned), false)),
+            (SlotState::Owned, SlotState::Owned) if c.epoch == now.epoch => None,
+            // Unfreezing (a move given up before the hand-over).
+            (SlotState::Owned, SlotState::Frozen) if c.epoch == now.epoch => Some((
+                Slot {
+                    state: SlotState::Owned,
+                    ..now
+                },
+                false,
+            )),
+            (SlotState::Gone, SlotState::Frozen) if c.owner != me && c.epoch > now.epoch => Some((
+                Slot {
+                    state: SlotState::Gone,
+                    owner: c.owner,
+                    epoch: c.epoch,
+                },
+                true,
+            )),
+            // Hearing of a later owner of a slot this node does not hold.
+            (SlotState::Gone, SlotState::Gone) if c.owner != me && c.epoch >= now.epoch => Some((
+                Slot {
+                    state: SlotState::Gone,
+                    owner: c.owner,
+                    epoch: c.epoch,
+                },
+                false,
+            )),
+            (SlotState::Gone, SlotState::Gone) if c.epoch < now.epoch => None,
+            _ => return None,
+        };
+        if let Some((entry, drop)) = step {
+            plan.push((slot, entry, drop));
+        }
+    }
+    Some(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use kvshared::keyspace::ScanRequest;
+    use kvshared::routing::ShardId;
+    use kvshared::slots::{SlotChange, SlotState, decode_copied, encode_load, encode_slot_scan};
+    use kvshared::wire::{BatchRequest, BatchResponse, OpKind, OpReply, OpStatus};
+
+    use super::super::{Scratch, Store, Unbounded};
+
+    /// Runs `req` on `store` (in memory: no log) and returns each op's reply, owned.
+    fn run(store: &Store, req: &BatchRequest) -> Vec<OpReply<'static>> {
+        let mut frame: kvshared::frame::AlignedVec = kvshared::frame::AlignedVec::new();
+        kvshared::wire::encode_frame(kvshared::frame::FrameKind::BatchRequest, 1, req, &mut frame).unwrap();
+        let mut body: kvshared::frame::AlignedVec = kvshared::frame::AlignedVec::new();
+        body.extend_from_slice(&frame[kvshared::frame::HEADER_LEN..]);
+        let view = kvshared::wire::BatchView::parse(&body).unwrap();
+        let mut out = BatchResponse::default();
+        let mut tally = kvshared::stats::Counts::default();
+        store.execute(&view, &mut out, &mut Unbounded, &mut Scratch::default(), &mut tally);
+        (0..out.len())
+            .map(|i| match out.result(i) {
+                OpReply::Found(v) => OpReply::Found(Box::leak(v.to_vec().into_boxed_slice())),
+                OpReply::Malformed(_) => OpReply::Malformed("malformed"),
+                r => owned(r),
+            })
+            .collect()
+    }
+
+    fn owned(r: OpReply<'_>) -> OpReply<'static> {
+        match r {
+            OpReply::NotFound => OpReply::NotFound,
+            OpReply::Stored => OpReply::Stored,
+            OpReply::NotStored => OpReply::NotStored,
+            OpReply::Deleted => OpReply::Deleted,
+            OpReply::Absent => OpReply::Absent,
+            OpReply::TryAgain => OpReply::TryAgain,
+            OpReply::Moved { slot, owner, epoch } => OpReply::Moved { slot, owner, epoch },
+            _ => OpReply::Malformed("other"),
+        }
+    }
+
+    fn change(store: &Store, ranges: &[[u16; 2]], to: SlotState, owner: u16, epoch: u32) -> OpReply<'static> {
+        let mut req = BatchRequest::new();
+        let c = SlotChange {
+            ranges: ranges.to_vec(),
+            to,
+            owner,
+            epoch,
+        };
+        req.push(OpKind::SlotSet, b"", &c.encode());
+        run(store, &req)[0]
+    }
+
+    /// Copies `ranges` from `from` to `to` as `kvd admin move-slots` does; returns the keys.
+    fn copy(from: &Store, to: &Store, ranges: &[[u16; 2]]) -> usize {
+        let (mut cursor, mut n) = (0, 0);
+        loop {
+            let mut req = BatchRequest::new();
+            req.push(
+                OpKind::SlotScan,
+                b"",
+                &encode_slot_scan(ScanRequest { cursor, count: 100 }, ranges),
+            );
+            let OpReply::Found(page) = run(from, &req)[0] else {
+                panic!("no page")
+            };
+            let (next, keys) = decode_copied(page).unwrap();
+            let mut load = BatchRequest::new();
+            for c in &keys {
+                let mut v = Vec::new();
+                encode_load(c.value, c.deadline, &mut v);
+                load.push(OpKind::Load, c.key, &v);
+            }
+            if !load.is_empty() {
+                assert!(run(to, &load).iter().all(|r| *r == OpReply::Stored));
+            }
+            n += keys.len();
+            if next == 0 {
+                return n;
+            }
+            cursor = next;
+        }
+    }
+
+    /// Keys of shard 0 of 2 whose slots lie in `0..=99`.
+    fn keys_in_low_slots(n: usize) -> Vec<Vec<u8>> {
+        (0u32..)
+            .map(|i| format!("k{i}").into_bytes())
+            .filter(|k| kvshared::routing::key_slot(k) < 100)
+            .take(n)
+            .collect()
+    }
+
+    /// The four steps move a slot range's keys (values and deadlines) and its ownership;
+    /// every step may run twice; a step out of order changes nothing.
+    #[test]
+    fn a_move_hands_keys_and_slots_over() {
+        let (a, b) = (
+            Store::new(ShardId { index: 0, count: 2 }, 4, 0).unwrap(),
+            Store::new(ShardId { index: 1, count: 2 }, 4, 0).unwrap(),
+        );
+        let keys = keys_in_low_slots(50);
+        let mut put = BatchRequest::new();
+        for k in &keys {
+            put.push_put(k, k);
+        }
+        assert!(run(&a, &put).iter().all(|r| *r == OpReply::Stored));
+        let r = [[0, 99]];
+        // Out of order: importing a slot the target is not told is gone, owning before importing.
+        assert_eq!(change(&b, &r, SlotState::Owned, 1, 1), OpReply::NotStored);
+        assert_eq!(change(&a, &r, SlotState::Gone, 1, 1), OpReply::NotStored);
+        for _ in 0..2 {
+            assert_eq!(change(&a, &r, SlotState::Frozen, 0, 1), OpReply::Stored);
+            assert_eq!(change(&b, &r, SlotState::Importing, 1, 1), OpReply::Stored);
+        }
+        assert_eq!(run(&a, &put)[0], OpReply::TryAgain, "a frozen slot refuses writes");
+        let mut get = BatchRequest::new();
+        get.push_get(&keys[0]);
+        assert_eq!(
+            run(&a, &get)[0],
+            OpReply::Found(Box::leak(keys[0].clone().into_boxed_slice()))
+        );
+        assert_eq!(
+            run(&b, &get)[0],
+            OpReply::TryAgain,
+            "an importing slot serves nothing yet"
+        );
+        assert_eq!(copy(&a, &b, &r), 50);
+        for _ in 0..2 {
+            assert_eq!(change(&a, &r, SlotState::Gone, 1, 1), OpReply::Stored);
+            assert_eq!(change(&b, &r, SlotState::Owned, 1, 1), OpReply::Stored);
+        }
+        assert_eq!(a.len(), 0, "the source dropped the slots' keys");
+        assert_eq!(b.len(), 50);
+        let slot = kvshared::routing::key_slot(&keys[0]);
+        assert_eq!(
+            run(&a, &get)[0],
+            OpReply::Moved {
+                slot,
+                owner: 1,
+                epoch: 1
+            }
+        );
+        assert!(matches!(run(&b, &get)[0], OpReply::Found(_)));
+        assert_eq!(b.slot_table().served(), vec![[0, 99], [8192, 16383]]);
+        // A slot that left cannot be frozen again by its old owner.
+        assert_eq!(change(&a, &r, SlotState::Frozen, 0, 2), OpReply::NotStored);
+    }
+
+    /// Writers hammer a slot range while it is frozen, copied and handed over: every write
+    /// the source acknowledged is at the target afterwards (none falls between the freeze
+    /// and the copy).
+    #[test]
+    fn no_acknowledged_write_is_lost_by_a_move() {
+        let a = Arc::new(Store::new(ShardId { index: 0, count: 2 }, 4, 0).unwrap());
+        let b = Store::new(ShardId { index: 1, count: 2 }, 4, 0).unwrap();
+        let keys = Arc::new(keys_in_low_slots(64));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..3)
+            .map(|w| {
+                let (a, keys, stop) = (a.clone(), keys.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut acked = std::collections::HashMap::new();
+                    for n in 0u32..200_000 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let k = &keys[(n as usize * 7 + w) % keys.len()];
+                        let v = format!("{w}-{n}").into_bytes();
+                        let mut req = BatchRequest::new();
+                        req.push_put(k, &v);
+                        if run(&a, &req)[0] == OpReply::Stored {
+                            acked.insert(k.clone(), (n, v));
+                        }
+                    }
+                    acked
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let r = [[0, 99]];
+        assert_eq!(change(&a, &r, SlotState::Frozen, 0, 1), OpReply::Stored);
+        assert_eq!(change(&b, &r, SlotState::Importing, 1, 1), OpReply::Stored);
+        copy(&a, &b, &r);
+        assert_eq!(change(&a, &r, SlotState::Gone, 1, 1), OpReply::Stored);
+        assert_eq!(change(&b, &r, SlotState::Owned, 1, 1), OpReply::Stored);
+        stop.store(true, Ordering::Relaxed);
+        // Per key, the last acknowledged write of every writer; the store's value must be
+        // one of them (writers race on a key), and no acknowledged key is missing.
+        let mut last: std::collections::HashMap<Vec<u8>, Vec<Vec<u8>>> = Default::default();
+        for w in writers {
+            for (k, (_, v)) in w.join().unwrap() {
+                last.entry(k).or_default().push(v);
+            }
+        }
+        for (k, vs) in last {
+            let mut get = BatchRequest::new();
+            get.push_get(&k);
+            match run(&b, &get)[0] {
+                OpReply::Found(v) => assert!(vs.iter().any(|x| x == v), "{k:?} holds an unacknowledged value"),
+                other => panic!("{k:?}: acknowledged, then {other:?} at the target"),
+            }
+        }
+    }
+
+    /// A snapshot keeps the table; replaying a change the snapshot holds does nothing.
+    #[test]
+    fn snapshots_keep_the_table_and_replay_skips_what_they_hold() {
+        let a = Store::new(ShardId { index: 0, count: 2 }, 4, 0).unwrap();
+        let c = SlotChange {
+            ranges: vec![[5, 9]],
+            to: SlotState::Frozen,
+            owner: 0,
+            epoch: 0,
+        };
+        assert_eq!(a.set_slots(&c.encode(), 7), OpStatus::Stored);
+        let mut data = Vec::new();
+        a.export_header(&mut data);
+        for i in 0..a.map_shards() {
+            a.export_shard(i, &mut data);
+        }
+        let b = Store::new(ShardId { index: 0, count: 2 }, 4, 0).unwrap();
+        b.import(&data).unwrap();
+        assert_eq!(b.slot_table().entries(), a.slot_table().entries());
+        let unfreeze = SlotChange {
+            ranges: vec![[5, 9]],
+            to: SlotState::Owned,
+            owner: 0,
+            epoch: 0,
+        };
+        assert_eq!(
+            b.set_slots(&unfreeze.encode(), 6),
+            OpStatus::Stored,
+            "held by the snapshot: skipped"
+        );
+        assert_eq!(b.slot_table().get(5).state, SlotState::Frozen);
+        assert_eq!(b.set_slots(&unfreeze.encode(), 8), OpStatus::Stored);
+        assert_eq!(b.slot_table().get(5).state, SlotState::Owned);
+    }
+}
