@@ -184,6 +184,7 @@ impl Node {
             // An evicted key would come back on replay: a durable node refuses writes at
             // its cap instead (see `ServeArgs::validate`).
             store.never_evict();
+            store.writes_through_log_only();
         }
         Ok(Node {
             store: Arc::new(store),

@@ -9,54 +9,9 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use common::{Kvd, free_port, kvd, python, raw, run_client_check, start_at};
+use common::{groups_cluster, kvd, python, raw, run_client_check};
 use kvshared::routing::{key_slot, owner_node};
-
-/// A cluster of `groups` shards of `members` each (1: in memory; 3: durable replica
-/// groups), every node with `--resp-cluster`: the guards, the `--nodes` list, and the RESP
-/// addresses by shard, then member.
-fn cluster(name: &str, groups: usize, members: usize) -> (Vec<Kvd>, String, Vec<Vec<String>>) {
-    let port = |_| format!("127.0.0.1:{}", free_port());
-    let bin: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(port).collect()).collect();
-    let resp: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(port).collect()).collect();
-    let nodes = bin.iter().map(|g| g.join("|")).collect::<Vec<_>>().join(",");
-    let mut guards = Vec::new();
-    for g in 0..groups {
-        for m in 0..members {
-            let shard = format!("{g}/{groups}");
-            let mut args = vec![
-                "--shard",
-                &shard,
-                "--resp",
-                &resp[g][m],
-                "--nodes",
-                &nodes,
-                "--resp-cluster",
-            ];
-            let dir = std::env::temp_dir().join(format!("kvd-{name}-{}-{g}-{m}", std::process::id()));
-            let (d, group) = (dir.display().to_string(), bin[g].join(","));
-            if members > 1 {
-                let _ = std::fs::remove_dir_all(&dir);
-                args.extend(["--data-dir", &d, "--group", &group]);
-            }
-            guards.push(start_at(&bin[g][m], &args).0);
-        }
-        if members > 1 {
-            let init = kvd(&["admin", "init-group", "--nodes", &bin[g].join("|")]);
-            assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for addr in resp.iter().flatten() {
-        while !raw(addr, b"CLUSTER INFO\r\nQUIT\r\n").contains("cluster_state:ok") {
-            assert!(Instant::now() < deadline, "{addr}: the cluster's state never became ok");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    (guards, nodes, resp)
-}
 
 /// A key of `shard` (of `count`) named with `prefix`.
 fn key_of(shard: u32, count: u32, prefix: &str) -> String {
@@ -76,7 +31,7 @@ fn moved(nodes: &str) -> u64 {
 
 #[test]
 fn three_nodes_describe_the_cluster_and_redirect_as_redis_cluster() {
-    let (_guards, nodes, resp) = cluster("rc-three", 3, 1);
+    let (_guards, nodes, resp) = groups_cluster("rc-three", 3, 1);
     let slots = raw(&resp[1][0], b"CLUSTER SLOTS\r\nQUIT\r\n");
     assert!(
         slots.starts_with("*3\r\n*3\r\n:0\r\n:5461\r\n*3\r\n$9\r\n127.0.0.1\r\n"),
@@ -194,7 +149,7 @@ fn cluster_clients(nodes: &str, addr: &str, replicas: bool) {
 
 #[test]
 fn cluster_clients_route_by_themselves_without_redirects() {
-    let (_guards, nodes, resp) = cluster("rc-clients", 3, 1);
+    let (_guards, nodes, resp) = groups_cluster("rc-clients", 3, 1);
     cluster_clients(&nodes, &resp[1][0], false);
 }
 
@@ -203,7 +158,7 @@ fn cluster_clients_route_by_themselves_without_redirects() {
 /// the read itself; the cluster clients route without a redirect, to replicas too.
 #[test]
 fn three_groups_of_three_are_masters_and_replicas() {
-    let (_guards, nodes, resp) = cluster("rc-groups", 3, 3);
+    let (_guards, nodes, resp) = groups_cluster("rc-groups", 3, 3);
     let slots = raw(&resp[0][0], b"CLUSTER SLOTS\r\nQUIT\r\n");
     assert!(
         slots.starts_with("*3\r\n*5\r\n:0\r\n:5461\r\n"),

@@ -370,7 +370,16 @@ pub fn parse_ranges(text: &str) -> Result<Vec<[u16; 2]>, String> {
     if out.is_empty() {
         return Err("no slots given (e.g. 0-99,200)".into());
     }
-    Ok(out)
+    // In order, overlapping and adjacent ranges joined.
+    out.sort_unstable();
+    let mut merged: Vec<[u16; 2]> = Vec::with_capacity(out.len());
+    for [a, b] in out {
+        match merged.last_mut() {
+            Some(last) if u32::from(a) <= u32::from(last[1]) + 1 => last[1] = last[1].max(b),
+            _ => merged.push([a, b]),
+        }
+    }
+    Ok(merged)
 }
 
 /// Writes ranges as [`parse_ranges`] reads them.
@@ -508,6 +517,7 @@ mod tests {
     fn ranges_read_as_written() {
         let r = parse_ranges("0-99, 200,300-310").unwrap();
         assert_eq!(r, vec![[0, 99], [200, 200], [300, 310]]);
+        assert_eq!(parse_ranges("5,3,4,10-12,11-20").unwrap(), vec![[3, 5], [10, 20]]);
         assert_eq!(format_ranges(&r), "0-99,200,300-310");
         for bad in ["", "5-1", "16384", "a", "1-2-3"] {
             assert!(parse_ranges(bad).is_err(), "{bad}");

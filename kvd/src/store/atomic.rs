@@ -155,7 +155,9 @@ impl Store {
                 Err(())
             }
             _ => {
-                if self.refuse_unserved(op.kind, op.key, i, out, tally) {
+                if self.refuse_unserved(op.kind, op.key, i, out, tally)
+                    || self.refuse_unlogged_write(op.kind, scratch.log_index, i, out, tally)
+                {
                     return Err(());
                 }
                 let hash = key_hash(op.key);

@@ -142,6 +142,8 @@ pub struct Store {
     me: ShardId,
     /// Which slots this node serves (see `slots`).
     slots: kvshared::slots::SlotTable,
+    /// See [`Store::writes_through_log_only`].
+    log_only_writes: bool,
     /// The log entry of the table's last change (0: none, or in memory).
     slots_applied: std::sync::atomic::AtomicU64,
     /// Accounted bytes, and `--max-memory` (see `memory`).
@@ -237,6 +239,7 @@ impl Store {
             hints,
             me,
             slots: kvshared::slots::SlotTable::for_shard(me),
+            log_only_writes: false,
             slots_applied: std::sync::atomic::AtomicU64::new(0),
             usage,
             started: std::time::Instant::now(),
@@ -259,6 +262,13 @@ impl Store {
     /// an evicted key would come back when the log is replayed).
     pub fn never_evict(&mut self) {
         self.configured_eviction = Eviction::None;
+    }
+
+    /// Makes the store run writes only when applying a log entry (a durable node's store).
+    /// A write its node chose not to log (its slot was not served then) and that reaches
+    /// the store after its slot changed hands is answered `TryAgain`, not run outside the log.
+    pub fn writes_through_log_only(&mut self) {
+        self.log_only_writes = true;
     }
 
     /// Internal map shards.
@@ -470,7 +480,9 @@ impl Store {
                 tally.malformed_op += 1;
                 continue;
             }
-            if self.refuse_unserved(op.kind, op.key, i, out, tally) {
+            if self.refuse_unserved(op.kind, op.key, i, out, tally)
+                || self.refuse_unlogged_write(op.kind, scratch.log_index, i, out, tally)
+            {
                 continue;
             }
             let hash = key_hash(op.key);

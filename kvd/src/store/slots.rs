@@ -54,6 +54,26 @@ impl Store {
         }
     }
 
+    /// On a durable node's store, a write that is not being applied from the log (`log_index`
+    /// 0) is answered `TryAgain` (true): its node found its slot not served when it chose what
+    /// to log, and the slot changed hands since (see [`Store::writes_through_log_only`]).
+    #[inline]
+    pub(super) fn refuse_unlogged_write(
+        &self,
+        kind: OpKind,
+        log_index: u64,
+        i: usize,
+        out: &mut BatchResponse,
+        tally: &mut Counts,
+    ) -> bool {
+        if !self.log_only_writes || log_index > 0 || !kind.is_write() {
+            return false;
+        }
+        out.set(i, OpStatus::TryAgain);
+        tally.try_again += 1;
+        true
+    }
+
     /// Whether this node serves op `kind` on `key` now (a durable node's choice of what to log).
     #[inline]
     pub(super) fn serves(&self, kind: OpKind, key: &[u8]) -> bool {

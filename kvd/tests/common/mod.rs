@@ -344,3 +344,50 @@ pub fn raw(addr: &str, bytes: &[u8]) -> String {
     let _ = s.read_to_end(&mut out);
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// A cluster of `groups` shards of `members` each (1: in memory; 3: durable replica
+/// groups), every node with `--resp-cluster`: the guards, the `--nodes` list, and the RESP
+/// addresses by shard, then member.
+pub fn groups_cluster(name: &str, groups: usize, members: usize) -> (Vec<Kvd>, String, Vec<Vec<String>>) {
+    let port = |_| format!("127.0.0.1:{}", free_port());
+    let bin: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(port).collect()).collect();
+    let resp: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(port).collect()).collect();
+    let nodes = bin.iter().map(|g| g.join("|")).collect::<Vec<_>>().join(",");
+    let mut guards = Vec::new();
+    for g in 0..groups {
+        for m in 0..members {
+            let shard = format!("{g}/{groups}");
+            let mut args = vec![
+                "--shard",
+                &shard,
+                "--resp",
+                &resp[g][m],
+                "--nodes",
+                &nodes,
+                "--resp-cluster",
+            ];
+            let dir = std::env::temp_dir().join(format!("kvd-{name}-{}-{g}-{m}", std::process::id()));
+            let (d, group) = (dir.display().to_string(), bin[g].join(","));
+            if members > 1 {
+                let _ = std::fs::remove_dir_all(&dir);
+                args.extend(["--data-dir", &d, "--group", &group]);
+            }
+            guards.push(start_at(&bin[g][m], &args).0);
+        }
+        if members > 1 {
+            let init = kvd(&["admin", "init-group", "--nodes", &bin[g].join("|")]);
+            assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    for addr in resp.iter().flatten() {
+        while !raw(addr, b"CLUSTER INFO\r\nQUIT\r\n").contains("cluster_state:ok") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{addr}: the cluster's state never became ok"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    (guards, nodes, resp)
+}

@@ -1,0 +1,184 @@
+//! Slots move between durable replica groups while a recorded load runs, with the source's
+//! and the target's leaders killed (kill -9) or paused (SIGSTOP) in the middle of moves: the
+//! history stays linearizable, every interrupted move is finished by running it again, and
+//! every slot ends with exactly one owner.
+
+mod common;
+
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{groups_cluster, kvd, raw};
+use kvshared::client::{ClientConfig, Cluster, RecordConfig, record};
+use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
+use kvshared::routing::key_slot;
+
+/// The recording's keys: `rs-0` ... `rs-39`.
+const KEYS: usize = 40;
+
+/// Which member of group `g` leads (by `INFO replication` on its RESP port), within 10 s.
+fn leader(resp: &[Vec<String>], g: usize, alive: &[bool]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = (0..resp[g].len())
+            .filter(|&m| alive[g * 3 + m])
+            .find(|&m| raw(&resp[g][m], b"INFO replication\r\nQUIT\r\n").contains("role:master"));
+        if let Some(m) = found {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "group {g} has no leader");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Runs `kvd admin move-slots` until it succeeds (at most 4 runs): a run that met a killed
+/// leader may fail, and the next one finishes the move.
+fn move_slots(nodes: &str, from: usize, to: usize, slots: &str, during: impl FnOnce(&mut Child)) -> usize {
+    let (from, to) = (from.to_string(), to.to_string());
+    let args = [
+        "admin",
+        "move-slots",
+        "--nodes",
+        nodes,
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--chunk",
+        "100",
+        slots,
+    ];
+    let mut first = Command::new(env!("CARGO_BIN_EXE_kvd")).args(args).spawn().unwrap();
+    during(&mut first);
+    let mut runs = 1;
+    let mut ok = first.wait().unwrap().success();
+    while !ok {
+        assert!(runs < 4, "move-slots {from} -> {to} did not finish in {runs} runs");
+        let out = kvd(&args);
+        eprintln!("rerun: {}", String::from_utf8_lossy(&out.stderr));
+        ok = out.status.success();
+        runs += 1;
+    }
+    runs
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status();
+}
+
+/// 1,000 slots: those of half the recording's keys, and slots from 0 up to make the count.
+fn slots_to_move() -> String {
+    let mut slots: Vec<u16> = (0..KEYS / 2).map(|i| key_slot(format!("rs-{i}").as_bytes())).collect();
+    let mut fill = 0u16;
+    slots.sort_unstable();
+    slots.dedup();
+    while slots.len() < 1000 {
+        if !slots.contains(&fill) {
+            slots.push(fill);
+        }
+        fill += 1;
+    }
+    slots.sort_unstable();
+    let parts: Vec<String> = slots.iter().map(u16::to_string).collect();
+    parts.join(",")
+}
+
+#[test]
+fn slots_move_back_and_forth_under_load_and_leader_faults() {
+    let (mut guards, nodes, resp) = groups_cluster("reshard", 2, 3);
+    let pids: Vec<u32> = guards.iter().map(|g| g.0.id()).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let list: Vec<String> = nodes.split(',').map(str::to_string).collect();
+    let client = Arc::new(Cluster::new(&list, ClientConfig::default()).unwrap());
+    let recorder = {
+        let client = client.clone();
+        rt.spawn(async move {
+            let config = RecordConfig {
+                clients: 8,
+                keys: KEYS,
+                key_prefix: "rs-".into(),
+                duration: Duration::from_secs(24),
+                max_ops_per_client: 4_000,
+                ..RecordConfig::default()
+            };
+            record(client, &config).await
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let slots = slots_to_move();
+    let mut alive = vec![true; 6];
+    // 1. 0 -> 1, the source's leader killed in the middle, then the admin itself: the
+    // second run finishes what the first left frozen or importing.
+    let victim = leader(&resp, 0, &alive);
+    let runs = move_slots(&nodes, 0, 1, &slots, |admin| {
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = guards[victim].0.kill();
+        alive[victim] = false;
+        std::thread::sleep(Duration::from_millis(700));
+        let _ = admin.kill();
+    });
+    assert!(runs >= 2, "the admin was killed before the move ended");
+    // 2. 1 -> 0, the target's (group 0's new) leader paused for 1.5 s.
+    let paused = leader(&resp, 0, &alive);
+    move_slots(&nodes, 1, 0, &slots, |_| {
+        std::thread::sleep(Duration::from_millis(200));
+        signal(pids[paused], "STOP");
+        std::thread::sleep(Duration::from_millis(1500));
+        signal(pids[paused], "CONT");
+    });
+    // 3. 0 -> 1, the target's leader killed.
+    let victim = 3 + leader(&resp, 1, &alive);
+    move_slots(&nodes, 0, 1, &slots, |_| {
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = guards[victim].0.kill();
+        alive[victim] = false;
+    });
+    // 4. 1 -> 0, the source's leader paused.
+    let paused = 3 + leader(&resp, 1, &alive);
+    move_slots(&nodes, 1, 0, &slots, |_| {
+        std::thread::sleep(Duration::from_millis(200));
+        signal(pids[paused], "STOP");
+        std::thread::sleep(Duration::from_millis(1500));
+        signal(pids[paused], "CONT");
+    });
+    let recording = rt.block_on(recorder).unwrap();
+    let report = check(&recording.history, &CheckOptions::default());
+    if let Verdict::NotLinearizable(f) = &report.verdict {
+        eprintln!("{}", render_timeline(f));
+    }
+    assert_eq!(report.verdict, Verdict::Linearizable);
+    let ops = recording.history.operations.len();
+    assert!(ops > 1000, "only {ops} ops recorded");
+    // Every slot has exactly one owner: the moved slots are with group 0 (the last move's
+    // target), the rest where the even split put them; nothing is left frozen or importing.
+    let out = kvd(&["admin", "slots", "--nodes", &nodes]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let moved_high = slots.split(',').filter(|s| s.parse::<u16>().unwrap() >= 8192).count();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].contains(&format!("owned {} (0-8191,", 8192 + moved_high)),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains(&format!("owned {} (8192-", 8192 - moved_high)),
+        "{text}"
+    );
+    for line in lines {
+        assert!(line.contains("frozen 0 (-), importing 0 (-)"), "{text}");
+    }
+    // Every key reads back through a fresh client (which starts from the even split).
+    let fresh = Cluster::new(&list, ClientConfig::default()).unwrap();
+    for i in 0..KEYS {
+        let key = format!("rs-{i}");
+        rt.block_on(fresh.get(key.as_bytes())).unwrap();
+    }
+}
