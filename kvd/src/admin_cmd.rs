@@ -65,6 +65,20 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
             let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
             crate::move_slots::move_slots(&groups, (from, to), &wanted, usize::from(chunk)).await?;
         }
+        AdminCommand::Rebalance { nodes, chunk } => {
+            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            let keep: Vec<usize> = (0..groups.count()).collect();
+            crate::reshard::rebalance(&groups, &keep, usize::from(chunk)).await?;
+        }
+        AdminCommand::AddShard { nodes, group, chunk } => {
+            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            let new = group.unwrap_or(groups.count().saturating_sub(1));
+            crate::reshard::add_shard(&groups, new, usize::from(chunk)).await?;
+        }
+        AdminCommand::RemoveShard { nodes, group, chunk } => {
+            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            crate::reshard::remove_shard(&groups, group, usize::from(chunk)).await?;
+        }
         AdminCommand::Slots { nodes } => {
             let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
             crate::move_slots::print_slots(&groups).await?;

@@ -62,6 +62,11 @@ pub struct ServeArgs {
     /// Which shard this node serves, as I/N (node I of N, counting from 0).
     #[arg(long, default_value = "0/1", value_name = "I/N")]
     pub shard: ShardId,
+    /// Start owning no hash slot: a shard group being added to a running cluster, which
+    /// `kvd admin add-shard` then gives slots (docs/CLUSTER.md). With --data-dir the choice
+    /// is kept in the directory, and a restart must make the same one.
+    #[arg(long)]
+    pub no_slots: bool,
     /// Address to listen on (port 0 picks a free port; the ready line shows it).
     #[arg(long, default_value = DEFAULT_NODE, value_name = "ADDR")]
     pub listen: String,
@@ -190,6 +195,12 @@ impl ServeArgs {
     /// the flag (a zero frame limit would refuse every request; a huge capacity would abort
     /// on allocation).
     pub fn validate(&self) -> Result<(), String> {
+        if self.no_slots && self.shard.index == 0 {
+            return Err(format!(
+                "--no-slots with --shard {}: an added group comes after the groups it joins (its index is at least 1)",
+                self.shard
+            ));
+        }
         if self.max_frame < MIN_MAX_FRAME {
             return Err(format!(
                 "--max-frame {} is too small: a request frame needs at least {MIN_MAX_FRAME} bytes",
@@ -447,6 +458,38 @@ pub enum AdminCommand {
         chunk: u16,
         /// The slots, as `0-99,200,300-310`.
         slots: String,
+    },
+    /// Move slots until every group of --nodes holds an even share (see move-slots).
+    Rebalance {
+        #[command(flatten)]
+        nodes: NodesArgs,
+        /// Slots per hand-over.
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=16384))]
+        chunk: u16,
+    },
+    /// Give a new shard group slots: --group (default: the last of --nodes), started with
+    /// `kvd --shard I/N --no-slots`, learns the cluster's slot map, then the slots are spread
+    /// evenly over every group.
+    AddShard {
+        #[command(flatten)]
+        nodes: NodesArgs,
+        /// The new group's index in --nodes [default: the last].
+        #[arg(long)]
+        group: Option<usize>,
+        /// Slots per hand-over.
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=16384))]
+        chunk: u16,
+    },
+    /// Spread every slot of --group over the other groups, so that its members may be stopped.
+    RemoveShard {
+        #[command(flatten)]
+        nodes: NodesArgs,
+        /// The group to empty (its index in --nodes).
+        #[arg(long)]
+        group: usize,
+        /// Slots per hand-over.
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=16384))]
+        chunk: u16,
     },
     /// Print each group's slots: owned, frozen (being handed over), importing, and its epoch.
     Slots {

@@ -34,6 +34,7 @@ pub mod local;
 pub mod manager;
 pub mod move_slots;
 pub mod node;
+pub mod reshard;
 pub mod resp;
 mod sampler;
 pub mod server;

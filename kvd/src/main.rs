@@ -49,6 +49,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.capacity_fits(map_shards).map_err(anyhow::Error::msg)?;
     let config = NodeConfig {
         shard: args.shard,
+        no_slots: args.no_slots,
         map_shards,
         capacity: args.capacity,
         max_conns: args.max_conns,

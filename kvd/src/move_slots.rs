@@ -91,7 +91,7 @@ impl Groups {
     }
 
     /// Applies `change` at group `g`; an error unless the group took it.
-    async fn change(&self, g: usize, change: &SlotChange) -> anyhow::Result<()> {
+    pub async fn change(&self, g: usize, change: &SlotChange) -> anyhow::Result<()> {
         let reply = self.one(g, OpKind::SlotSet, &change.encode()).await?;
         match reply.batch()?.result(0) {
             OpReply::Stored => Ok(()),

@@ -44,6 +44,8 @@ pub fn report_log_drops(read: impl Fn() -> u64 + Send + Sync + 'static) {
 pub struct NodeConfig {
     /// The shard this node serves.
     pub shard: ShardId,
+    /// `--no-slots`: it starts owning no slot (a group added to a running cluster).
+    pub no_slots: bool,
     /// Internal map shards (rounded up to a power of two).
     pub map_shards: usize,
     /// Keys to preallocate room for.
@@ -101,6 +103,7 @@ impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             shard: ShardId::SOLO,
+            no_slots: false,
             map_shards: 64,
             capacity: 0,
             max_conns: 1024,
@@ -176,6 +179,9 @@ impl Node {
     /// preallocation cannot be had.
     pub fn new(config: NodeConfig) -> std::io::Result<Node> {
         let mut store = Store::with_limit(config.shard, config.map_shards, config.capacity, config.memory)?;
+        if config.no_slots {
+            store.start_without_slots();
+        }
         #[cfg(test)]
         if config.fault_stale_reads {
             store.enable_stale_reads();
@@ -214,7 +220,7 @@ impl Node {
         let started = Instant::now();
         // First of all: no other kvd may serve this directory while this one does.
         self.lock = Some(crate::durable::meta::DataDirLock::take(&dir)?);
-        crate::durable::meta::check_shard(&dir, self.config.shard)?;
+        crate::durable::meta::check_shard(&dir, self.config.shard, self.config.no_slots)?;
         let (shard, recovery) = DurableShard::open(
             &dir,
             self.store.clone(),

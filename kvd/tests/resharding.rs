@@ -182,3 +182,80 @@ fn slots_move_back_and_forth_under_load_and_leader_faults() {
         rt.block_on(fresh.get(key.as_bytes())).unwrap();
     }
 }
+
+/// A fourth group (started with `--no-slots`) is added under a YCSB-B-like load (95% reads,
+/// 5% writes, every write from one writer per key), then removed: each group holds an even
+/// share in between, the fourth none at the end, and the cluster holds exactly the keys
+/// written, each with its last acknowledged value.
+#[test]
+fn add_shard_then_remove_shard_keeps_the_key_set() {
+    let addrs: Vec<String> = (0..4).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
+    let mut guards = Vec::new();
+    for (i, addr) in addrs.iter().enumerate().take(3) {
+        guards.push(common::start_at(addr, &["--shard", &format!("{i}/3")]).0);
+    }
+    guards.push(common::start_at(&addrs[3], &["--shard", "3/4", "--no-slots"]).0);
+    let nodes = addrs.join(",");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = Arc::new(Cluster::new(&addrs, ClientConfig::default()).unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Four writers, each owning the keys `w{writer}-{n}`, n < 500.
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (client, stop) = (client.clone(), stop.clone());
+            rt.spawn(async move {
+                let mut last = std::collections::HashMap::new();
+                for round in 0u64..200_000 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let key = format!("w{w}-{}", round % 500);
+                    if round % 20 == 0 || round < 500 {
+                        let value = format!("{round}");
+                        if client.put(key.as_bytes(), value.as_bytes()).await.is_ok() {
+                            last.insert(key, value);
+                        }
+                    } else {
+                        let _ = client.get(key.as_bytes()).await;
+                    }
+                }
+                last
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let out = kvd(&["admin", "add-shard", "--nodes", &nodes, "--chunk", "1024"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let slots = String::from_utf8_lossy(&kvd(&["admin", "slots", "--nodes", &nodes]).stdout).into_owned();
+    assert_eq!(slots.matches("owned 4096 ").count(), 4, "{slots}");
+    let out = kvd(&[
+        "admin",
+        "remove-shard",
+        "--nodes",
+        &nodes,
+        "--group",
+        "3",
+        "--chunk",
+        "1024",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut written = std::collections::HashMap::new();
+    for w in writers {
+        written.extend(rt.block_on(w).unwrap());
+    }
+    let slots = String::from_utf8_lossy(&kvd(&["admin", "slots", "--nodes", &nodes]).stdout).into_owned();
+    assert!(slots.lines().nth(3).unwrap().contains("owned 0 (-)"), "{slots}");
+    let fresh = Cluster::new(&addrs, ClientConfig::default()).unwrap();
+    for (key, value) in &written {
+        let got = rt.block_on(fresh.get(key.as_bytes())).unwrap();
+        assert_eq!(got.as_deref(), Some(value.as_bytes()), "{key}");
+    }
+    let held: u64 = (0..4).map(|g| rt.block_on(fresh.stats(g)).unwrap().keys).sum();
+    assert_eq!(held, written.len() as u64, "no key left behind twice, none lost");
+    assert_eq!(rt.block_on(fresh.stats(3)).unwrap().keys, 0);
+}

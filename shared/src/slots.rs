@@ -125,6 +125,25 @@ impl SlotTable {
         }
     }
 
+    /// The table of a group added to a running cluster of `before` groups (`--no-slots`):
+    /// it owns nothing; every slot is gone to its owner in the even split of `before`.
+    pub fn joining(before: u32) -> SlotTable {
+        let table = SlotTable::for_client(before);
+        for cell in table.cells.iter() {
+            if let Some(slot) = Slot::unpack(cell.load(Ordering::Relaxed)) {
+                cell.store(
+                    Slot {
+                        state: SlotState::Gone,
+                        ..slot
+                    }
+                    .pack(),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        table
+    }
+
     /// A client's table of a cluster of `groups` groups before it has heard of any move:
     /// the even split (every slot `Owned` by its owner: a client has no state of its own).
     pub fn for_client(groups: u32) -> SlotTable {

@@ -123,21 +123,39 @@ impl DataDirLock {
 /// What the shard file says after the shard: keys are placed by hash slot. A shard file
 /// without it was written by a kvd that placed keys by `xxh3` (before 2026-11-26).
 const SLOT_PLACEMENT: &str = "slots";
+/// The shard file's word for a group started with `--no-slots`: it began owning no slot.
+const ADDED_PLACEMENT: &str = "added-slots";
 
 /// Refuses a data directory written for another shard, or by a kvd that placed keys
 /// otherwise; marks a new one as this shard's.
-pub fn check_shard(dir: &Path, me: ShardId) -> std::io::Result<()> {
+pub fn check_shard(dir: &Path, me: ShardId, no_slots: bool) -> std::io::Result<()> {
     let path = dir.join(SHARD_FILE);
+    let mine = if no_slots { ADDED_PLACEMENT } else { SLOT_PLACEMENT };
     let Some(found) = read_meta(&path, "the shard file")? else {
-        return write_atomically(&path, format!("{me} {SLOT_PLACEMENT}\n").as_bytes());
+        return write_atomically(&path, format!("{me} {mine}\n").as_bytes());
     };
     let mut words = found.split_whitespace();
     let shard = words.next().and_then(|w| w.parse::<ShardId>().ok());
     let placement = words.next();
     let invalid = |message: String| err(std::io::ErrorKind::InvalidData, message);
     match (shard, placement, words.next()) {
-        (Some(s), Some(SLOT_PLACEMENT), None) if s == me => Ok(()),
-        (Some(s), Some(SLOT_PLACEMENT), None) => Err(invalid(format!(
+        (Some(s), Some(p), None) if s == me && p == mine => Ok(()),
+        (Some(s), Some(SLOT_PLACEMENT | ADDED_PLACEMENT), None) if s == me => Err(invalid(format!(
+            "{} holds shard {s} started {}, but this kvd was started {}: start it as the directory was first started \
+             (a group's slots come from its log, and the start is where that log begins)",
+            dir.display(),
+            if no_slots {
+                "with the even split of --shard"
+            } else {
+                "with --no-slots (a group added to a running cluster)"
+            },
+            if no_slots {
+                "with --no-slots"
+            } else {
+                "without --no-slots"
+            },
+        ))),
+        (Some(s), Some(SLOT_PLACEMENT | ADDED_PLACEMENT), None) => Err(invalid(format!(
             "{} holds shard {s} but this kvd serves --shard {me}: point --data-dir at this shard's directory",
             dir.display()
         ))),
@@ -256,24 +274,27 @@ mod tests {
     fn an_empty_or_damaged_shard_file_gets_its_own_message() {
         let dir = scratch("shard");
         let me = ShardId { index: 1, count: 2 };
-        check_shard(&dir, me).unwrap();
-        check_shard(&dir, me).unwrap();
+        check_shard(&dir, me, false).unwrap();
+        check_shard(&dir, me, false).unwrap();
+        // Started with the even split: a restart with --no-slots is refused, and back.
+        let e = check_shard(&dir, me, true).unwrap_err().to_string();
+        assert!(e.contains("started with the even split of --shard"), "{e}");
         assert_eq!(std::fs::read(dir.join(SHARD_FILE)).unwrap(), b"1/2 slots\n");
         std::fs::write(dir.join(SHARD_FILE), b"").unwrap();
-        let e = check_shard(&dir, me).unwrap_err().to_string();
+        let e = check_shard(&dir, me, false).unwrap_err().to_string();
         assert!(e.contains("is empty") && e.contains("shard"), "{e}");
         std::fs::write(dir.join(SHARD_FILE), b"\x00\x00garbage").unwrap();
-        let e = check_shard(&dir, me).unwrap_err().to_string();
+        let e = check_shard(&dir, me, false).unwrap_err().to_string();
         assert!(e.contains("damaged"), "{e}");
         std::fs::write(dir.join(SHARD_FILE), b"0/2 slots\n").unwrap();
-        let e = check_shard(&dir, me).unwrap_err().to_string();
+        let e = check_shard(&dir, me, false).unwrap_err().to_string();
         assert!(e.contains("holds shard 0/2 but"), "{e}");
         std::fs::write(dir.join(SHARD_FILE), b"1/2 slots extra\n").unwrap();
-        let e = check_shard(&dir, me).unwrap_err().to_string();
+        let e = check_shard(&dir, me, false).unwrap_err().to_string();
         assert!(e.contains("damaged"), "{e}");
         // A directory from before hash slots: refused, and left as it was.
         std::fs::write(dir.join(SHARD_FILE), b"1/2\n").unwrap();
-        let e = check_shard(&dir, me).unwrap_err().to_string();
+        let e = check_shard(&dir, me, false).unwrap_err().to_string();
         assert!(e.contains("before hash slots"), "{e}");
         assert_eq!(std::fs::read(dir.join(SHARD_FILE)).unwrap(), b"1/2\n");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -298,7 +319,7 @@ mod tests {
         fn any_shard_file_is_taken_or_refused_without_a_panic(text in "\\PC{0,64}") {
             let dir = scratch("shard-any");
             std::fs::write(dir.join(SHARD_FILE), text.as_bytes()).unwrap();
-            let _ = check_shard(&dir, ShardId::SOLO);
+            let _ = check_shard(&dir, ShardId::SOLO, false);
         }
 
         #[test]

@@ -144,6 +144,8 @@ pub struct Store {
     slots: kvshared::slots::SlotTable,
     /// See [`Store::writes_through_log_only`].
     log_only_writes: bool,
+    /// Started with `--no-slots` (see [`Store::start_without_slots`]).
+    no_slots: bool,
     /// The log entry of the table's last change (0: none, or in memory).
     slots_applied: std::sync::atomic::AtomicU64,
     /// Accounted bytes, and `--max-memory` (see `memory`).
@@ -240,6 +242,7 @@ impl Store {
             me,
             slots: kvshared::slots::SlotTable::for_shard(me),
             log_only_writes: false,
+            no_slots: false,
             slots_applied: std::sync::atomic::AtomicU64::new(0),
             usage,
             started: std::time::Instant::now(),

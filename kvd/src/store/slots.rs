@@ -253,9 +253,20 @@ impl Store {
         Ok(8 + kvshared::slots::ENCODED_LEN)
     }
 
+    /// Starts the table owning no slot (`--no-slots`): every slot gone to the group the even
+    /// split of the groups before this one gives it, at epoch 0, until `kvd admin add-shard`
+    /// tells it the cluster's map.
+    pub fn start_without_slots(&mut self) {
+        self.slots = kvshared::slots::SlotTable::joining(self.me.index.max(1));
+        self.no_slots = true;
+    }
+
     /// Resets the table to the even split `--shard` gives (a snapshot from before slot maps).
     pub(super) fn reset_slots(&self) {
-        let fresh = kvshared::slots::SlotTable::for_shard(self.me);
+        let fresh = match self.no_slots {
+            true => kvshared::slots::SlotTable::joining(self.me.index.max(1)),
+            false => kvshared::slots::SlotTable::for_shard(self.me),
+        };
         for (s, e) in fresh.entries().into_iter().enumerate() {
             self.slots.set(s as u16, e);
         }

@@ -11,7 +11,7 @@ use super::connection::{Connection, InFlight, Reply};
 use super::{ClientConfig, ClientError, LayoutProblem, NodeBatches, ReadFrom, check_layout};
 use crate::frame::FrameKind;
 use crate::slots::SlotTable;
-use crate::stats::NodeStats;
+use crate::stats::{GroupRole, NodeStats};
 use crate::wire::{
     BatchRequest, ConfigRequest, ErrorCode, OpKind, OpReply, decode_stats, encode_empty_frame, encode_frame,
 };
@@ -1047,17 +1047,24 @@ impl Cluster {
             let config = self.config.clone();
             asks.spawn(async move {
                 let one = Cluster::new(std::slice::from_ref(&addr), config).ok()?;
-                Some((i, one.stats(0).await.ok()?.shard))
+                let s = one.stats(0).await.ok()?;
+                let leads = matches!(s.group.role, GroupRole::None | GroupRole::Leader);
+                Some((i, s.shard, leads.then_some(s.slots)))
             });
         }
         let mut member_shards = vec![None; members.len()];
+        let mut served: Vec<Option<Vec<[u16; 2]>>> = vec![None; entries.len()];
         while let Some(done) = asks.join_next().await {
-            if let Ok(Some((i, shard))) = done {
+            if let Ok(Some((i, shard, slots))) = done {
                 member_shards[i] = Some(shard);
+                if let Some(slots) = slots {
+                    served[members[i].0] = Some(slots);
+                }
             }
         }
         let (shards, mut problems) = super::entry_shards(&entries, &member_shards);
         problems.extend(check_layout(&entries, &shards));
+        problems.extend(super::layout::slots_served_twice(&entries, &served));
         problems
     }
 

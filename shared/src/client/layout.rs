@@ -37,6 +37,15 @@ pub enum LayoutProblem {
         /// What its group's first member serves.
         group: ShardId,
     },
+    /// Two groups serve the same slot: a group started with the even split of a larger
+    /// cluster (a new group needs `--no-slots`), or two clusters listed as one.
+    #[error("{} both serve slot {slot}: one slot, one group (start a group being added with --no-slots)", addrs.join(" and "))]
+    SlotServedTwice {
+        /// The slot.
+        slot: u16,
+        /// The groups' entries.
+        addrs: Vec<String>,
+    },
     /// A node is listed at another position than its shard index.
     #[error("{addr} serves shard {shard} but is listed at position {position}: list the nodes in shard order")]
     OutOfOrder {
@@ -84,14 +93,16 @@ pub fn entry_shards(
 }
 
 /// The problems with `addrs` (the list, in the order given) given the shard each node
-/// reports (`None`: it did not answer, nothing is known of it). Count mismatches are named
-/// once per node; positions are only judged when the sizes agree.
+/// reports (`None`: it did not answer, nothing is known of it). A node started in a smaller
+/// cluster than the list (`--shard 1/3` of 4 listed) is fine: the cluster grew (groups added
+/// with `--no-slots`); one started in a larger one is named. Positions are judged unless
+/// the node's cluster is larger than the list.
 pub fn check_layout(addrs: &[String], shards: &[Option<ShardId>]) -> Vec<LayoutProblem> {
     let mut problems = Vec::new();
     let listed = addrs.len();
     for (addr, shard) in addrs.iter().zip(shards) {
         if let Some(shard) = *shard
-            && shard.count as usize != listed
+            && shard.count as usize > listed
         {
             problems.push(LayoutProblem::CountMismatch {
                 addr: addr.clone(),
@@ -101,16 +112,16 @@ pub fn check_layout(addrs: &[String], shards: &[Option<ShardId>]) -> Vec<LayoutP
             });
         }
     }
-    let mut seen: Vec<ShardId> = Vec::new();
+    let mut seen: Vec<u32> = Vec::new();
     for shard in shards.iter().flatten() {
-        if seen.contains(shard) {
+        if seen.contains(&shard.index) {
             continue;
         }
-        seen.push(*shard);
+        seen.push(shard.index);
         let holders: Vec<String> = addrs
             .iter()
             .zip(shards)
-            .filter(|(_, s)| s.as_ref() == Some(shard))
+            .filter(|(_, s)| s.is_some_and(|s| s.index == shard.index))
             .map(|(a, _)| a.clone())
             .collect();
         if holders.len() > 1 {
@@ -122,7 +133,7 @@ pub fn check_layout(addrs: &[String], shards: &[Option<ShardId>]) -> Vec<LayoutP
     }
     for (position, (addr, shard)) in addrs.iter().zip(shards).enumerate() {
         if let Some(shard) = *shard
-            && shard.count as usize == listed
+            && shard.count as usize <= listed
             && shard.index as usize != position
         {
             problems.push(LayoutProblem::OutOfOrder {
@@ -133,6 +144,28 @@ pub fn check_layout(addrs: &[String], shards: &[Option<ShardId>]) -> Vec<LayoutP
         }
     }
     problems
+}
+
+/// The first slot two entries both serve (each entry's served ranges as its leader, or
+/// single node, reports them; `None`: unknown).
+pub fn slots_served_twice(addrs: &[String], served: &[Option<Vec<[u16; 2]>>]) -> Option<LayoutProblem> {
+    let mut by: Vec<Option<usize>> = vec![None; usize::from(crate::routing::SLOTS)];
+    for (entry, ranges) in served.iter().enumerate() {
+        for [a, b] in ranges.iter().flatten() {
+            for s in *a..=(*b).min(crate::routing::SLOTS - 1) {
+                match by[usize::from(s)] {
+                    Some(other) if other != entry => {
+                        return Some(LayoutProblem::SlotServedTwice {
+                            slot: s,
+                            addrs: vec![addrs[other].clone(), addrs[entry].clone()],
+                        });
+                    }
+                    _ => by[usize::from(s)] = Some(entry),
+                }
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -187,5 +220,21 @@ mod tests {
         let p = check_layout(&addrs(2), &[s(0, 3), s(1, 3)]);
         assert_eq!(p.len(), 2);
         assert!(p[0].to_string().contains("a cluster of 3 nodes, but --nodes lists 2"));
+
+        // A grown cluster: three started as i/3, a fourth added as 3/4.
+        assert!(check_layout(&addrs(4), &[s(0, 3), s(1, 3), s(2, 3), s(3, 4)]).is_empty());
+        let p = check_layout(&addrs(4), &[s(0, 3), s(1, 3), s(2, 3), s(2, 4)]);
+        assert!(p.iter().any(|p| matches!(p, LayoutProblem::Duplicate { .. })), "{p:?}");
+        // ...whose fourth was started without --no-slots: it serves the third's slots too.
+        let served = vec![
+            Some(vec![[0, 5461]]),
+            Some(vec![[12288, 16383]]),
+            Some(vec![[10923, 16383]]),
+        ];
+        let p = slots_served_twice(&addrs(3), &served).unwrap();
+        assert_eq!(
+            p.to_string(),
+            "h:1 and h:2 both serve slot 12288: one slot, one group (start a group being added with --no-slots)"
+        );
     }
 }
