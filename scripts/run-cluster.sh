@@ -41,6 +41,9 @@ Options:
                      go to nemesis.txt (and faults.tsv); the check must still be linearizable,
                      and prints each fault's unavailability as the clients saw it.
   --nemesis-every D  seconds between faults (default 2)
+  --reshard          during --check, move half of shard 0's slots to shard 1 and back, again
+                     and again (`kvd admin move-slots`, 256 slots a hand-over; needs 2 shards
+                     or more); the moves go to reshard.txt. The check must stay linearizable.
   --check-args ARGS  more arguments for `kvbench check`, e.g. "--reads stale --max-staleness
                      500ms" (then the check's status is whether the staleness bound held)
   --bin-dir DIR      where kvd and kvbench live on the hosts (ssh default /tmp/kvd-bin)
@@ -85,6 +88,7 @@ REPLICAS=1
 DURABLE=0
 NEMESIS=""
 NEMESIS_EVERY=2
+RESHARD=0
 BIN_DIR=""
 SHARED_BIN=0
 LOGS=logs
@@ -106,6 +110,7 @@ while (($#)); do
     --durable) DURABLE=1; shift ;;
     --nemesis) NEMESIS=$2; shift 2 ;;
     --nemesis-every) NEMESIS_EVERY=$2; shift 2 ;;
+    --reshard) RESHARD=1; shift ;;
     --bin-dir) BIN_DIR=$2; shift 2 ;;
     --shared-bin) SHARED_BIN=1; shift ;;
     --logs) LOGS=$2; shift 2 ;;
@@ -134,6 +139,10 @@ if [[ -n $NEMESIS ]]; then
     [[ ($f != partition && $f != isolate) || $MODE == local ]] || { echo "run-cluster: the $f fault needs --local (namespace hosts whose links it can cut)" >&2; exit 2; }
   done
   [[ $NEMESIS_EVERY =~ ^[0-9]+$ && $NEMESIS_EVERY -ge 1 ]] || { echo "run-cluster: --nemesis-every must be whole seconds >= 1" >&2; exit 2; }
+fi
+if ((RESHARD)); then
+  [[ $SERVERS -ge 2 ]] || { echo "run-cluster: --reshard moves slots between shards 0 and 1: give 2 shards or more" >&2; exit 2; }
+  [[ -n $CHECK ]] || { echo "run-cluster: --reshard runs during --check DURATION: give --check" >&2; exit 2; }
 fi
 # Server hosts: shard i's member r is host i*REPLICAS+r; the clients come after them.
 SERVER_HOSTS=$((SERVERS * REPLICAS))
@@ -432,6 +441,18 @@ nemesis() {
   done
 }
 
+# reshard: until the file $1 exists, move half of shard 0's slots to shard 1, then back.
+reshard() {
+  local stop=$1 last=$((16384 / SERVERS / 2 - 1)) from=0 n=0
+  while [[ ! -e $stop ]] && ((n < 1000)); do
+    printf '%s move-slots %s -> %s: 0-%s\n' "$(date +%T.%N | cut -c1-12)" "$from" "$((1 - from))" "$last" >>"$OUT/reshard.txt"
+    on "$FIRST_CLIENT" "$KVD" admin move-slots --nodes "$NODES" --from "$from" --to "$((1 - from))" "0-$last" "${AUTH[@]}" \
+      >>"$OUT/reshard.txt" 2>&1 || echo "move-slots failed (the next run finishes it)" >>"$OUT/reshard.txt"
+    from=$((1 - from))
+    n=$((n + 1))
+  done
+}
+
 FIRST_CLIENT=$SERVER_HOSTS
 say "waiting until every kvd answers"
 if ((!DRY)); then
@@ -488,6 +509,12 @@ if [[ -n $CHECK ]]; then
     nemesis "$OUT/nemesis.stop" &
     NEMESIS_PID=$!
   fi
+  RESHARD_PID=""
+  if ((RESHARD && !DRY)); then
+    : >"$OUT/reshard.txt"
+    reshard "$OUT/reshard.stop" &
+    RESHARD_PID=$!
+  fi
   FAULT_ARGS=()
   # The fault log is written here; a client on another machine (ssh) cannot read it.
   [[ -n $NEMESIS && $MODE != ssh ]] && FAULT_ARGS=(--faults "$OUT/faults.tsv")
@@ -498,6 +525,12 @@ if [[ -n $CHECK ]]; then
     touch "$OUT/nemesis.stop"
     wait "$NEMESIS_PID" || true
     say "faults injected: $(wc -l <"$OUT/nemesis.txt") (see nemesis.txt)"
+  fi
+  if [[ -n $RESHARD_PID ]]; then
+    touch "$OUT/reshard.stop"
+    wait "$RESHARD_PID" || true
+    say "slot moves: $(grep -c '^kvd: moved' "$OUT/reshard.txt") (see reshard.txt)"
+    on "$FIRST_CLIENT" "$KVD" admin slots --nodes "$NODES" "${AUTH[@]}" | tee -a "$OUT/reshard.txt"
   fi
   fetch "$FIRST_CLIENT" "$RESULT_DIR/history.json" "$OUT/history.json" || true
 fi

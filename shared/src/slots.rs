@@ -265,6 +265,21 @@ impl SlotTable {
         out
     }
 
+    /// The slots frozen and importing here, and the highest epoch (for stats).
+    pub fn moves(&self) -> crate::stats::SlotMoves {
+        let mut m = crate::stats::SlotMoves::default();
+        for s in 0..SLOTS {
+            let e = self.get(s);
+            m.epoch = m.epoch.max(e.epoch);
+            match e.state {
+                SlotState::Frozen => m.frozen += 1,
+                SlotState::Importing => m.importing += 1,
+                SlotState::Owned | SlotState::Gone => {}
+            }
+        }
+        m
+    }
+
     /// The ranges this node's group serves (owned or frozen).
     pub fn served(&self) -> Vec<[u16; 2]> {
         self.ranges(|s| matches!(s.state, SlotState::Owned | SlotState::Frozen))

@@ -565,6 +565,10 @@ pub struct NodeStats {
     /// The hash slot ranges the node serves, first and last slot of each (docs/CLUSTER.md).
     #[serde(default)]
     pub slots: Vec<[u16; 2]>,
+    /// Slot moves under way here: slots this node's group is handing over (frozen) and
+    /// taking in (importing), and the highest epoch its slot table holds.
+    #[serde(default)]
+    pub slot_moves: SlotMoves,
     /// The shard's log and snapshots (`durability.mode` is `memory` without `--data-dir`).
     #[serde(default)]
     pub durability: Durability,
@@ -666,6 +670,7 @@ impl Default for NodeStats {
             worker_threads: 0,
             resp_addr: String::new(),
             slots: Vec::new(),
+            slot_moves: SlotMoves::default(),
             durability: Durability::default(),
             group: GroupFigures::default(),
             latency: LatencyStats::default(),
@@ -676,8 +681,22 @@ impl Default for NodeStats {
     }
 }
 
+/// Slot moves under way at a node (docs/CLUSTER.md).
+#[derive(
+    Archive, RkyvSerialize, RkyvDeserialize, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub struct SlotMoves {
+    /// Slots frozen here: being handed to another group (writes answered "try again").
+    pub frozen: u32,
+    /// Slots being copied in here.
+    pub importing: u32,
+    /// The highest epoch of the node's slot table (0: the even split, never moved).
+    pub epoch: u32,
+}
+
 impl NodeStats {
-    /// The slots it serves, as `0-5461 (5462 slots)`; `none` when it serves none.
+    /// The slots it serves, as `0-5461 (5462 slots)`, with the moves under way
+    /// (`, 256 frozen`); `none` when it serves none.
     pub fn slots_summary(&self) -> String {
         let count: u32 = self
             .slots
@@ -689,9 +708,16 @@ impl NodeStats {
             .iter()
             .map(|[a, b]| if a == b { a.to_string() } else { format!("{a}-{b}") })
             .collect();
+        let m = self.slot_moves;
+        let moving = match (m.frozen, m.importing) {
+            (0, 0) => String::new(),
+            (f, 0) => format!(", {f} frozen"),
+            (0, i) => format!(", {i} importing"),
+            (f, i) => format!(", {f} frozen, {i} importing"),
+        };
         match count {
-            0 => "none".to_string(),
-            n => format!("{} ({n} slots)", ranges.join(",")),
+            0 => format!("none{moving}"),
+            n => format!("{} ({n} slots{moving})", ranges.join(",")),
         }
     }
 
@@ -899,6 +925,12 @@ mod tests {
         assert_eq!(s.slots_summary(), "none");
         s.slots = vec![[0, 5461], [7000, 7000]];
         assert_eq!(s.slots_summary(), "0-5461,7000 (5463 slots)");
+        s.slot_moves = SlotMoves {
+            frozen: 256,
+            importing: 0,
+            epoch: 3,
+        };
+        assert_eq!(s.slots_summary(), "0-5461,7000 (5463 slots, 256 frozen)");
     }
 
     use super::*;
