@@ -94,15 +94,17 @@ pub fn entry_shards(
 
 /// The problems with `addrs` (the list, in the order given) given the shard each node
 /// reports (`None`: it did not answer, nothing is known of it). A node started in a smaller
-/// cluster than the list (`--shard 1/3` of 4 listed) is fine: the cluster grew (groups added
-/// with `--no-slots`); one started in a larger one is named. Positions are judged unless
-/// the node's cluster is larger than the list.
+/// cluster than the list (`--shard 1/3` of 4 listed) is fine when the cluster grew: some node
+/// was started as the list's last (`3/4`, a group added with `--no-slots`); one started in a
+/// larger cluster than the list is always named. Positions are judged unless the node's
+/// cluster is larger than the list.
 pub fn check_layout(addrs: &[String], shards: &[Option<ShardId>]) -> Vec<LayoutProblem> {
     let mut problems = Vec::new();
     let listed = addrs.len();
+    let grown = shards.iter().flatten().any(|s| s.count as usize == listed);
     for (addr, shard) in addrs.iter().zip(shards) {
         if let Some(shard) = *shard
-            && shard.count as usize > listed
+            && (shard.count as usize > listed || ((shard.count as usize) < listed && !grown))
         {
             problems.push(LayoutProblem::CountMismatch {
                 addr: addr.clone(),
@@ -221,8 +223,11 @@ mod tests {
         assert_eq!(p.len(), 2);
         assert!(p[0].to_string().contains("a cluster of 3 nodes, but --nodes lists 2"));
 
-        // A grown cluster: three started as i/3, a fourth added as 3/4.
+        // A grown cluster: three started as i/3, a fourth added as 3/4; without the fourth
+        // answering, the list is longer than the cluster the others know.
         assert!(check_layout(&addrs(4), &[s(0, 3), s(1, 3), s(2, 3), s(3, 4)]).is_empty());
+        let p = check_layout(&addrs(4), &[s(0, 3), s(1, 3), s(2, 3), None]);
+        assert_eq!(p.len(), 3, "{p:?}");
         let p = check_layout(&addrs(4), &[s(0, 3), s(1, 3), s(2, 3), s(2, 4)]);
         assert!(p.iter().any(|p| matches!(p, LayoutProblem::Duplicate { .. })), "{p:?}");
         // ...whose fourth was started without --no-slots: it serves the third's slots too.
