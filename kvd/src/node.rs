@@ -835,28 +835,9 @@ fn since(now: [u64; KINDS], before: [u64; KINDS]) -> [u64; KINDS] {
 
 fn kind_index(kind: OpKind) -> usize {
     match kind {
-        OpKind::Get
-        | OpKind::Ttl
-        | OpKind::Atomic
-        | OpKind::Unchanged
-        | OpKind::Scan
-        | OpKind::KeyCount
-        | OpKind::SlotScan
-        | OpKind::SlotMap => 0,
-        OpKind::Put
-        | OpKind::PutIfAbsent
-        | OpKind::PutIfPresent
-        | OpKind::IncrBy
-        | OpKind::Append
-        | OpKind::SetRange
-        | OpKind::PutWith
-        | OpKind::Expire
-        | OpKind::Clock
-        | OpKind::IncrByFloat
-        | OpKind::Rename
-        | OpKind::SlotSet
-        | OpKind::Load => 1,
         OpKind::Delete | OpKind::Expired | OpKind::Flush => 2,
+        k if k.is_write() => 1,
+        _ => 0,
     }
 }
 

@@ -41,10 +41,14 @@ impl Store {
             out.set(0, OpStatus::Stored);
         }
         match op.kind {
-            OpKind::Scan => {
+            OpKind::Scan | OpKind::SlotScan => {
                 tally.gets += 1;
                 let clock = super::expiry::batch_clock(batch, log_index);
-                match self.scan(op.key, op.value, clock) {
+                let page = match op.kind {
+                    OpKind::Scan => self.scan(op.key, op.value, clock),
+                    _ => self.slot_scan(op.value, clock),
+                };
+                match page {
                     Ok(page) if room.admit(page.len()) => {
                         out.set_found(first, &page);
                     }
@@ -71,20 +75,6 @@ impl Store {
                 let mut table = Vec::new();
                 self.slot_table().encode(&mut table);
                 out.set_found(first, &table);
-            }
-            OpKind::SlotScan => {
-                tally.gets += 1;
-                let clock = super::expiry::batch_clock(batch, log_index);
-                match self.slot_scan(op.value, clock) {
-                    Ok(page) if room.admit(page.len()) => {
-                        out.set_found(first, &page);
-                    }
-                    Ok(_) => out.set(first, OpStatus::TooLarge),
-                    Err(why) => {
-                        tally.malformed_op += 1;
-                        out.set_malformed(first, why);
-                    }
-                }
             }
             _ => {
                 tally.deletes += 1;
