@@ -542,6 +542,13 @@ if ((DRY)); then
   exit 0
 fi
 "$MERGE_KVBENCH" merge "$OUT"/client-*.json --json "$OUT/merged.json" --timeline "$OUT/timeline" | tee "$OUT/summary.txt"
-on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" "${AUTH[@]}" | tee "$OUT/stats-end.txt"
+# A fault's restart may still be under way: wait (up to 10 s) for every kvd to answer; the final
+# stats are for reading, not a verdict.
+for _ in $(seq 1 50); do
+  on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" --timeout 500ms "${AUTH[@]}" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+on "$FIRST_CLIENT" "$KVD" stats --nodes "$NODES" "${AUTH[@]}" | tee "$OUT/stats-end.txt" ||
+  say "a kvd did not answer the final stats (see stats-end.txt)"
 echo "results: $OUT"
 if ((CHECK_STATUS != 0)); then die "kvbench check exited $CHECK_STATUS (1: not linearizable, 2: unknown or error)"; fi
