@@ -334,14 +334,15 @@ pub async fn print_slots(groups: &Groups) -> anyhow::Result<()> {
                 }
             )
         };
-        println!(
+        // (Through the project's stdout writer: `kvd admin slots | head` must not panic.)
+        kvshared::outln!(
             "group {g} ({}): epoch {}, owned {}, frozen {}, importing {}",
             groups.cluster.addr(g),
             t.max_epoch(),
             show(SlotState::Owned),
             show(SlotState::Frozen),
             show(SlotState::Importing),
-        );
+        )?;
     }
     Ok(())
 }
