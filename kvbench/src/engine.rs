@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kvshared::client::{ClientError, Cluster, NodeBatches, Reply};
+use kvshared::client::{ClientError, Cluster, NodeBatches, Op, Outcome, Reply};
 use kvshared::latency::Latency;
 use kvshared::routing::key_slot;
 use kvshared::slots::SlotTable;
@@ -140,6 +140,8 @@ pub struct EngineOutput {
     pub measured_read_misses: u64,
     /// Puts sent to fill misses (cache-aside), warm-up included.
     pub fills: u64,
+    /// Ops answered `Moved` or `TryAgain` and sent again, warm-up included.
+    pub redirected: u64,
     pub failed_ops: u64,
     pub errors: BTreeMap<String, u64>,
     /// Ops completed in each second since start (warm-up included).
@@ -285,6 +287,7 @@ struct TaskOutput {
     read_misses: u64,
     measured_read_misses: u64,
     fills: u64,
+    redirected: u64,
     failed_ops: u64,
     errors: BTreeMap<String, u64>,
     pauses: u64,
@@ -303,6 +306,7 @@ impl TaskOutput {
             read_misses: 0,
             measured_read_misses: 0,
             fills: 0,
+            redirected: 0,
             failed_ops: 0,
             errors: BTreeMap::new(),
             pauses: 0,
@@ -358,6 +362,7 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
         read_misses: out.read_misses,
         measured_read_misses: out.measured_read_misses,
         fills: out.fills,
+        redirected: out.redirected,
         failed_ops: out.failed_ops,
         errors: out.errors,
         per_second,
@@ -384,6 +389,7 @@ fn merge_task(into: &mut TaskOutput, t: TaskOutput) {
     into.read_misses += t.read_misses;
     into.measured_read_misses += t.measured_read_misses;
     into.fills += t.fills;
+    into.redirected += t.redirected;
     into.failed_ops += t.failed_ops;
     into.pauses += t.pauses;
     for (k, v) in t.errors {
@@ -426,6 +432,7 @@ async fn task_loop(
     let mut recent = new_hist();
     let mut recent_since = Instant::now();
     let mut misses = Vec::new();
+    let mut redirected = Vec::new();
     let mut sent = BatchRequest::new();
     let mut fill = BatchRequest::new();
     let fill_value = vec![0x5a_u8; filler.value_size()];
@@ -480,20 +487,32 @@ async fn task_loop(
             Err(e) if cluster.worth_resending(node, &e) => cluster.send_batch(node, filler.request(lane)).await,
             other => other,
         };
-        let done = Instant::now();
+        let mut done = Instant::now();
         let wire_ops = filler.request(lane).len() as u64;
         // Cache-aside needs the keys of the misses once the reply is in (the batch is reused).
         if cfg.cache_aside {
             sent.clone_from(filler.request(lane));
         }
-        let counts = filler.take_counts(lane);
-        let ops: u64 = counts.iter().sum();
         match result {
             Ok(reply) => {
                 let in_window = done >= live.measure_start && done <= live.measure_end;
                 misses.clear();
-                let failed = check_reply(&cluster, &reply, wire_ops, &mut out, in_window, &mut misses);
+                redirected.clear();
+                let mut failed = check_reply(
+                    &cluster,
+                    &reply,
+                    wire_ops,
+                    &mut out,
+                    in_window,
+                    &mut misses,
+                    &mut redirected,
+                );
                 drop(reply);
+                if !redirected.is_empty() {
+                    failed -= resend(&cluster, filler.request(lane), &redirected, &mut out).await;
+                    done = Instant::now();
+                }
+                let counts = filler.take_counts(lane);
                 if cfg.cache_aside && !misses.is_empty() {
                     fill.clear();
                     for &i in &misses {
@@ -541,6 +560,7 @@ async fn task_loop(
                 }
             }
             Err(e) => {
+                let ops: u64 = filler.take_counts(lane).iter().sum();
                 out.error(e.kind(), ops);
                 live.failed.fetch_add(ops, Ordering::Relaxed);
                 if let Some(pause) = pause_after(&e, &cluster) {
@@ -581,7 +601,12 @@ async fn collect_parked(cluster: &Cluster, parked: &mut [Option<Parked>], out: &
             Ok(Ok(reply)) => {
                 let done = Instant::now();
                 let mut misses = Vec::new();
-                let failed = check_reply(cluster, &reply, p.wire_ops, out, true, &mut misses);
+                // The batch is gone: ops redirected here are not sent again (counted failed).
+                let mut redirected = Vec::new();
+                let failed = check_reply(cluster, &reply, p.wire_ops, out, true, &mut misses, &mut redirected);
+                if !redirected.is_empty() {
+                    out.error("redirected", redirected.len() as u64);
+                }
                 let ok_counts = without_failures(p.counts, failed);
                 let ok: u64 = ok_counts.iter().sum();
                 live.completed.fetch_add(ok, Ordering::Relaxed);
@@ -608,6 +633,35 @@ async fn collect_parked(cluster: &Cluster, parked: &mut [Option<Parked>], out: &
     }
 }
 
+/// Sends again the ops of `request` a node answered `Moved` (its slot has another owner,
+/// now learned) or `TryAgain` (its slot was being handed over): the cluster client routes
+/// them by its table, follows further redirects and waits out a hand-over, within its
+/// request timeout. Returns how many now succeeded; the others count as errors.
+async fn resend(cluster: &Cluster, request: &BatchRequest, redirected: &[usize], out: &mut TaskOutput) -> u64 {
+    let ops: Vec<Op<'_>> = redirected
+        .iter()
+        .filter_map(|&i| request.op(i))
+        .map(|(kind, key, value)| Op::Raw(kind, key, value))
+        .collect();
+    out.redirected += redirected.len() as u64;
+    let mut ok = 0;
+    for result in cluster.batch(&ops).await {
+        match result {
+            Ok(Outcome::NotFound) => {
+                out.read_misses += 1;
+                ok += 1;
+            }
+            Ok(_) => ok += 1,
+            Err(e) => out.error(e.kind(), 1),
+        }
+    }
+    if ops.len() < redirected.len() {
+        // An op the request does not hold (it cannot happen: the batch is kept until here).
+        out.error("protocol", (redirected.len() - ops.len()) as u64);
+    }
+    ok
+}
+
 /// Per-type op counts with `failed` ops taken off (from the first types on). Per-op failures
 /// are rare (a misconfigured cluster), and are reported in full in the error counts.
 fn without_failures(mut counts: [u64; 4], mut failed: u64) -> [u64; 4] {
@@ -619,8 +673,9 @@ fn without_failures(mut counts: [u64; 4], mut failed: u64) -> [u64; 4] {
     counts
 }
 
-/// Counts per-op errors and read misses in a reply (and collects the misses' op indexes);
-/// returns the number of failed ops.
+/// Counts per-op errors and read misses in a reply (and collects the op indexes of the
+/// misses and of the ops answered `Moved` or `TryAgain`); returns the number of failed ops,
+/// those redirected included.
 fn check_reply(
     cluster: &Cluster,
     reply: &Reply,
@@ -628,6 +683,7 @@ fn check_reply(
     out: &mut TaskOutput,
     in_window: bool,
     misses: &mut Vec<usize>,
+    redirected: &mut Vec<usize>,
 ) -> u64 {
     let view = match reply.batch() {
         Ok(v) => v,
@@ -649,15 +705,15 @@ fn check_reply(
                 misses.push(i);
             }
             Some(OpStatus::Moved) => {
-                // Learned for the next batches; this op is not sent again (counted).
+                // Learned for the next batches; the op is sent again (see `resend`).
                 if let OpReply::Moved { slot, owner, epoch } = view.result(i) {
                     cluster.learn_moved(slot, owner, epoch);
                 }
-                out.error("moved", 1);
+                redirected.push(i);
                 failed += 1;
             }
             Some(OpStatus::TryAgain) => {
-                out.error("try_again", 1);
+                redirected.push(i);
                 failed += 1;
             }
             Some(OpStatus::Malformed) | None => {

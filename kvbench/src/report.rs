@@ -124,6 +124,13 @@ pub fn summary(r: &RunResult) -> String {
             list.join(", ")
         );
     }
+    if r.redirected > 0 {
+        let _ = writeln!(
+            s,
+            "redirects  {} ops answered MOVED or TRYAGAIN (a slot moved), sent again",
+            grouped(r.redirected)
+        );
+    }
     if r.read_misses > 0 {
         let _ = writeln!(
             s,

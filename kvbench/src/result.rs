@@ -160,6 +160,9 @@ pub struct RunResult {
     /// Puts that filled misses (cache-aside runs).
     #[serde(default)]
     pub fills: u64,
+    /// Ops a node answered `Moved` or `TryAgain` (a slot moved or being moved), sent again.
+    #[serde(default)]
+    pub redirected: u64,
     pub failed_ops: u64,
     pub errors: BTreeMap<String, u64>,
     pub per_node: Vec<NodeResult>,
@@ -239,6 +242,7 @@ impl RunResult {
             read_misses: out.read_misses,
             measured_read_misses: out.measured_read_misses,
             fills: out.fills,
+            redirected: out.redirected,
             failed_ops: out.failed_ops,
             errors: out.errors.clone(),
             per_node,
@@ -268,6 +272,7 @@ impl RunResult {
         m.read_misses = 0;
         m.measured_read_misses = 0;
         m.fills = 0;
+        m.redirected = 0;
         m.failed_ops = 0;
         m.errors.clear();
         m.per_second.clear();
@@ -301,6 +306,7 @@ impl RunResult {
             m.read_misses += r.read_misses;
             m.measured_read_misses += r.measured_read_misses;
             m.fills += r.fills;
+            m.redirected += r.redirected;
             m.failed_ops += r.failed_ops;
             m.client_cpu_percent += r.client_cpu_percent;
             m.elapsed_s = m.elapsed_s.max(r.elapsed_s);

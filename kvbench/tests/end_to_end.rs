@@ -598,3 +598,62 @@ async fn a_load_with_ttl_sets_times_to_live_and_the_keys_expire() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// Slots moved between the two nodes while the load runs: ops answered `Moved` (after a
+/// move) or `TryAgain` (during one) are sent again to the owner and succeed; none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
+    use kvbench::engine::{self, EngineConfig, Live};
+    use kvbench::workload::{Shared, SpecOptions, Workload, WorkloadSpec};
+
+    let nodes = LocalCluster::start(2, |_| {}).await.unwrap();
+    let addrs = nodes.addrs();
+    let cluster = Arc::new(Cluster::connect(&addrs, ClientConfig::default()).await.unwrap());
+    let load = kvbench::load::LoadPlan {
+        records: 2000,
+        value_size: 16,
+        key_prefix: String::new(),
+        batch: 256,
+        tasks: 2,
+        seed: 7,
+        ttl: None,
+    };
+    kvbench::load::load(cluster.clone(), &load, Arc::new(AtomicU64::new(0)))
+        .await
+        .unwrap();
+    let spec = WorkloadSpec::new(
+        Workload::A,
+        &SpecOptions {
+            records: 2000,
+            value_size: 16,
+            ..SpecOptions::default()
+        },
+    );
+    let cfg = EngineConfig {
+        tasks: 4,
+        batch: 16,
+        warmup: std::time::Duration::ZERO,
+        duration: std::time::Duration::from_secs(4),
+        ops_limit: None,
+        rate: None,
+        seed: 7,
+        cache_aside: false,
+        split_reads: false,
+    };
+    let live = Live::new(&cfg);
+    let run = tokio::spawn(engine::run(cluster, Shared::new(spec, 7), cfg, live));
+    let groups = kvd::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
+    for (from, to) in [(0, 1), (1, 0), (0, 1)] {
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        kvd::move_slots::move_slots(&groups, (from, to), &[[0, 4095]], 64)
+            .await
+            .unwrap();
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), run)
+        .await
+        .expect("the run hung")
+        .unwrap();
+    assert!(out.redirected > 0, "no op was redirected: {:?}", out.errors);
+    assert_eq!(out.failed_ops, 0, "{:?}", out.errors);
+    assert!(out.ops() > 0);
+}

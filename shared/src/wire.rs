@@ -327,6 +327,16 @@ impl BatchRequest {
         self.keys.get(start..*self.key_ends.get(i)? as usize)
     }
 
+    /// Op `i`: its kind, key and value (empty for kinds without one).
+    pub fn op(&self, i: usize) -> Option<(OpKind, &[u8], &[u8])> {
+        let start = match i {
+            0 => 0,
+            _ => *self.value_ends.get(i - 1)? as usize,
+        };
+        let value = self.values.get(start..*self.value_ends.get(i)? as usize)?;
+        Some((*self.kinds.get(i)?, self.key(i)?, value))
+    }
+
     /// Appends a get.
     pub fn push_get(&mut self, key: &[u8]) {
         self.push(OpKind::Get, key, &[]);
@@ -1078,6 +1088,9 @@ mod tests {
         req.push_put(b"k2", b"value two");
         req.push_delete(b"");
         req.push(OpKind::Get, b"123", b"ignored");
+        assert_eq!(req.op(1), Some((OpKind::Put, &b"k2"[..], &b"value two"[..])));
+        assert_eq!(req.op(3), Some((OpKind::Get, &b"123"[..], &b""[..])));
+        assert_eq!(req.op(4), None);
         let mut frame = AlignedVec::new();
         encode_frame(FrameKind::BatchRequest, 42, &req, &mut frame).unwrap();
         let header: [u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().unwrap();
