@@ -220,9 +220,12 @@ impl BatchFiller {
             let (op, index) = self.gen_.next_op();
             self.key.clear();
             write_key(&mut self.key, prefix, index);
-            let node = match usize::from(self.slots.owner(key_slot(&self.key))) {
-                n if n < self.nodes as usize => n,
-                _ => 0,
+            let node = match self.nodes {
+                1 => 0,
+                _ => match usize::from(self.slots.owner(key_slot(&self.key))) {
+                    n if n < self.nodes as usize => n,
+                    _ => 0,
+                },
             };
             let lane = match (self.lanes, op) {
                 (1, _) | (_, OpType::Read) => node * self.lanes,

@@ -5,7 +5,8 @@
 
 mod common;
 
-use std::process::{Child, Command};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,13 @@ fn leader(resp: &[Vec<String>], g: usize, alive: &[bool]) -> usize {
 
 /// Runs `kvd admin move-slots` until it succeeds (at most 4 runs): a run that met a killed
 /// leader may fail, and the next one finishes the move.
-fn move_slots(nodes: &str, from: usize, to: usize, slots: &str, during: impl FnOnce(&mut Child)) -> usize {
+fn move_slots(
+    nodes: &str,
+    from: usize,
+    to: usize,
+    slots: &str,
+    during: impl FnOnce(&mut Child, &mut Progress),
+) -> usize {
     let (from, to) = (from.to_string(), to.to_string());
     let args = [
         "admin",
@@ -49,10 +56,17 @@ fn move_slots(nodes: &str, from: usize, to: usize, slots: &str, during: impl FnO
         "100",
         slots,
     ];
-    let mut first = Command::new(env!("CARGO_BIN_EXE_kvd")).args(args).spawn().unwrap();
-    during(&mut first);
+    let mut first = Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut progress = BufReader::new(first.stderr.take().unwrap()).lines();
+    during(&mut first, &mut progress);
+    let drain = std::thread::spawn(move || progress.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
     let mut runs = 1;
     let mut ok = first.wait().unwrap().success();
+    let _ = drain.join();
     while !ok {
         assert!(runs < 4, "move-slots {from} -> {to} did not finish in {runs} runs");
         let out = kvd(&args);
@@ -61,6 +75,19 @@ fn move_slots(nodes: &str, from: usize, to: usize, slots: &str, during: impl FnO
         runs += 1;
     }
     runs
+}
+
+/// The lines a running `move-slots` writes to its standard error.
+type Progress = std::io::Lines<BufReader<ChildStderr>>;
+
+/// Reads (and shows) `progress` until `chunks` more chunks have moved.
+fn wait_for_chunks(progress: &mut Progress, chunks: usize) {
+    let mut seen = 0;
+    while seen < chunks {
+        let Some(Ok(line)) = progress.next() else { return };
+        eprintln!("{line}");
+        seen += usize::from(line.contains("slots moved"));
+    }
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -117,17 +144,19 @@ fn slots_move_back_and_forth_under_load_and_leader_faults() {
     // 1. 0 -> 1, the source's leader killed in the middle, then the admin itself: the
     // second run finishes what the first left frozen or importing.
     let victim = leader(&resp, 0, &alive);
-    let runs = move_slots(&nodes, 0, 1, &slots, |admin| {
-        std::thread::sleep(Duration::from_millis(300));
+    let runs = move_slots(&nodes, 0, 1, &slots, |admin, progress| {
+        wait_for_chunks(progress, 1);
         let _ = guards[victim].0.kill();
         alive[victim] = false;
-        std::thread::sleep(Duration::from_millis(700));
+        // Mid-move (3 of 10 chunks done), whatever this machine's speed.
+        wait_for_chunks(progress, 2);
+        std::thread::sleep(Duration::from_millis(20));
         let _ = admin.kill();
     });
     assert!(runs >= 2, "the admin was killed before the move ended");
     // 2. 1 -> 0, the target's (group 0's new) leader paused for 1.5 s.
     let paused = leader(&resp, 0, &alive);
-    move_slots(&nodes, 1, 0, &slots, |_| {
+    move_slots(&nodes, 1, 0, &slots, |_, _| {
         std::thread::sleep(Duration::from_millis(200));
         signal(pids[paused], "STOP");
         std::thread::sleep(Duration::from_millis(1500));
@@ -135,14 +164,14 @@ fn slots_move_back_and_forth_under_load_and_leader_faults() {
     });
     // 3. 0 -> 1, the target's leader killed.
     let victim = 3 + leader(&resp, 1, &alive);
-    move_slots(&nodes, 0, 1, &slots, |_| {
+    move_slots(&nodes, 0, 1, &slots, |_, _| {
         std::thread::sleep(Duration::from_millis(300));
         let _ = guards[victim].0.kill();
         alive[victim] = false;
     });
     // 4. 1 -> 0, the source's leader paused.
     let paused = 3 + leader(&resp, 1, &alive);
-    move_slots(&nodes, 1, 0, &slots, |_| {
+    move_slots(&nodes, 1, 0, &slots, |_, _| {
         std::thread::sleep(Duration::from_millis(200));
         signal(pids[paused], "STOP");
         std::thread::sleep(Duration::from_millis(1500));

@@ -12,7 +12,7 @@
 //!
 //! Every decoder here reads bytes from a peer or a file: lengths are checked, nothing panics.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use crate::routing::{SLOTS, ShardId, slot_owner};
 
@@ -33,15 +33,15 @@ pub enum SlotState {
 }
 
 impl SlotState {
+    #[inline]
     fn from_u8(b: u8) -> Option<SlotState> {
-        [
-            SlotState::Owned,
-            SlotState::Frozen,
-            SlotState::Importing,
-            SlotState::Gone,
-        ]
-        .into_iter()
-        .find(|s| *s as u8 == b)
+        match b {
+            0 => Some(SlotState::Owned),
+            1 => Some(SlotState::Frozen),
+            2 => Some(SlotState::Importing),
+            3 => Some(SlotState::Gone),
+            _ => None,
+        }
     }
 
     /// The state's name, as `kvd admin slots` prints it.
@@ -72,6 +72,7 @@ impl Slot {
         (u64::from(self.state as u8) << 48) | (u64::from(self.owner) << 32) | u64::from(self.epoch)
     }
 
+    #[inline]
     fn unpack(bits: u64) -> Option<Slot> {
         Some(Slot {
             state: SlotState::from_u8((bits >> 48) as u8)?,
@@ -97,12 +98,88 @@ pub enum Verdict {
     TryAgain,
 }
 
-/// The owner, epoch and state of every slot, readable and changed without a lock.
+/// The owner, epoch and state of every slot, read without a lock; changes are serialised.
 pub struct SlotTable {
     cells: Box<[AtomicU64]>,
-    /// Bumped after every change: a batch that read it before checking its slots compares
-    /// it again under each map shard's lock, and checks again if it moved.
+    /// What the hot path reads: one bit per slot whose reads this node serves (owned or
+    /// frozen), and one per slot whose writes it serves (owned); 4 KiB, in the L1 cache,
+    /// where the cells are 128 KiB. Kept in step with the cells by every change.
+    served: Served,
+    /// Each slot's owner (32 KiB): what a client routes by.
+    owners: Box<[AtomicU16]>,
+    /// Held by every change, so the cells and the bits agree once it is done.
+    writer: parking_lot::Mutex<()>,
+    /// Bumped after every change (after its cells and bits): a batch that read it before
+    /// checking its slots compares it again under each map shard's lock, and checks again if
+    /// it moved.
     changes: AtomicU64,
+}
+
+/// Per slot, whether this node serves its reads and its writes; and how many of each, so
+/// a node that serves every slot need not compute an op's slot at all.
+struct Served {
+    reads: Box<[AtomicU64]>,
+    writes: Box<[AtomicU64]>,
+    read_count: AtomicU32,
+    write_count: AtomicU32,
+}
+
+impl Served {
+    const WORDS: usize = SLOTS as usize / 64;
+
+    fn new() -> Served {
+        Served {
+            reads: (0..Self::WORDS).map(|_| AtomicU64::new(0)).collect(),
+            writes: (0..Self::WORDS).map(|_| AtomicU64::new(0)).collect(),
+            read_count: AtomicU32::new(0),
+            write_count: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether `slot`'s reads (or writes) are served here.
+    #[inline]
+    fn has(&self, slot: u16, write: bool) -> bool {
+        let words = if write { &self.writes } else { &self.reads };
+        words
+            .get(usize::from(slot) / 64)
+            .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (slot % 64)) != 0)
+    }
+
+    /// Whether every slot's reads (or writes) are served here.
+    #[inline]
+    fn all(&self, write: bool) -> bool {
+        let count = if write { &self.write_count } else { &self.read_count };
+        count.load(Ordering::Acquire) == u32::from(SLOTS)
+    }
+
+    /// Sets or clears `slot`'s bit in `words`, counting the change.
+    fn mark(words: &[AtomicU64], count: &AtomicU32, slot: u16, on: bool) {
+        let Some(w) = words.get(usize::from(slot) / 64) else {
+            return;
+        };
+        let bit = 1u64 << (slot % 64);
+        let was = match on {
+            true => w.fetch_or(bit, Ordering::AcqRel),
+            false => w.fetch_and(!bit, Ordering::AcqRel),
+        } & bit
+            != 0;
+        match (was, on) {
+            (false, true) => count.fetch_add(1, Ordering::AcqRel),
+            (true, false) => count.fetch_sub(1, Ordering::AcqRel),
+            _ => 0,
+        };
+    }
+
+    /// Brings `slot`'s bits to what state `state` means (the caller holds the writer lock).
+    fn update(&self, slot: u16, state: SlotState) {
+        let (read, write) = match state {
+            SlotState::Owned => (true, true),
+            SlotState::Frozen => (true, false),
+            SlotState::Importing | SlotState::Gone => (false, false),
+        };
+        Self::mark(&self.reads, &self.read_count, slot, read);
+        Self::mark(&self.writes, &self.write_count, slot, write);
+    }
 }
 
 impl SlotTable {
@@ -119,9 +196,26 @@ impl SlotTable {
                 AtomicU64::new(Slot { state, owner, epoch: 0 }.pack())
             })
             .collect();
-        SlotTable {
+        let table = SlotTable {
             cells,
+            served: Served::new(),
+            owners: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
+            writer: parking_lot::Mutex::new(()),
             changes: AtomicU64::new(0),
+        };
+        table.derive_served();
+        table
+    }
+
+    /// Sets every slot's served bits and owner from its cell (after a constructor wrote the
+    /// cells).
+    fn derive_served(&self) {
+        let _writer = self.writer.lock();
+        for (s, (cell, owner)) in self.cells.iter().zip(self.owners.iter()).enumerate() {
+            if let Some(slot) = Slot::unpack(cell.load(Ordering::Acquire)) {
+                self.served.update(s as u16, slot.state);
+                owner.store(slot.owner, Ordering::Release);
+            }
         }
     }
 
@@ -141,6 +235,7 @@ impl SlotTable {
                 );
             }
         }
+        table.derive_served();
         table
     }
 
@@ -164,6 +259,7 @@ impl SlotTable {
                 );
             }
         }
+        table.derive_served();
         table
     }
 
@@ -193,32 +289,39 @@ impl SlotTable {
     /// The group that owns `slot`, as far as this table knows.
     #[inline]
     pub fn owner(&self, slot: u16) -> u16 {
-        self.get(slot).owner
+        self.owners
+            .get(usize::from(slot))
+            .map_or(0, |o| o.load(Ordering::Acquire))
     }
 
     /// What this node does with an op on `slot`: `write` for ops that change the store,
     /// `load` for a migration's copy.
     #[inline]
     pub fn verdict(&self, slot: u16, write: bool, load: bool) -> Verdict {
-        let s = self.get(slot);
-        match (s.state, write, load) {
-            (SlotState::Gone, ..) => Verdict::Moved {
-                owner: s.owner,
-                epoch: s.epoch,
-            },
-            (SlotState::Importing, _, true) => Verdict::Serve,
-            (SlotState::Owned, ..) | (SlotState::Frozen, false, false) => match load {
-                true => Verdict::TryAgain,
-                false => Verdict::Serve,
-            },
-            _ => Verdict::TryAgain,
+        if !load && self.served.has(slot, write) {
+            return Verdict::Serve;
         }
+        verdict_of(self.get(slot), write, load)
     }
 
-    /// Sets slot `slot`'s entry (then counts a change: see `changes`).
+    /// Whether this node serves every slot's reads (or, `write`, writes): an op on any key
+    /// is served, whatever its slot, unless it is a migration's `Load` (see
+    /// [`SlotTable::verdict`]). A single node, or a group owning the whole map, skips
+    /// computing slots on its hot path.
+    #[inline]
+    pub fn serves_all(&self, write: bool) -> bool {
+        self.served.all(write)
+    }
+
+    /// Sets slot `slot`'s entry and its served bits (then counts a change: see `changes`).
     pub fn set(&self, slot: u16, entry: Slot) {
         if let Some(cell) = self.cells.get(usize::from(slot)) {
+            let _writer = self.writer.lock();
             cell.store(entry.pack(), Ordering::Release);
+            self.served.update(slot, entry.state);
+            if let Some(owner) = self.owners.get(usize::from(slot)) {
+                owner.store(entry.owner, Ordering::Release);
+            }
             self.changes.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -304,6 +407,23 @@ impl SlotTable {
             self.set(s as u16, e);
         }
         Ok(())
+    }
+}
+
+/// What a node whose entry for a slot is `s` does with an op on it (see
+/// [`SlotTable::verdict`]).
+fn verdict_of(s: Slot, write: bool, load: bool) -> Verdict {
+    match (s.state, write, load) {
+        (SlotState::Gone, ..) => Verdict::Moved {
+            owner: s.owner,
+            epoch: s.epoch,
+        },
+        (SlotState::Importing, _, true) => Verdict::Serve,
+        (SlotState::Owned, ..) | (SlotState::Frozen, false, false) => match load {
+            true => Verdict::TryAgain,
+            false => Verdict::Serve,
+        },
+        _ => Verdict::TryAgain,
     }
 }
 
@@ -559,6 +679,36 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever changes a table sees, its served bits answer every slot as its cell
+        /// does, and `serves_all` holds exactly when every slot is served.
+        #[test]
+        fn served_bits_agree_with_the_cells(
+            groups in 1u32..5,
+            changes in proptest::collection::vec((0u16..SLOTS, 0u8..4, 0u16..5, 0u32..9), 0..300),
+            whole in any::<bool>(),
+        ) {
+            let t = match whole {
+                true => SlotTable::for_shard(ShardId { index: 0, count: 1 }),
+                false => SlotTable::for_shard(ShardId { index: 0, count: groups }),
+            };
+            prop_assert_eq!(t.serves_all(true), whole || groups == 1);
+            for (slot, state, owner, epoch) in changes {
+                let state = SlotState::from_u8(state).unwrap_or(SlotState::Gone);
+                t.set(slot, Slot { state, owner, epoch });
+            }
+            for write in [false, true] {
+                let mut all = true;
+                for slot in 0..SLOTS {
+                    prop_assert_eq!(t.owner(slot), t.get(slot).owner);
+                    let slow = verdict_of(t.get(slot), write, false);
+                    prop_assert_eq!(t.verdict(slot, write, false), slow);
+                    prop_assert_eq!(t.verdict(slot, write, true), verdict_of(t.get(slot), write, true));
+                    all &= slow == Verdict::Serve;
+                }
+                prop_assert_eq!(t.serves_all(write), all);
+            }
+        }
+
         /// Changes, tables, pages and scan requests read back as written; any bytes decode
         /// without a panic.
         #[test]

@@ -38,8 +38,12 @@ impl Store {
         out: &mut BatchResponse,
         tally: &mut Counts,
     ) -> bool {
+        let (write, load) = (kind.is_write(), kind == OpKind::Load);
+        if !load && self.slots.serves_all(write) {
+            return false;
+        }
         let slot = key_slot(key);
-        match self.slots.verdict(slot, kind.is_write(), kind == OpKind::Load) {
+        match self.slots.verdict(slot, write, load) {
             Verdict::Serve => false,
             Verdict::Moved { owner, epoch } => {
                 out.set_moved(i, slot, owner, epoch);
@@ -77,7 +81,8 @@ impl Store {
     /// Whether this node serves op `kind` on `key` now (a durable node's choice of what to log).
     #[inline]
     pub(super) fn serves(&self, kind: OpKind, key: &[u8]) -> bool {
-        self.slots.verdict(key_slot(key), kind.is_write(), kind == OpKind::Load) == Verdict::Serve
+        let (write, load) = (kind.is_write(), kind == OpKind::Load);
+        (!load && self.slots.serves_all(write)) || self.slots.verdict(key_slot(key), write, load) == Verdict::Serve
     }
 
     /// A map shard group's ops whose slots the table still serves, when it changed since the
