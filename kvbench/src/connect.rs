@@ -33,6 +33,8 @@ pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
             lines.join("\n")
         );
     }
+    // Slots may have moved since the cluster started: route by the groups' own tables.
+    cluster.learn_slot_map().await;
     if args.conns.is_some() {
         return Ok(cluster);
     }
@@ -49,7 +51,9 @@ pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
         conns_per_node: threads.min(MAX_AUTO_CONNS),
         ..client_config(args)?
     };
-    Ok(Arc::new(connect_with(args, &nodes, config).await?))
+    let cluster = connect_with(args, &nodes, config).await?;
+    cluster.learn_slot_map().await;
+    Ok(Arc::new(cluster))
 }
 
 async fn connect_with(args: &ClusterArgs, nodes: &[String], config: ClientConfig) -> anyhow::Result<Cluster> {

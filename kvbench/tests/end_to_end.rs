@@ -656,4 +656,10 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
     assert!(out.redirected > 0, "no op was redirected: {:?}", out.errors);
     assert_eq!(out.failed_ops, 0, "{:?}", out.errors);
     assert!(out.ops() > 0);
+    // A new client learns where the slots went from the groups, before any redirect.
+    let fresh = Cluster::connect(&addrs, ClientConfig::default()).await.unwrap();
+    assert_eq!(fresh.learn_slot_map().await, 4096);
+    assert!((0..4096).all(|s| fresh.slots().owner(s) == 1));
+    assert!((4096..8192).all(|s| fresh.slots().owner(s) == 0));
+    assert_eq!(fresh.redirects(), (0, 0));
 }

@@ -10,7 +10,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use super::connection::{Connection, InFlight, Reply};
 use super::{ClientConfig, ClientError, LayoutProblem, NodeBatches, ReadFrom, check_layout};
 use crate::frame::FrameKind;
-use crate::slots::SlotTable;
+use crate::slots::{SlotState, SlotTable};
 use crate::stats::{GroupRole, NodeStats};
 use crate::wire::{
     BatchRequest, ConfigRequest, ErrorCode, OpKind, OpReply, decode_stats, encode_empty_frame, encode_frame,
@@ -290,6 +290,34 @@ impl Cluster {
         if usize::from(owner) < self.nodes.len() {
             self.slots.learn(slot, owner, epoch);
         }
+    }
+
+    /// Learns which group owns each slot from the groups themselves (each one's own
+    /// table, as a Redis Cluster client reads `CLUSTER SLOTS` when it starts), so that a new
+    /// client of a cluster whose slots have moved is not redirected slot by slot. A group
+    /// that does not answer is skipped (its slots are learned from redirects). Returns how
+    /// many slots the table changed.
+    pub async fn learn_slot_map(&self) -> usize {
+        let mut learned = 0;
+        let mut req = BatchRequest::new();
+        req.push(OpKind::SlotMap, b"", &[]);
+        for g in 0..self.nodes.len() {
+            let Ok(reply) = self.send_batch(g, &req).await else {
+                continue;
+            };
+            let Ok(view) = reply.batch() else { continue };
+            let OpReply::Found(bytes) = view.result(0) else {
+                continue;
+            };
+            let Ok(entries) = crate::slots::decode_entries(bytes) else {
+                continue;
+            };
+            for (s, e) in entries.iter().enumerate() {
+                let served = matches!(e.state, SlotState::Owned | SlotState::Frozen);
+                learned += usize::from(served && self.slots.learn(s as u16, g as u16, e.epoch));
+            }
+        }
+        learned
     }
 
     /// Nodes in the cluster.
