@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use kvshared::client::{Cluster, NodeBatches};
+use kvshared::client::{Cluster, NodeBatches, Op, Outcome};
 use kvshared::units::{grouped, si};
 use kvshared::wire::{BatchRequest, OpReply};
 use rand::rngs::SmallRng;
@@ -92,7 +92,9 @@ async fn load_range(
     seed: u64,
     done: &AtomicU64,
 ) -> anyhow::Result<()> {
-    let mut batches = NodeBatches::new(cluster.node_count());
+    // Routed by the client's table (read from the groups when it connected, and learning
+    // from redirects): slots may have moved since the cluster started.
+    let mut batches = NodeBatches::with_table(cluster.node_count(), cluster.slots().clone());
     let mut value = vec![0u8; value_size];
     let mut rng = SmallRng::seed_from_u64(seed);
     rng.fill_bytes(&mut value);
@@ -120,10 +122,29 @@ async fn load_range(
 async fn send(cluster: &Cluster, node: usize, batch: &BatchRequest, done: &AtomicU64) -> anyhow::Result<()> {
     let reply = cluster.send_batch(node, batch).await?;
     let view = reply.batch()?;
+    let mut redirected = Vec::new();
     for i in 0..view.len() {
         match view.result(i) {
             OpReply::Stored => {}
+            OpReply::Moved { slot, owner, epoch } => {
+                cluster.learn_moved(slot, owner, epoch);
+                redirected.push(i);
+            }
+            OpReply::TryAgain => redirected.push(i),
             other => anyhow::bail!("{} did not store a record: {other:?}", cluster.addr(node)),
+        }
+    }
+    // Records whose slot moved (or is moving): sent again through the cluster client, which
+    // routes them by its table, follows redirects and waits out a hand-over.
+    let again: Vec<Op<'_>> = redirected
+        .iter()
+        .filter_map(|&i| batch.op(i))
+        .map(|(kind, key, value)| Op::Raw(kind, key, value))
+        .collect();
+    for result in cluster.batch(&again).await {
+        match result {
+            Ok(Outcome::Stored) => {}
+            other => anyhow::bail!("a record whose slot moved was not stored: {other:?}"),
         }
     }
     done.fetch_add(view.len() as u64, Ordering::Relaxed);

@@ -656,6 +656,13 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
     assert!(out.redirected > 0, "no op was redirected: {:?}", out.errors);
     assert_eq!(out.failed_ops, 0, "{:?}", out.errors);
     assert!(out.ops() > 0);
+    // A load through a client that still believes the even split: the records of moved
+    // slots are redirected, sent again and stored.
+    let stale = Arc::new(Cluster::connect(&addrs, ClientConfig::default()).await.unwrap());
+    kvbench::load::load(stale.clone(), &load, Arc::new(AtomicU64::new(0)))
+        .await
+        .unwrap();
+    assert!(stale.redirects().0 > 0);
     // A new client learns where the slots went from the groups, before any redirect.
     let fresh = Cluster::connect(&addrs, ClientConfig::default()).await.unwrap();
     assert_eq!(fresh.learn_slot_map().await, 4096);

@@ -173,3 +173,52 @@ fn a_token_guards_everything_but_healthz() {
     assert_eq!(with("GET", "/kv/a", b""), 200);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A slot frozen for a hand-over: its writes are answered "try again" on every front (binary
+/// `TryAgain`, RESP `-TRYAGAIN`, HTTP 503) and run nowhere; its reads are still served.
+#[test]
+fn a_slot_being_moved_answers_try_again_on_every_front() {
+    use kvshared::client::{ClientConfig, Cluster};
+    use kvshared::slots::{SlotChange, SlotState};
+    use kvshared::wire::{BatchRequest, OpKind, OpStatus};
+
+    let (bin, resp, http) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let _node = start_at(&bin, &["--resp", &resp, "--http", &http]).0;
+    assert_eq!(request(&http, "PUT", "/kv/moving", b"v1").0, 204);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = Cluster::new(std::slice::from_ref(&bin), ClientConfig::default()).unwrap();
+    let slot = kvshared::routing::key_slot(b"moving");
+    let freeze = SlotChange {
+        ranges: vec![[slot, slot]],
+        to: SlotState::Frozen,
+        owner: 0,
+        epoch: 1,
+    };
+    let mut req = BatchRequest::new();
+    req.push(OpKind::SlotSet, b"", &freeze.encode());
+    let reply = rt.block_on(client.send_batch(0, &req)).unwrap();
+    assert_eq!(reply.batch().unwrap().status(0), Some(OpStatus::Stored));
+
+    let mut put = BatchRequest::new();
+    put.push_put(b"moving", b"v2");
+    let reply = rt.block_on(client.send_batch(0, &put)).unwrap();
+    assert_eq!(reply.batch().unwrap().status(0), Some(OpStatus::TryAgain));
+    let set = common::raw(
+        &resp,
+        b"*3\r\n$3\r\nSET\r\n$6\r\nmoving\r\n$2\r\nv3\r\n*2\r\n$3\r\nGET\r\n$6\r\nmoving\r\n*1\r\n$4\r\nQUIT\r\n",
+    );
+    assert!(set.starts_with("-TRYAGAIN "), "{set}");
+    assert!(set.contains("\r\n$2\r\nv1\r\n"), "{set}");
+    let (status, body) = request(&http, "PUT", "/kv/moving", b"v4");
+    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(request(&http, "GET", "/kv/moving", b""), (200, b"v1".to_vec()));
+    // Keys of other slots are written as before.
+    assert_eq!(request(&http, "PUT", "/kv/staying", b"s").0, 204);
+}
