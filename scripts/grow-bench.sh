@@ -6,7 +6,7 @@ usage() {
   cat <<'TXT'
 Usage: scripts/grow-bench.sh [--cpu 0.2] [--records 1000000] [--duration 10s] [--rounds 2]
                              [--tasks 32] [--batch 512] [--durable] [--uniform]
-                             [--out docs/data/grow]
+                             [--moves load|quiet|empty] [--out docs/data/grow]
 
 Hosts (network namespaces, scripts/local-cluster.sh): 4 server hosts capped at --cpu cores
 each (10 ms quota periods), one client host uncapped (kvbench, kvd admin). Each round runs,
@@ -20,6 +20,9 @@ on fresh servers:
            a load running, `kvd admin add-shard` for group 2, then for group 3 (slots and
            keys move online); then the same run as `started`
 
+--moves says how the grown cluster gets its slots: `load` (default) as above; `quiet`: the
+same moves with no load running; `empty`: add-shard before anything is loaded (no key moves:
+the grown layout alone), then the load into all four.
 --uniform runs `-w read-mostly --contention low` (90% get / 10% update, uniform keys)
 instead of YCSB-B: under zipfian 0.99 one key takes ~7% of the ops and the ten hottest
 ~20%, so which group holds them (any even split, grown or not) decides how even the load is.
@@ -30,7 +33,7 @@ Root (namespaces, cgroups). About 1.5 minutes per round.
 TXT
 }
 CPU=0.2 RECORDS=1000000 DURATION=10s ROUNDS=2 TASKS=32 BATCH=512 DURABLE=0 OUT=docs/data/grow
-WORKLOAD=(-w b)
+WORKLOAD=(-w b) MOVES=load
 while (($#)); do
   case "$1" in
     --cpu) CPU=$2; shift 2 ;;
@@ -41,11 +44,13 @@ while (($#)); do
     --batch) BATCH=$2; shift 2 ;;
     --durable) DURABLE=1; shift ;;
     --uniform) WORKLOAD=(-w read-mostly --contention low); shift ;;
+    --moves) MOVES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
 done
+case $MOVES in load|quiet|empty) ;; *) echo "grow-bench: --moves takes load, quiet or empty" >&2; exit 2 ;; esac
 ((EUID == 0)) || { echo "grow-bench: needs root (network namespaces, cgroups)" >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${KV_BIN:-$ROOT/target/release}
@@ -120,6 +125,15 @@ PY
   tail -1 "$CSV" >&2
 }
 
+add_shards() { # group 2 joins (3 groups), then group 3 (4)
+  {
+    on "$CLIENT" /usr/bin/time -f "add-shard group 2: wall %e s" "$BIN/kvd" admin add-shard --nodes "$THREE" \
+      --group 2 "${AUTH[@]}"
+    on "$CLIENT" /usr/bin/time -f "add-shard group 3: wall %e s" "$BIN/kvd" admin add-shard --nodes "$ALL" \
+      --group 3 "${AUTH[@]}"
+  } >"$OUT/add-shard-r$round.txt" 2>&1
+}
+
 for round in $(seq 1 "$ROUNDS"); do
   say "round $round: started with 4 groups, $CPU cores per server host"
   rm -rf "$WORK/data" "$WORK"/kvd-*.log
@@ -129,29 +143,34 @@ for round in $(seq 1 "$ROUNDS"); do
   run "$round" started 4-groups
   stop_all
 
-  say "round $round: 2 groups, grown to 4 under load"
+  say "round $round: 2 groups, grown to 4 (moves: $MOVES)"
   rm -rf "$WORK/data" "$WORK"/kvd-*.log
   kvd_on 0 0/2
   kvd_on 1 1/2
   kvd_on 2 2/3 --no-slots
   kvd_on 3 3/4 --no-slots
   wait_up
-  on "$CLIENT" "$BIN/kvbench" load --quiet --nodes "$TWO" --records "$RECORDS" "${AUTH[@]}" >/dev/null
-  run "$round" grown 2-groups
-  # The moves run under a load (not measured: its figure is the add-shard timeline in
-  # reshard-bench.sh); the load ends when the moves do.
-  (spawn "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$ALL" --records "$RECORDS" "${WORKLOAD[@]}" --tasks "$TASKS" \
-    --batch "$BATCH" --duration 120s --allow-failures "${AUTH[@]}" >/dev/null 2>&1) &
-  load_pid=$!
-  sleep 2
-  {
-    on "$CLIENT" /usr/bin/time -f "add-shard group 2: wall %e s" "$BIN/kvd" admin add-shard --nodes "$THREE" \
-      --group 2 "${AUTH[@]}"
-    on "$CLIENT" /usr/bin/time -f "add-shard group 3: wall %e s" "$BIN/kvd" admin add-shard --nodes "$ALL" \
-      --group 3 "${AUTH[@]}"
-  } >"$OUT/add-shard-r$round.txt" 2>&1
-  kill "$load_pid" 2>/dev/null || true
-  wait "$load_pid" 2>/dev/null || true
+  if [ "$MOVES" = empty ]; then
+    add_shards
+    on "$CLIENT" "$BIN/kvbench" load --quiet --nodes "$ALL" --records "$RECORDS" "${AUTH[@]}" >/dev/null
+  else
+    on "$CLIENT" "$BIN/kvbench" load --quiet --nodes "$TWO" --records "$RECORDS" "${AUTH[@]}" >/dev/null
+    run "$round" grown 2-groups
+    load_pid=""
+    if [ "$MOVES" = load ]; then
+      # The moves run under a load (not measured: its figure is the add-shard timeline in
+      # reshard-bench.sh); the load ends when the moves do.
+      (spawn "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$ALL" --records "$RECORDS" "${WORKLOAD[@]}" \
+        --tasks "$TASKS" --batch "$BATCH" --duration 120s --allow-failures "${AUTH[@]}" >/dev/null 2>&1) &
+      load_pid=$!
+      sleep 2
+    fi
+    add_shards
+    if [ -n "$load_pid" ]; then
+      kill "$load_pid" 2>/dev/null || true
+      wait "$load_pid" 2>/dev/null || true
+    fi
+  fi
   grep -E "^kvd: moved|wall" "$OUT/add-shard-r$round.txt" >&2 || true
   on "$CLIENT" "$BIN/kvd" admin slots --nodes "$ALL" "${AUTH[@]}" >&2
   run "$round" grown 4-groups

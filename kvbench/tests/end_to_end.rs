@@ -669,4 +669,12 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
     assert!((0..4096).all(|s| fresh.slots().owner(s) == 1));
     assert!((4096..8192).all(|s| fresh.slots().owner(s) == 0));
     assert_eq!(fresh.redirects(), (0, 0));
+    // The nodes count what they moved (kvd stats, kvtui): 4,096 slots in twice, out once.
+    let (s0, s1) = (fresh.stats(0).await.unwrap(), fresh.stats(1).await.unwrap());
+    assert_eq!((s1.counts.slots_in, s1.counts.slots_out), (8192, 4096));
+    assert_eq!((s0.counts.slots_in, s0.counts.slots_out), (4096, 8192));
+    assert!(s1.counts.keys_loaded > 0 && s0.counts.keys_loaded > 0);
+    let summary = s1.moves_summary(Some(1500.0)).unwrap();
+    assert!(summary.starts_with("in 8,192 slots (1.5k keys/s), "), "{summary}");
+    assert!(summary.ends_with("; out 4,096 slots"), "{summary}");
 }

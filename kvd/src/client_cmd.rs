@@ -266,6 +266,9 @@ fn table(rows: &[(String, Result<NodeStats, ClientError>)]) -> String {
                 ));
                 out.push_str(&format!("{:<22} load: {}\n", "", s.recent.summary()));
                 out.push_str(&format!("{:<22} slots: {}\n", "", s.slots_summary()));
+                if let Some(moves) = s.moves_summary(None) {
+                    out.push_str(&format!("{:<22} slot moves: {moves}\n", ""));
+                }
                 if !s.group.lag.is_empty() {
                     let lag: Vec<String> = s
                         .group

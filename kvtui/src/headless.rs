@@ -25,6 +25,8 @@ pub struct NodeRow {
     pub shard: Option<String>,
     /// The hash slots it serves (`0-5461 (5462 slots)`).
     pub slots: Option<String>,
+    /// Slot moves it has seen (`in 1,024 slots (33.1k keys/s), ...`), if any.
+    pub slot_moves: Option<String>,
     pub uptime_s: Option<u64>,
     pub keys: Option<u64>,
     pub ops_per_sec: Option<f64>,
@@ -138,6 +140,7 @@ pub fn report(view: &ClusterView, interval: Duration) -> OnceReport {
                 },
                 shard: s.map(|s| s.shard.to_string()),
                 slots: s.map(|s| s.slots_summary()),
+                slot_moves: s.and_then(|s| s.moves_summary(r.map(|r| r.keys_loaded_per_sec))),
                 uptime_s: s.map(|s| s.uptime_ms / 1000),
                 keys: s.map(|s| s.keys),
                 ops_per_sec: r.map(|r| r.ops_per_sec),

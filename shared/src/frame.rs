@@ -47,7 +47,11 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 13: the expiry ops `PutWith`, `Expire`, `Ttl`, `Expired` and the log's `Clock`; `Counts`
 /// carries `expired` and `expire_cycle_microseconds`.
 /// 14: the keyspace ops `Scan`, `KeyCount`, `Flush` and `Rename`.
-pub const VERSION: u8 = 16;
+/// 15: `NodeStats` carries `resp_addr`.
+/// 16: hash-slot maps: the ops `SlotSet`, `SlotScan`, `Load` and `SlotMap`, the statuses
+/// `Moved` (was `WrongShard`) and `TryAgain`; `NodeStats` carries `slots` and `slot_moves`.
+/// 17: `Counts` carries `keys_loaded`, `slots_in` and `slots_out`.
+pub const VERSION: u8 = 17;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

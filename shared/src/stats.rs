@@ -119,6 +119,9 @@ counters! {
     conns_refused / ConnsRefused : Connections, "Connections refused at once because --max-conns were open.";
     conns_idle_closed / ConnsIdleClosed : Connections, "Connections closed after --idle-timeout without a request.";
     wrong_shard / WrongShard : Error, "Ops for keys of slots this node does not serve (answered Moved, naming the owner).";
+    keys_loaded / KeysLoaded : Ops, "Keys copied in by slot moves (Load ops from kvd admin move-slots, add-shard, rebalance), also counted in puts.";
+    slots_in / SlotsIn : Ops, "Slots whose hand-over to this node's group ended here (importing -> owned), as applied by this node.";
+    slots_out / SlotsOut : Ops, "Slots this node's group handed over (frozen -> gone), as applied by this node.";
     try_again / TryAgain : Error, "Ops refused while their slot was being handed over between shard groups (answered TryAgain; clients send them again).";
     moved / Moved : Traffic, "RESP commands answered -MOVED to the node that serves their slot (a node started with --resp-cluster): a cluster client's slot map was out of date, or the client is not cluster-aware.";
     malformed_op / MalformedOp : Error, "Ops with bad key or value spans.";
@@ -721,6 +724,39 @@ impl NodeStats {
         }
     }
 
+    /// Slot moves at this node since it started, for people: `in 1,024 slots (256
+    /// importing, 33.1k keys/s), out 2,048 slots`; `None` when it has seen none.
+    /// `keys_per_sec`: the rate of `keys_loaded` (from [`NodeRates`]), when known.
+    pub fn moves_summary(&self, keys_per_sec: Option<f64>) -> Option<String> {
+        let (c, m) = (&self.counts, self.slot_moves);
+        if c.slots_in + c.slots_out + c.keys_loaded == 0 && m.frozen + m.importing == 0 {
+            return None;
+        }
+        let grouped = crate::units::grouped;
+        let mut inbound = Vec::new();
+        if m.importing > 0 {
+            inbound.push(format!("{} importing", grouped(u64::from(m.importing))));
+        }
+        match keys_per_sec {
+            Some(r) if r > 0.0 => inbound.push(format!("{} keys/s", crate::units::si(r))),
+            _ => {}
+        }
+        let detail = match inbound.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", inbound.join(", ")),
+        };
+        let frozen = match m.frozen {
+            0 => String::new(),
+            f => format!(" ({} frozen)", grouped(u64::from(f))),
+        };
+        Some(format!(
+            "in {} slots{detail}, {} keys copied in; out {} slots{frozen}",
+            grouped(c.slots_in),
+            grouped(c.keys_loaded),
+            grouped(c.slots_out)
+        ))
+    }
+
     /// The stored data's memory, for tables: `12.3 MB`, or `12.3 MB/100 MB` under a cap.
     pub fn memory_summary(&self) -> String {
         let used = crate::units::bytes(self.memory_used_bytes as f64);
@@ -763,6 +799,9 @@ pub struct NodeRates {
     /// Ops applied from the log per second (a follower's replayed writes; not served).
     #[serde(default)]
     pub applied_per_sec: f64,
+    /// Keys copied in by slot moves per second.
+    #[serde(default)]
+    pub keys_loaded_per_sec: f64,
     /// Errors of every kind per second.
     pub errors_per_sec: f64,
     /// Hits / (hits + misses) over the span; `None` if there were no lookups.
@@ -821,6 +860,7 @@ impl NodeRates {
             gets_per_sec: rate(d.gets),
             puts_per_sec: rate(d.puts),
             applied_per_sec: rate(d.applied),
+            keys_loaded_per_sec: rate(d.keys_loaded),
             deletes_per_sec: rate(d.deletes),
             errors_per_sec: rate(d.errors()),
             hit_ratio: d.hit_ratio(),

@@ -63,7 +63,7 @@ impl Store {
                 tally.gets += 1;
                 out.set_counted(first, self.len() as i64);
             }
-            OpKind::SlotSet => match self.set_slots(op.value, log_index) {
+            OpKind::SlotSet => match self.set_slots(op.value, log_index, tally) {
                 OpStatus::Malformed => {
                     tally.malformed_op += 1;
                     out.set_malformed(first, MalformedOp::BadKeyspace);

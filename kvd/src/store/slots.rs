@@ -113,7 +113,7 @@ impl Store {
     /// A `SlotSet` op (node-wide): applies the change if every slot may take it, else
     /// changes nothing and answers `NotStored`. Slots that leave this node (gone) or start
     /// importing lose the keys this node held of them.
-    pub(super) fn set_slots(&self, value: &[u8], log_index: u64) -> OpStatus {
+    pub(super) fn set_slots(&self, value: &[u8], log_index: u64, tally: &mut Counts) -> OpStatus {
         let Some(change) = SlotChange::decode(value) else {
             return OpStatus::Malformed;
         };
@@ -127,6 +127,11 @@ impl Store {
             return OpStatus::NotStored;
         };
         for &(slot, entry, _) in &plan {
+            match (self.slots.get(slot).state, entry.state) {
+                (SlotState::Importing, SlotState::Owned) => tally.slots_in += 1,
+                (SlotState::Frozen, SlotState::Gone) => tally.slots_out += 1,
+                _ => {}
+            }
             self.slots.set(slot, entry);
         }
         let dropped: std::collections::HashSet<u16> =
@@ -234,6 +239,7 @@ impl Store {
         }
         self.set_deadline(s, key, deadline);
         ans.tally.puts += 1;
+        ans.tally.keys_loaded += 1;
         ans.out.set(i, OpStatus::Stored);
     }
 
@@ -556,7 +562,10 @@ mod tests {
             owner: 0,
             epoch: 0,
         };
-        assert_eq!(a.set_slots(&c.encode(), 7), OpStatus::Stored);
+        assert_eq!(
+            a.set_slots(&c.encode(), 7, &mut kvshared::stats::Counts::default()),
+            OpStatus::Stored
+        );
         let mut data = Vec::new();
         a.export_header(&mut data);
         for i in 0..a.map_shards() {
@@ -572,12 +581,15 @@ mod tests {
             epoch: 0,
         };
         assert_eq!(
-            b.set_slots(&unfreeze.encode(), 6),
+            b.set_slots(&unfreeze.encode(), 6, &mut kvshared::stats::Counts::default()),
             OpStatus::Stored,
             "held by the snapshot: skipped"
         );
         assert_eq!(b.slot_table().get(5).state, SlotState::Frozen);
-        assert_eq!(b.set_slots(&unfreeze.encode(), 8), OpStatus::Stored);
+        assert_eq!(
+            b.set_slots(&unfreeze.encode(), 8, &mut kvshared::stats::Counts::default()),
+            OpStatus::Stored
+        );
         assert_eq!(b.slot_table().get(5).state, SlotState::Owned);
     }
 }

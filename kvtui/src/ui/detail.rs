@@ -50,6 +50,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     s.worker_threads
                 )),
                 Line::from(format!("hash slots {}", s.slots_summary())),
+                Line::from(format!(
+                    "slot moves {}",
+                    s.moves_summary(r.as_ref().map(|r| r.keys_loaded_per_sec))
+                        .unwrap_or_else(|| "none".into())
+                )),
                 Line::from(""),
                 Line::from(format!(
                     "gets      {:>16}   {:>8}/s",
