@@ -678,3 +678,62 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
     assert!(summary.starts_with("in 8,192 slots (1.5k keys/s), "), "{summary}");
     assert!(summary.ends_with("; out 4,096 slots"), "{summary}");
 }
+
+/// Four keys of group 0's slots take all the load (40/30/20/10%): `rebalance --by load`
+/// moves the hottest slot and then the one that evens the rest to group 1, and every key
+/// still reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_by_load_moves_hot_slots_to_the_idle_group() {
+    use kvshared::client::Op;
+    use kvshared::routing::key_slot;
+
+    let nodes = LocalCluster::start(2, |_| {}).await.unwrap();
+    let addrs = nodes.addrs();
+    let cluster = Arc::new(Cluster::connect(&addrs, ClientConfig::default()).await.unwrap());
+    let mut hot: Vec<(String, u16)> = Vec::new();
+    for i in 0.. {
+        let key = format!("hot-{i}");
+        let slot = key_slot(key.as_bytes());
+        if slot < 8192 && hot.iter().all(|(_, s)| *s != slot) {
+            hot.push((key, slot));
+        }
+        if hot.len() == 4 {
+            break;
+        }
+    }
+    for (key, _) in &hot {
+        cluster.put(key.as_bytes(), b"v").await.unwrap();
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (cluster, stop, hot) = (cluster.clone(), stop.clone(), hot.clone());
+        tokio::spawn(async move {
+            let mut ops = Vec::new();
+            for ((key, _), weight) in hot.iter().zip([40, 30, 20, 10]) {
+                ops.extend(std::iter::repeat_n(Op::Get(key.as_bytes()), weight));
+            }
+            let began = std::time::Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && began.elapsed().as_secs() < 30 {
+                for r in cluster.batch(&ops).await {
+                    r.unwrap();
+                }
+            }
+        })
+    };
+    let groups = kvd::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
+    kvd::reshard::rebalance_by_load(&groups, std::time::Duration::from_secs(1), 64)
+        .await
+        .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.await.unwrap();
+    let table = groups.table(1).await.unwrap();
+    let at_one: Vec<bool> = hot
+        .iter()
+        .map(|(_, s)| table[usize::from(*s)].state == kvshared::slots::SlotState::Owned)
+        .collect();
+    assert_eq!(at_one, [true, false, false, true], "{hot:?}");
+    let fresh = Cluster::connect(&addrs, ClientConfig::default()).await.unwrap();
+    for (key, _) in &hot {
+        assert_eq!(fresh.get(key.as_bytes()).await.unwrap().as_deref(), Some(&b"v"[..]));
+    }
+}

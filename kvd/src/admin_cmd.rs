@@ -65,10 +65,22 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
             let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
             crate::move_slots::move_slots(&groups, (from, to), &wanted, usize::from(chunk)).await?;
         }
-        AdminCommand::Rebalance { nodes, chunk } => {
+        AdminCommand::Rebalance {
+            nodes,
+            by,
+            window,
+            chunk,
+        } => {
             let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
-            let keep: Vec<usize> = (0..groups.count()).collect();
-            crate::reshard::rebalance(&groups, &keep, usize::from(chunk)).await?;
+            match by {
+                crate::cli::RebalanceBy::Slots => {
+                    let keep: Vec<usize> = (0..groups.count()).collect();
+                    crate::reshard::rebalance(&groups, &keep, usize::from(chunk)).await?;
+                }
+                crate::cli::RebalanceBy::Load => {
+                    crate::reshard::rebalance_by_load(&groups, window, usize::from(chunk)).await?;
+                }
+            }
         }
         AdminCommand::AddShard { nodes, group, chunk } => {
             let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;

@@ -463,6 +463,14 @@ pub enum AdminCommand {
     Rebalance {
         #[command(flatten)]
         nodes: NodesArgs,
+        /// What to even out: `slots` (each group an even share of the slot count) or `load`
+        /// (each group's sampled ops over --window: hot slots move from the busiest groups to
+        /// the idlest, at most 64 slots a run).
+        #[arg(long, value_enum, default_value = "slots")]
+        by: RebalanceBy,
+        /// With --by load: how long to measure the load before planning.
+        #[arg(long, default_value = "5s", value_parser = parse_window, value_name = "DURATION")]
+        window: std::time::Duration,
         /// Slots per hand-over.
         #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=16384))]
         chunk: u16,
@@ -555,6 +563,24 @@ pub struct GroupArgs {
     /// lists ADDR, or the only one].
     #[arg(long, value_name = "I")]
     pub shard: Option<usize>,
+}
+
+/// What `kvd admin rebalance` evens out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RebalanceBy {
+    /// Slot counts.
+    Slots,
+    /// Sampled ops per group.
+    Load,
+}
+
+/// A `--window`: 100 ms to 10 minutes.
+fn parse_window(text: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if !(std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(600)).contains(&d) {
+        return Err(format!("{text}: a window is 100ms to 10m"));
+    }
+    Ok(d)
 }
 
 /// A `--ttl`: a duration of at least a millisecond and at most [`kvshared::expiry::MAX_TTL_MS`].

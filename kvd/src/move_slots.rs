@@ -90,6 +90,17 @@ impl Groups {
         }
     }
 
+    /// Group `g`'s sampled per-slot load counters (see `OpKind::SlotLoad`).
+    pub async fn slot_load(&self, g: usize) -> anyhow::Result<Vec<u32>> {
+        let reply = self.one(g, OpKind::SlotLoad, &[]).await?;
+        let view = reply.batch()?;
+        match view.result(0) {
+            OpReply::Found(bytes) => slots::decode_load_counts(bytes)
+                .ok_or_else(|| anyhow::anyhow!("group {g}: a slot load reply of {} bytes", bytes.len())),
+            other => bail!("group {g} did not send its slot load: {other:?}"),
+        }
+    }
+
     /// Applies `change` at group `g`; an error unless the group took it.
     pub async fn change(&self, g: usize, change: &SlotChange) -> anyhow::Result<()> {
         let reply = self.one(g, OpKind::SlotSet, &change.encode()).await?;

@@ -120,6 +120,108 @@ pub async fn rebalance(groups: &Groups, keep: &[usize], chunk: usize) -> anyhow:
     Ok(())
 }
 
+/// Most slots one `rebalance --by load` moves.
+pub const MAX_LOAD_MOVES: usize = 64;
+
+/// The moves that even out the groups' load (`load[s]`: slot `s`'s ops over the window):
+/// while the busiest and the idlest group differ by more than a tenth of the mean, the
+/// busiest gives the idlest the slot whose load is nearest half the difference (and below
+/// it, so the difference shrinks), at most [`MAX_LOAD_MOVES`] slots. Only a slot carrying
+/// an eighth of the difference or more moves (each move closes a quarter of the gap or more;
+/// cold slots are left to `rebalance` by slots); a single slot hotter than the difference
+/// stays: a slot is the unit that moves.
+pub fn plan_by_load(owned: &[Vec<u16>], load: &[u64]) -> Vec<Planned> {
+    let of = |s: u16| load.get(usize::from(s)).copied().unwrap_or(0);
+    let mut owned: Vec<Vec<u16>> = owned.to_vec();
+    let mut sums: Vec<u64> = owned.iter().map(|g| g.iter().map(|&s| of(s)).sum()).collect();
+    let mean = sums.iter().sum::<u64>() / sums.len().max(1) as u64;
+    let mut moves: Vec<(usize, usize, u16)> = Vec::new();
+    while moves.len() < MAX_LOAD_MOVES && owned.len() > 1 {
+        let hi = (0..sums.len()).max_by_key(|&g| sums[g]).unwrap_or(0);
+        let lo = (0..sums.len()).min_by_key(|&g| sums[g]).unwrap_or(0);
+        let gap = sums[hi] - sums[lo];
+        if gap.saturating_mul(10) <= mean {
+            break;
+        }
+        let best = owned[hi]
+            .iter()
+            .copied()
+            .filter(|&s| of(s) < gap && of(s).saturating_mul(8) >= gap)
+            .min_by_key(|&s| (gap / 2).abs_diff(of(s)));
+        let Some(slot) = best else { break };
+        owned[hi].retain(|&s| s != slot);
+        owned[lo].push(slot);
+        sums[hi] -= of(slot);
+        sums[lo] += of(slot);
+        moves.push((hi, lo, slot));
+    }
+    let mut plan: Vec<Planned> = Vec::new();
+    for (from, to, slot) in moves {
+        match plan.iter_mut().find(|p| p.from == from && p.to == to) {
+            Some(p) => p.slots.push(slot),
+            None => plan.push(Planned {
+                from,
+                to,
+                slots: vec![slot],
+            }),
+        }
+    }
+    for p in &mut plan {
+        p.slots.sort_unstable();
+    }
+    plan
+}
+
+/// `rebalance --by load`: reads every group's sampled per-slot load twice, `window` apart,
+/// and moves slots from the busiest groups to the idlest (see [`plan_by_load`]).
+pub async fn rebalance_by_load(groups: &Groups, window: std::time::Duration, chunk: usize) -> anyhow::Result<()> {
+    let owned = owned_by_group(&tables(groups).await?)?;
+    let before = slot_loads(groups).await?;
+    tokio::time::sleep(window).await;
+    let after = slot_loads(groups).await?;
+    let load: Vec<u64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| u64::from(a.wrapping_sub(*b)))
+        .collect();
+    for (g, slots) in owned.iter().enumerate() {
+        let sum: u64 = slots.iter().map(|&s| load[usize::from(s)]).sum();
+        eprintln!(
+            "kvd: group {g}: {} slots, load {sum} (sampled ops over {window:?})",
+            slots.len()
+        );
+    }
+    let plan = plan_by_load(&owned, &load);
+    if plan.is_empty() {
+        eprintln!("kvd: the load is even within a tenth of the mean (or one slot is the hot spot); nothing to move");
+    }
+    for p in &plan {
+        let moved: u64 = p.slots.iter().map(|&s| load[usize::from(s)]).sum();
+        eprintln!(
+            "kvd: moving {} slots (load {moved}) from group {} to group {}",
+            p.slots.len(),
+            p.from,
+            p.to
+        );
+        move_slots(groups, (p.from, p.to), &ranges(&p.slots), chunk).await?;
+    }
+    Ok(())
+}
+
+/// Every slot's sampled load summed over the groups (each group counts only the slots it
+/// serves).
+async fn slot_loads(groups: &Groups) -> anyhow::Result<Vec<u32>> {
+    let mut sum = vec![0u32; usize::from(SLOTS)];
+    for g in 0..groups.count() {
+        for (s, v) in groups.slot_load(g).await?.into_iter().enumerate() {
+            if let Some(x) = sum.get_mut(s) {
+                *x = x.wrapping_add(v);
+            }
+        }
+    }
+    Ok(sum)
+}
+
 /// `add-shard`: group `new` (started with `--no-slots`) learns the cluster's map from every
 /// other group, then the slots are spread evenly over all groups.
 pub async fn add_shard(groups: &Groups, new: usize, chunk: usize) -> anyhow::Result<()> {
@@ -229,5 +331,62 @@ mod tests {
         frozen[3].state = SlotState::Frozen;
         let e = owned_by_group(&[frozen, t(1)]).unwrap_err().to_string();
         assert!(e.contains("slot 3 is frozen at group 0"), "{e}");
+    }
+
+    fn sums(owned: &[Vec<u16>], load: &[u64]) -> Vec<u64> {
+        owned
+            .iter()
+            .map(|g| g.iter().map(|&s| load[usize::from(s)]).sum())
+            .collect()
+    }
+
+    #[test]
+    fn hot_slots_move_from_the_busiest_group_to_the_idlest() {
+        let mut owned = even(3);
+        let mut load = vec![1u64; usize::from(SLOTS)];
+        // Group 0 holds three hot slots (the hot keys of a zipfian load).
+        for (s, l) in [(10, 9000), (20, 7000), (30, 5000)] {
+            load[s] = l;
+        }
+        let plan = plan_by_load(&owned, &load);
+        assert!(!plan.is_empty());
+        assert!(plan.iter().all(|p| p.from == 0));
+        apply(&mut owned, &plan);
+        let after = sums(&owned, &load);
+        let (hi, lo) = (after.iter().max().unwrap(), after.iter().min().unwrap());
+        assert!(hi - lo < 9000, "{after:?}");
+        // Already even: nothing to do.
+        assert!(plan_by_load(&even(3), &vec![5; usize::from(SLOTS)]).is_empty());
+        // One slot hotter than everything else together stays where it is.
+        let mut one = vec![0u64; usize::from(SLOTS)];
+        one[7] = 1_000_000;
+        assert!(plan_by_load(&even(2), &one).is_empty());
+    }
+
+    proptest::proptest! {
+        /// Whatever the loads, a plan moves only slots their source owns, at most 64 of
+        /// them, and never widens the gap between the busiest and the idlest group.
+        #[test]
+        fn a_load_plan_never_widens_the_gap(
+            groups in 2u32..6,
+            hot in proptest::collection::vec((0u16..SLOTS, 0u64..100_000), 0..40),
+            base in 0u64..3,
+        ) {
+            let mut owned = even(groups);
+            let mut load = vec![base; usize::from(SLOTS)];
+            for (s, l) in hot {
+                load[usize::from(s)] = l;
+            }
+            let gap = |o: &[Vec<u16>]| {
+                let v = sums(o, &load);
+                v.iter().max().unwrap() - v.iter().min().unwrap()
+            };
+            let before = gap(&owned);
+            let plan = plan_by_load(&owned, &load);
+            proptest::prop_assert!(plan.iter().map(|p| p.slots.len()).sum::<usize>() <= MAX_LOAD_MOVES);
+            proptest::prop_assert!(plan.iter().all(|p| p.slots.iter().all(|s| owned[p.from].contains(s))));
+            apply(&mut owned, &plan);
+            proptest::prop_assert!(gap(&owned) <= before);
+        }
     }
 }

@@ -427,6 +427,20 @@ fn verdict_of(s: Slot, write: bool, load: bool) -> Verdict {
     }
 }
 
+/// A node's per-slot load counters as `OpKind::SlotLoad` answers them (16,384
+/// little-endian `u32`s); `None` for bytes of any other length.
+pub fn decode_load_counts(bytes: &[u8]) -> Option<Vec<u32>> {
+    if bytes.len() != usize::from(SLOTS) * 4 {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
 /// Bytes of an encoded table.
 pub const ENCODED_LEN: usize = SLOTS as usize * 8;
 

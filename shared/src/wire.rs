@@ -108,11 +108,17 @@ pub enum OpKind {
     /// The node's slot table ([`crate::slots::SlotTable::encode`]); node-wide, no key, a read.
     /// Answered `Found` with it.
     SlotMap = 23,
+    /// How many ops each slot has had here, sampled (one batch in
+    /// [`crate::latency::MAP_SHARD_SAMPLE_EVERY`] counted), since the node started: 16,384
+    /// little-endian `u32`s that wrap; node-wide, no key, a read. Answered `Found` with them.
+    /// Two readings apart give each slot's load over the time between (`kvd admin
+    /// rebalance --by load`).
+    SlotLoad = 24,
 }
 
 impl OpKind {
     /// Every kind, in the order of its byte.
-    pub const ALL: [OpKind; 24] = [
+    pub const ALL: [OpKind; 25] = [
         OpKind::Get,
         OpKind::Put,
         OpKind::Delete,
@@ -137,6 +143,7 @@ impl OpKind {
         OpKind::SlotScan,
         OpKind::Load,
         OpKind::SlotMap,
+        OpKind::SlotLoad,
     ];
 
     /// Whether the op concerns the whole node rather than one key (no key routes it).
@@ -144,7 +151,13 @@ impl OpKind {
     pub fn is_node_wide(self) -> bool {
         matches!(
             self,
-            OpKind::Scan | OpKind::KeyCount | OpKind::Flush | OpKind::SlotSet | OpKind::SlotScan | OpKind::SlotMap
+            OpKind::Scan
+                | OpKind::KeyCount
+                | OpKind::Flush
+                | OpKind::SlotSet
+                | OpKind::SlotScan
+                | OpKind::SlotMap
+                | OpKind::SlotLoad
         )
     }
 }
@@ -189,6 +202,7 @@ impl OpKind {
                 | OpKind::KeyCount
                 | OpKind::SlotScan
                 | OpKind::SlotMap
+                | OpKind::SlotLoad
         )
     }
 }
@@ -220,6 +234,7 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::SlotScan => OpKind::SlotScan,
             ArchivedOpKind::Load => OpKind::Load,
             ArchivedOpKind::SlotMap => OpKind::SlotMap,
+            ArchivedOpKind::SlotLoad => OpKind::SlotLoad,
         }
     }
 }
@@ -1043,7 +1058,8 @@ mod tests {
                 | OpKind::SlotSet
                 | OpKind::SlotScan
                 | OpKind::Load
-                | OpKind::SlotMap => {}
+                | OpKind::SlotMap
+                | OpKind::SlotLoad => {}
             }
         }
     }

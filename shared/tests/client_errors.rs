@@ -112,7 +112,8 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                             | OpKind::SlotSet
                             | OpKind::SlotScan
                             | OpKind::Load
-                            | OpKind::SlotMap => {
+                            | OpKind::SlotMap
+                            | OpKind::SlotLoad => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

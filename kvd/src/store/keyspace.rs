@@ -70,11 +70,15 @@ impl Store {
                 }
                 status => out.set(first, status),
             },
+            // The slot table and its load are the cluster's metadata, read by clients as
+            // they connect and by `kvd admin`: not counted as the users' gets.
             OpKind::SlotMap => {
-                tally.gets += 1;
                 let mut table = Vec::new();
                 self.slot_table().encode(&mut table);
                 out.set_found(first, &table);
+            }
+            OpKind::SlotLoad => {
+                out.set_found(first, &self.slot_load_bytes());
             }
             _ => {
                 tally.deletes += 1;

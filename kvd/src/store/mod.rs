@@ -162,6 +162,8 @@ pub struct Store {
     atomic_gate: parking_lot::RwLock<()>,
     /// Per map shard: how long sampled batches spent on its ops, lock wait included.
     shard_latency: Box<[crate::latency::Buckets]>,
+    /// Per hash slot: the ops of sampled batches served here (see `OpKind::SlotLoad`).
+    slot_load: Box<[std::sync::atomic::AtomicU32]>,
     #[cfg(test)]
     fault: Option<stale::StaleReads>,
 }
@@ -250,6 +252,9 @@ impl Store {
             replay: parking_lot::RwLock::new(None),
             atomic_gate: parking_lot::RwLock::new(()),
             shard_latency: (0..n).map(|_| crate::latency::Buckets::default()).collect(),
+            slot_load: (0..kvshared::routing::SLOTS)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
             #[cfg(test)]
             fault: None,
         })
@@ -450,6 +455,7 @@ impl Store {
         let replay = replay_guard.as_deref().and_then(Option::as_ref);
         let prefetch_all = n <= PREFETCH_WHOLE_BATCH;
         let slot_changes = self.slots.changes();
+        let sampled = scratch.batches.wrapping_add(1).is_multiple_of(MAP_SHARD_SAMPLE_EVERY);
         for i in 0..n {
             if skip.next_if(|&&s| s as usize == i).is_some() {
                 continue;
@@ -487,6 +493,9 @@ impl Store {
                 || self.refuse_unlogged_write(op.kind, scratch.log_index, i, out, tally)
             {
                 continue;
+            }
+            if sampled {
+                self.count_slot_load(op.key);
             }
             let hash = key_hash(op.key);
             if let Some(held) = replay {
@@ -635,7 +644,8 @@ impl Store {
             | OpKind::Flush
             | OpKind::SlotSet
             | OpKind::SlotScan
-            | OpKind::SlotMap => {}
+            | OpKind::SlotMap
+            | OpKind::SlotLoad => {}
             OpKind::Load => self.load_one(shard, s, (hash, op.key, op.value), i, ans),
             OpKind::PutIfAbsent | OpKind::PutIfPresent
                 if s.table.find(hash, op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>

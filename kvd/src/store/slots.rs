@@ -58,6 +58,22 @@ impl Store {
         }
     }
 
+    /// Counts an op on `key` in its slot's sampled load.
+    #[inline]
+    pub(super) fn count_slot_load(&self, key: &[u8]) {
+        if let Some(c) = self.slot_load.get(usize::from(key_slot(key))) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Every slot's sampled load, as `OpKind::SlotLoad` answers it.
+    pub(super) fn slot_load_bytes(&self) -> Vec<u8> {
+        self.slot_load
+            .iter()
+            .flat_map(|c| c.load(std::sync::atomic::Ordering::Relaxed).to_le_bytes())
+            .collect()
+    }
+
     /// On a durable node's store, a write that is not being applied from the log (`log_index`
     /// 0) is answered `TryAgain` (true): its node found its slot not served when it chose what
     /// to log, and the slot changed hands since (see [`Store::writes_through_log_only`]).
