@@ -6,7 +6,7 @@ usage() {
   cat <<'TXT'
 Usage: scripts/grow-bench.sh [--cpu 0.2] [--records 1000000] [--duration 10s] [--rounds 2]
                              [--tasks 32] [--batch 512] [--durable] [--uniform]
-                             [--moves load|quiet|empty] [--out docs/data/grow]
+                             [--moves load|quiet|empty] [--by-load] [--out docs/data/grow]
 
 Hosts (network namespaces, scripts/local-cluster.sh): 4 server hosts capped at --cpu cores
 each (10 ms quota periods), one client host uncapped (kvbench, kvd admin). Each round runs,
@@ -23,6 +23,8 @@ on fresh servers:
 --moves says how the grown cluster gets its slots: `load` (default) as above; `quiet`: the
 same moves with no load running; `empty`: add-shard before anything is loaded (no key moves:
 the grown layout alone), then the load into all four.
+--by-load then runs `kvd admin rebalance --by load --window 3s` under the same load and
+measures the grown cluster again (phase 4-groups-by-load; OUT/by-load-rN.txt).
 --uniform runs `-w read-mostly --contention low` (90% get / 10% update, uniform keys)
 instead of YCSB-B: under zipfian 0.99 one key takes ~7% of the ops and the ten hottest
 ~20%, so which group holds them (any even split, grown or not) decides how even the load is.
@@ -33,7 +35,7 @@ Root (namespaces, cgroups). About 1.5 minutes per round.
 TXT
 }
 CPU=0.2 RECORDS=1000000 DURATION=10s ROUNDS=2 TASKS=32 BATCH=512 DURABLE=0 OUT=docs/data/grow
-WORKLOAD=(-w b) MOVES=load
+WORKLOAD=(-w b) MOVES=load BY_LOAD=0
 while (($#)); do
   case "$1" in
     --cpu) CPU=$2; shift 2 ;;
@@ -45,6 +47,7 @@ while (($#)); do
     --durable) DURABLE=1; shift ;;
     --uniform) WORKLOAD=(-w read-mostly --contention low); shift ;;
     --moves) MOVES=$2; shift 2 ;;
+    --by-load) BY_LOAD=1; shift ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -174,6 +177,19 @@ for round in $(seq 1 "$ROUNDS"); do
   grep -E "^kvd: moved|wall" "$OUT/add-shard-r$round.txt" >&2 || true
   on "$CLIENT" "$BIN/kvd" admin slots --nodes "$ALL" "${AUTH[@]}" >&2
   run "$round" grown 4-groups
+  if [ "$BY_LOAD" = 1 ]; then
+    # Under the same load, hot slots move to the idlest groups; then measured again.
+    (spawn "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$ALL" --records "$RECORDS" "${WORKLOAD[@]}" \
+      --tasks "$TASKS" --batch "$BATCH" --duration 120s --allow-failures "${AUTH[@]}" >/dev/null 2>&1) &
+    load_pid=$!
+    sleep 2
+    on "$CLIENT" "$BIN/kvd" admin rebalance --by load --window 3s --nodes "$ALL" "${AUTH[@]}" \
+      >"$OUT/by-load-r$round.txt" 2>&1
+    kill "$load_pid" 2>/dev/null || true
+    wait "$load_pid" 2>/dev/null || true
+    grep -E "^kvd: (group|moving)" "$OUT/by-load-r$round.txt" >&2 || true
+    run "$round" grown 4-groups-by-load
+  fi
   stop_all
 done
 
@@ -185,7 +201,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 rows = list(csv.DictReader(open(sys.argv[1])))
 kinds = [("started", "4-groups", "started with 4"), ("grown", "2-groups", "2 groups (before add-shard)"),
-         ("grown", "4-groups", "grown 2 -> 4 online")]
+         ("grown", "4-groups", "grown 2 -> 4 online"), ("grown", "4-groups-by-load", "then rebalance --by load")]
+kinds = [k for k in kinds if any(r["setup"] == k[0] and r["phase"] == k[1] for r in rows)]
 fig, ax = plt.subplots(figsize=(7, 4.2))
 for x, (setup, phase, label) in enumerate(kinds):
     ys = [float(r["ops_per_sec"]) / 1e6 for r in rows if r["setup"] == setup and r["phase"] == phase]
