@@ -108,10 +108,21 @@ pub async fn rebalance(groups: &Groups, keep: &[usize], chunk: usize) -> anyhow:
     if plan.is_empty() {
         eprintln!("kvd: the slots are spread evenly already; nothing to move");
     }
-    for p in &plan {
+    run_plan(groups, &plan, chunk, |_| String::new()).await
+}
+
+/// Runs `plan`'s moves in order, saying each (with `note`'s words about it) first.
+async fn run_plan(
+    groups: &Groups,
+    plan: &[Planned],
+    chunk: usize,
+    note: impl Fn(&Planned) -> String,
+) -> anyhow::Result<()> {
+    for p in plan {
         eprintln!(
-            "kvd: moving {} slots from group {} to group {}",
+            "kvd: moving {} slots{} from group {} to group {}",
             p.slots.len(),
+            note(p),
             p.from,
             p.to
         );
@@ -195,17 +206,11 @@ pub async fn rebalance_by_load(groups: &Groups, window: std::time::Duration, chu
     if plan.is_empty() {
         eprintln!("kvd: the load is even within a tenth of the mean (or one slot is the hot spot); nothing to move");
     }
-    for p in &plan {
+    run_plan(groups, &plan, chunk, |p| {
         let moved: u64 = p.slots.iter().map(|&s| load[usize::from(s)]).sum();
-        eprintln!(
-            "kvd: moving {} slots (load {moved}) from group {} to group {}",
-            p.slots.len(),
-            p.from,
-            p.to
-        );
-        move_slots(groups, (p.from, p.to), &ranges(&p.slots), chunk).await?;
-    }
-    Ok(())
+        format!(" (load {moved})")
+    })
+    .await
 }
 
 /// Every slot's sampled load summed over the groups (each group counts only the slots it
