@@ -154,9 +154,11 @@ pub fn plan_by_load(owned: &[Vec<u16>], load: &[u64]) -> Vec<Planned> {
         if gap.saturating_mul(10) <= mean {
             break;
         }
+        // A slot moves at most once a run (so every move starts from its owner now).
         let best = owned[hi]
             .iter()
             .copied()
+            .filter(|&s| !moves.iter().any(|&(_, _, m)| m == s))
             .filter(|&s| of(s) < gap && of(s).saturating_mul(8) >= gap)
             .min_by_key(|&s| (gap / 2).abs_diff(of(s)));
         let Some(slot) = best else { break };
