@@ -33,9 +33,9 @@ pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
             lines.join("\n")
         );
     }
-    // Slots may have moved since the cluster started: route by the groups' own tables.
-    cluster.learn_slot_map().await;
     if args.conns.is_some() {
+        // Slots may have moved since the cluster started: route by the groups' own tables.
+        cluster.learn_slot_map().await;
         return Ok(cluster);
     }
     let mut threads = 1;
@@ -45,6 +45,7 @@ pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
         }
     }
     if threads <= 1 {
+        cluster.learn_slot_map().await;
         return Ok(cluster);
     }
     let config = ClientConfig {

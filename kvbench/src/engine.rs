@@ -641,11 +641,7 @@ async fn collect_parked(cluster: &Cluster, parked: &mut [Option<Parked>], out: &
 /// them by its table, follows further redirects and waits out a hand-over, within its
 /// request timeout. Returns how many now succeeded; the others count as errors.
 async fn resend(cluster: &Cluster, request: &BatchRequest, redirected: &[usize], out: &mut TaskOutput) -> u64 {
-    let ops: Vec<Op<'_>> = redirected
-        .iter()
-        .filter_map(|&i| request.op(i))
-        .map(|(kind, key, value)| Op::Raw(kind, key, value))
-        .collect();
+    let ops = ops_at(request, redirected);
     out.redirected += redirected.len() as u64;
     let mut ok = 0;
     for result in cluster.batch(&ops).await {
@@ -663,6 +659,16 @@ async fn resend(cluster: &Cluster, request: &BatchRequest, redirected: &[usize],
         out.error("protocol", (redirected.len() - ops.len()) as u64);
     }
     ok
+}
+
+/// The ops of `request` at `indexes`, for the cluster client to send again (it routes them
+/// by its table and follows redirects); an index the request does not hold is left out.
+pub(crate) fn ops_at<'a>(request: &'a BatchRequest, indexes: &[usize]) -> Vec<Op<'a>> {
+    indexes
+        .iter()
+        .filter_map(|&i| request.op(i))
+        .map(|(kind, key, value)| Op::Raw(kind, key, value))
+        .collect()
 }
 
 /// Per-type op counts with `failed` ops taken off (from the first types on). Per-op failures

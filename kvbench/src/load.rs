@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use kvshared::client::{Cluster, NodeBatches, Op, Outcome};
+use kvshared::client::{Cluster, NodeBatches, Outcome};
 use kvshared::units::{grouped, si};
 use kvshared::wire::{BatchRequest, OpReply};
 use rand::rngs::SmallRng;
@@ -136,12 +136,7 @@ async fn send(cluster: &Cluster, node: usize, batch: &BatchRequest, done: &Atomi
     }
     // Records whose slot moved (or is moving): sent again through the cluster client, which
     // routes them by its table, follows redirects and waits out a hand-over.
-    let again: Vec<Op<'_>> = redirected
-        .iter()
-        .filter_map(|&i| batch.op(i))
-        .map(|(kind, key, value)| Op::Raw(kind, key, value))
-        .collect();
-    for result in cluster.batch(&again).await {
+    for result in cluster.batch(&crate::engine::ops_at(batch, &redirected)).await {
         match result {
             Ok(Outcome::Stored) => {}
             other => anyhow::bail!("a record whose slot moved was not stored: {other:?}"),
