@@ -671,3 +671,62 @@ async fn a_group_s_history_with_times_to_live_stays_linearizable() {
     let expired = common::reads_after_expiry(&recording.history);
     assert!(expired > 100, "only {expired} reads found a key gone");
 }
+
+/// A member away while the group writes more log than a member keeps in memory (16 MiB)
+/// catches up from entries the leader reads back from its segment files, and the leader's
+/// log memory stays within its bound meanwhile (issue 32: bounded log memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_far_behind_catches_up_from_entries_read_back_from_disk() {
+    const KEYS: usize = 160_000;
+    const BATCH: usize = 2_000;
+    let mut group = Group::start("behind");
+    let client = group.client();
+    client.put(b"first", b"1").await.unwrap();
+    let leader = group.leader().await;
+    let away = (leader + 1) % 3;
+    group.kill(away);
+    let value = vec![b'v'; 160];
+    for start in (0..KEYS).step_by(BATCH) {
+        let keys: Vec<String> = (start..start + BATCH).map(|i| format!("key{i}")).collect();
+        let ops: Vec<_> = keys
+            .iter()
+            .map(|k| kvshared::client::Op::Put(k.as_bytes(), &value))
+            .collect();
+        for r in client.batch(&ops).await {
+            r.unwrap();
+        }
+    }
+    let leader_stats = |group: &Group| {
+        let one = Cluster::new(std::slice::from_ref(&group.addrs[leader]), ClientConfig::default()).unwrap();
+        async move { one.stats(0).await.unwrap() }
+    };
+    let at_leader = leader_stats(&group).await;
+    let written = (KEYS * (value.len() + 10)) as u64;
+    assert!(
+        at_leader.durability.log_bytes > written && at_leader.durability.log_memory_bytes < 24 << 20,
+        "{} of log on disk, {} in memory: not bounded",
+        at_leader.durability.log_bytes,
+        at_leader.durability.log_memory_bytes
+    );
+
+    group.restart(away);
+    let one = Cluster::new(std::slice::from_ref(&group.addrs[away]), ClientConfig::default()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = one.stats(0).await;
+        if s.as_ref()
+            .is_ok_and(|s| s.group.applied_index >= at_leader.group.applied_index)
+        {
+            assert_eq!(s.unwrap().keys, KEYS as u64 + 1, "the member caught up with every key");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the member did not catch up in 60 s: {:?}",
+            s.map(|s| s.group)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // It was sent entries, not a snapshot: none was taken (the log is below --snapshot-every).
+    assert_eq!(leader_stats(&group).await.durability.snapshots_taken, 0);
+}

@@ -38,6 +38,7 @@ fn stats(shard: u32, uptime_ms: u64, gets: u64, puts: u64, cpu_ms: u64) -> NodeS
                 mode: "always".into(),
                 log_bytes: 12_000_000,
                 log_entries: 459,
+                log_memory_bytes: 1 << 20,
                 last_applied: 120_459,
                 snapshot_index: 120_000,
                 snapshot_bytes: 142_000_000,

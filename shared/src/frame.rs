@@ -51,7 +51,8 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 16: hash-slot maps: the ops `SlotSet`, `SlotScan`, `Load` and `SlotMap`, the statuses
 /// `Moved` (was `WrongShard`) and `TryAgain`; `NodeStats` carries `slots` and `slot_moves`.
 /// 17: `Counts` carries `keys_loaded`, `slots_in` and `slots_out`.
-pub const VERSION: u8 = 17;
+/// 18: a node's durability figures carry `log_memory_bytes`.
+pub const VERSION: u8 = 18;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

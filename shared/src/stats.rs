@@ -290,6 +290,10 @@ pub struct Durability {
     pub log_bytes: u64,
     /// Log entries since the newest snapshot.
     pub log_entries: u64,
+    /// Bytes of log entries held in memory (the newest; older ones are read back from the
+    /// segment files).
+    #[serde(default)]
+    pub log_memory_bytes: u64,
     /// Index of the last applied log entry.
     pub last_applied: u64,
     /// Log index the newest snapshot stands for (0: none).
@@ -328,6 +332,7 @@ impl Default for Durability {
             mode: "memory".into(),
             log_bytes: 0,
             log_entries: 0,
+            log_memory_bytes: 0,
             last_applied: 0,
             snapshot_index: 0,
             snapshot_bytes: 0,
@@ -378,9 +383,10 @@ impl Durability {
         }
         lines.extend([
             format!(
-                "durable, fsync {}: log {} on disk, {} entries since the snapshot, applied through {}",
+                "durable, fsync {}: log {} on disk ({} in memory), {} entries since the snapshot, applied through {}",
                 self.mode,
                 bytes(self.log_bytes as f64),
+                bytes(self.log_memory_bytes as f64),
                 grouped(self.log_entries),
                 grouped(self.last_applied)
             ),

@@ -15,8 +15,13 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
 use super::health::{Backoff, DiskHealth};
 use super::segment::{self, Segment, SegmentError};
+use super::spans::{RecordReader, SegmentFile, Spans};
 
 /// A segment is closed and a new one started past this size.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
@@ -75,21 +80,14 @@ pub enum LogError {
     Misuse(String),
 }
 
-struct SegmentFile {
-    first: u64,
-    path: PathBuf,
-    /// End offset of each record, in order.
-    ends: Vec<u64>,
-}
-
 /// The log's files (owned by the writer thread once group commit starts).
 pub struct LogFiles {
     dir: PathBuf,
     /// Rotation size ([`SEGMENT_BYTES`]; smaller in tests).
     segment_bytes: u64,
-    closed: Vec<SegmentFile>,
+    /// Where every record is; changed here only, read by [`RecordReader`]s too.
+    spans: Arc<RwLock<Spans>>,
     active: Segment,
-    active_info: SegmentFile,
     /// Records of the active segment durable as of the last fsync (what the next fsync
     /// writes into the segment's mark).
     synced_records: u64,
@@ -104,10 +102,8 @@ pub struct LogFiles {
     fault: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
-/// What opening the log found.
+/// What opening the log found besides its records.
 pub struct Recovered {
-    /// Every record, with its index, in order.
-    pub records: Vec<(u64, Vec<u8>)>,
     /// A torn tail that was cut off: the file and the offset.
     pub torn: Option<(PathBuf, u64)>,
 }
@@ -136,25 +132,35 @@ fn segment_name(first: u64) -> String {
     format!("log-{first:020}.seg")
 }
 
+/// The segment files in `dir`, by their first index, in order.
+fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
+    let dir_err = |what| {
+        let dir = dir.to_path_buf();
+        move |source| LogError::Dir { dir, what, source }
+    };
+    std::fs::create_dir_all(dir).map_err(dir_err("create"))?;
+    let mut firsts: Vec<u64> = std::fs::read_dir(dir)
+        .map_err(dir_err("list"))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_prefix("log-")?.strip_suffix(".seg")?.parse().ok()
+        })
+        .collect();
+    firsts.sort_unstable();
+    Ok(firsts)
+}
+
 impl LogFiles {
     /// Opens the log in `dir` (creating it, starting at index `start`, if it has no segment),
-    /// reading back and checking every record; a torn tail is cut off and reported.
-    pub fn open(dir: &Path, start: u64) -> Result<(LogFiles, Recovered), LogError> {
-        let dir_err = |what| {
-            let dir = dir.to_path_buf();
-            move |source| LogError::Dir { dir, what, source }
-        };
-        std::fs::create_dir_all(dir).map_err(dir_err("create"))?;
-        let mut firsts: Vec<u64> = std::fs::read_dir(dir)
-            .map_err(dir_err("list"))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                name.strip_prefix("log-")?.strip_suffix(".seg")?.parse().ok()
-            })
-            .collect();
-        firsts.sort_unstable();
-        let mut records = Vec::new();
+    /// reading back and checking every record, one segment at a time, and handing each to
+    /// `visit` with its index; a torn tail is cut off and reported.
+    pub fn open(
+        dir: &Path,
+        start: u64,
+        visit: &mut dyn FnMut(u64, Vec<u8>) -> Result<(), LogError>,
+    ) -> Result<(LogFiles, Recovered), LogError> {
+        let firsts = list_segments(dir)?;
         let mut closed = Vec::new();
         let mut torn = None;
         let mut expected = firsts.first().copied().unwrap_or(start);
@@ -179,54 +185,45 @@ impl LogFiles {
             for (i, r) in contents.records.into_iter().enumerate() {
                 end += (segment::RECORD_HEADER_LEN + r.len()) as u64;
                 ends.push(end);
-                records.push((first + i as u64, r));
+                visit(first + i as u64, r)?;
             }
-            expected = first + ends.len() as u64;
             let info = SegmentFile { first, path, ends };
+            expected = info.end_index();
             if last {
                 let active = Segment::open_at(&info.path, contents.valid_len)?;
                 let synced_records = info.ends.len() as u64;
                 active.mark(synced_records, false)?;
                 active.sync()?;
-                return Ok((
-                    LogFiles {
-                        dir: dir.to_path_buf(),
-                        segment_bytes: SEGMENT_BYTES,
-                        closed,
-                        active,
-                        active_info: info,
-                        synced_records,
-                        unsynced: Vec::new(),
-                        keeps_unsynced: true,
-                        #[cfg(test)]
-                        fault: None,
-                    },
-                    Recovered { records, torn },
-                ));
+                let files = LogFiles::over(dir, Spans::new(closed, info), active, synced_records);
+                return Ok((files, Recovered { torn }));
             }
             closed.push(info);
         }
         let path = dir.join(segment_name(start));
         let active = Segment::create(&path)?;
+        let info = SegmentFile {
+            first: start,
+            path,
+            ends: Vec::new(),
+        };
         Ok((
-            LogFiles {
-                dir: dir.to_path_buf(),
-                segment_bytes: SEGMENT_BYTES,
-                closed,
-                active,
-                active_info: SegmentFile {
-                    first: start,
-                    path,
-                    ends: Vec::new(),
-                },
-                synced_records: 0,
-                unsynced: Vec::new(),
-                keeps_unsynced: true,
-                #[cfg(test)]
-                fault: None,
-            },
-            Recovered { records, torn },
+            LogFiles::over(dir, Spans::new(closed, info), active, 0),
+            Recovered { torn },
         ))
+    }
+
+    fn over(dir: &Path, spans: Spans, active: Segment, synced_records: u64) -> LogFiles {
+        LogFiles {
+            dir: dir.to_path_buf(),
+            segment_bytes: SEGMENT_BYTES,
+            spans: Arc::new(RwLock::new(spans)),
+            active,
+            synced_records,
+            unsynced: Vec::new(),
+            keeps_unsynced: true,
+            #[cfg(test)]
+            fault: None,
+        }
     }
 
     /// Starts a new segment past `bytes` instead of [`SEGMENT_BYTES`].
@@ -235,9 +232,14 @@ impl LogFiles {
         self
     }
 
+    /// A reader of the records these files hold, for any thread.
+    pub fn reader(&self) -> RecordReader {
+        RecordReader::new(self.spans.clone())
+    }
+
     /// The index the next record gets.
     pub fn next_index(&self) -> u64 {
-        self.active_info.first + self.active_info.ends.len() as u64
+        self.spans.read().next_index()
     }
 
     /// Appends records `first..first + payloads.len()` (not yet durable: see [`LogFiles::sync`]).
@@ -259,15 +261,15 @@ impl LogFiles {
             self.rotate()?;
         }
         self.active.append(payloads)?;
-        let mut end = self
-            .active_info
-            .ends
-            .last()
-            .copied()
-            .unwrap_or(segment::HEADER_LEN as u64);
+        let mut spans = self.spans.write();
+        let mut end = spans.active.ends.last().copied().unwrap_or(segment::HEADER_LEN as u64);
         for p in payloads {
             end += (segment::RECORD_HEADER_LEN + p.len()) as u64;
-            self.active_info.ends.push(end);
+            spans.active.ends.push(end);
+        }
+        if !self.keeps_unsynced {
+            // Never fsynced, never rewritten: readable once written.
+            spans.readable_end = spans.next_index();
         }
         Ok(())
     }
@@ -276,22 +278,21 @@ impl LogFiles {
     /// does not have). Only records of the active segment can be taken back: older ones are
     /// committed, and raft never takes committed entries back.
     pub fn truncate_from(&mut self, index: u64) -> Result<(), LogError> {
-        if index >= self.next_index() {
+        let spans = self.spans.clone();
+        let mut spans = spans.write();
+        if index >= spans.next_index() {
             return Ok(());
         }
-        if index < self.active_info.first {
+        if index < spans.active.first {
             return Err(LogError::Misuse(format!(
                 "cannot take back records from {index}: the active segment starts at {}",
-                self.active_info.first
+                spans.active.first
             )));
         }
-        let keep = (index - self.active_info.first) as usize;
-        let len = match keep {
-            0 => segment::HEADER_LEN as u64,
-            k => self.active_info.ends[k - 1],
-        };
-        self.active = Segment::open_at(&self.active_info.path, len)?;
-        self.active_info.ends.truncate(keep);
+        let keep = (index - spans.active.first) as usize;
+        self.active = Segment::open_at(&spans.active.path, spans.active.start_of(keep))?;
+        spans.active.ends.truncate(keep);
+        spans.readable_end = spans.readable_end.min(index);
         let unsynced_kept = keep.saturating_sub(self.synced_records as usize);
         self.unsynced.truncate(unsynced_kept);
         // Records taken back were durable, maybe: the mark must not claim them any more.
@@ -305,18 +306,21 @@ impl LogFiles {
     fn restart_at(&mut self, first: u64) -> Result<(), LogError> {
         let path = self.dir.join(segment_name(first));
         let next = Segment::create(&path)?;
+        let spans = self.spans.clone();
+        let mut spans = spans.write();
         let old = std::mem::replace(
-            &mut self.active_info,
+            &mut spans.active,
             SegmentFile {
                 first,
                 path,
                 ends: Vec::new(),
             },
         );
+        spans.readable_end = first;
         self.active = next;
         self.synced_records = 0;
         self.unsynced.clear();
-        for s in self.closed.drain(..).chain([old]) {
+        for s in std::mem::take(&mut spans.closed).into_iter().chain([old]) {
             std::fs::remove_file(&s.path).map_err(|source| LogError::Dir {
                 dir: s.path.clone(),
                 what: "remove a segment a snapshot covers",
@@ -333,12 +337,14 @@ impl LogFiles {
 
     fn rotate(&mut self) -> Result<(), LogError> {
         // Sealed: every record durable, and a next segment must follow.
-        let records = self.active_info.ends.len() as u64;
+        let (records, first) = {
+            let spans = self.spans.read();
+            (spans.active.ends.len() as u64, spans.next_index())
+        };
         self.active.mark(records, true)?;
         self.active.sync()?;
         self.synced_records = records;
         self.unsynced.clear();
-        let first = self.next_index();
         let path = self.dir.join(segment_name(first));
         let next = match Segment::create(&path) {
             Ok(next) => next,
@@ -346,18 +352,21 @@ impl LogFiles {
                 // No next segment after all: unsealed again (if the disk lets us), so that a
                 // restart does not look for one.
                 let _ = self.active.mark(records, false).and_then(|()| self.active.sync());
+                self.spans.write().readable_end = first;
                 return Err(e.into());
             }
         };
+        let mut spans = self.spans.write();
         let old = std::mem::replace(
-            &mut self.active_info,
+            &mut spans.active,
             SegmentFile {
                 first,
                 path,
                 ends: Vec::new(),
             },
         );
-        self.closed.push(old);
+        spans.closed.push(old);
+        spans.readable_end = first;
         self.active = next;
         self.synced_records = 0;
         Ok(())
@@ -365,13 +374,14 @@ impl LogFiles {
 
     /// Bytes of every segment on disk.
     pub fn disk_bytes(&self) -> u64 {
-        let closed: u64 = self.closed.iter().map(|s| s.ends.last().copied().unwrap_or(0)).sum();
+        let spans = self.spans.read();
+        let closed: u64 = spans.closed.iter().map(|s| s.ends.last().copied().unwrap_or(0)).sum();
         closed + self.active.bytes()
     }
 
     /// The index of the first record on disk.
     pub fn first_index(&self) -> u64 {
-        self.closed.first().map_or(self.active_info.first, |s| s.first)
+        self.spans.read().first_index()
     }
 
     /// Makes every appended record durable, and (one fsync behind) says so in the active
@@ -381,7 +391,9 @@ impl LogFiles {
         self.injected_fault()?;
         self.active.mark(self.synced_records, false)?;
         self.active.sync()?;
-        self.synced_records = self.active_info.ends.len() as u64;
+        let mut spans = self.spans.write();
+        self.synced_records = spans.active.ends.len() as u64;
+        spans.readable_end = spans.next_index();
         self.unsynced.clear();
         Ok(())
     }
@@ -391,7 +403,7 @@ impl LogFiles {
     fn injected_fault(&self) -> Result<(), LogError> {
         match &self.fault {
             Some(f) if f.load(std::sync::atomic::Ordering::Relaxed) => Err(SegmentError::Io {
-                path: self.active_info.path.clone(),
+                path: self.spans.read().active.path.clone(),
                 what: "append records",
                 source: std::io::Error::from(std::io::ErrorKind::ReadOnlyFilesystem),
             }
@@ -412,16 +424,16 @@ impl LogFiles {
     /// records when the log fsyncs: after a failed fsync the kernel may have dropped the
     /// pages), and writes the records after that again from memory.
     pub fn restore(&mut self) -> Result<(), LogError> {
-        let keep = match self.keeps_unsynced {
-            true => self.synced_records as usize,
-            false => self.active_info.ends.len(),
-        };
-        let len = match keep {
-            0 => segment::HEADER_LEN as u64,
-            k => self.active_info.ends[k - 1],
-        };
-        self.active = Segment::open_at(&self.active_info.path, len)?;
-        self.active_info.ends.truncate(keep);
+        {
+            let mut spans = self.spans.write();
+            let keep = match self.keeps_unsynced {
+                true => self.synced_records as usize,
+                false => spans.active.ends.len(),
+            };
+            self.active = Segment::open_at(&spans.active.path, spans.active.start_of(keep))?;
+            spans.active.ends.truncate(keep);
+            spans.readable_end = spans.readable_end.min(spans.next_index());
+        }
         let again = std::mem::take(&mut self.unsynced);
         if !again.is_empty() {
             let first = self.next_index();
@@ -437,12 +449,13 @@ impl LogFiles {
     /// Deletes the segments whose records all have indexes up to `index` (they are in a
     /// snapshot); the active segment stays.
     pub fn purge_through(&mut self, index: u64) -> Result<(), LogError> {
-        while let Some(s) = self.closed.first() {
-            let last = s.first + s.ends.len() as u64;
+        let mut spans = self.spans.write();
+        while let Some(s) = spans.closed.first() {
+            let last = s.end_index();
             if last == 0 || last - 1 > index {
                 break;
             }
-            let s = self.closed.remove(0);
+            let s = spans.closed.remove(0);
             std::fs::remove_file(&s.path).map_err(|source| LogError::Dir {
                 dir: s.path.clone(),
                 what: "remove a purged segment",
@@ -737,6 +750,19 @@ impl LogError {
 mod tests {
     use super::*;
 
+    /// Every record read back, with its index.
+    type Records = Vec<(u64, Vec<u8>)>;
+
+    /// Opens the log and collects every record it reads back.
+    fn open_all(dir: &Path, start: u64) -> Result<(LogFiles, Records), LogError> {
+        let mut records = Vec::new();
+        let (files, _) = LogFiles::open(dir, start, &mut |i, r| {
+            records.push((i, r));
+            Ok(())
+        })?;
+        Ok((files, records))
+    }
+
     fn scratch() -> PathBuf {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -746,9 +772,9 @@ mod tests {
     #[test]
     fn records_survive_a_reopen_across_segments_and_purges_drop_whole_files() {
         let dir = scratch();
-        let (log, rec) = LogFiles::open(&dir, 1).unwrap();
+        let (log, rec) = open_all(&dir, 1).unwrap();
         let mut log = log.with_segment_bytes(64 << 10);
-        assert!(rec.records.is_empty());
+        assert!(rec.is_empty());
         let big = vec![7u8; 5 << 10];
         for i in 1..=30u64 {
             log.append(i, std::slice::from_ref(&big)).unwrap();
@@ -757,26 +783,65 @@ mod tests {
         let segments = std::fs::read_dir(&dir).unwrap().count();
         assert!(segments >= 2, "{segments} segments for 150 KB");
         drop(log);
-        let (mut log, rec) = LogFiles::open(&dir, 1).unwrap();
-        assert_eq!(rec.records.len(), 30);
-        assert_eq!(rec.records.last().unwrap().0, 30);
+        let (mut log, rec) = open_all(&dir, 1).unwrap();
+        assert_eq!(rec.len(), 30);
+        assert_eq!(rec.last().unwrap().0, 30);
         assert_eq!(log.next_index(), 31);
         log.purge_through(20).unwrap();
         drop(log);
-        let (log, rec) = LogFiles::open(&dir, 1).unwrap();
-        assert!(rec.records.first().unwrap().0 > 1, "purged records are gone");
-        assert!(
-            rec.records.first().unwrap().0 <= 21,
-            "records after the purge point stay"
-        );
+        let (log, rec) = open_all(&dir, 1).unwrap();
+        assert!(rec.first().unwrap().0 > 1, "purged records are gone");
+        assert!(rec.first().unwrap().0 <= 21, "records after the purge point stay");
         assert_eq!(log.next_index(), 31);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Records are read back from their files across segments, each checksum checked; a
+    /// record not yet fsynced, one a purge took off, or one damaged on disk is an error (the
+    /// damaged file named), never a panic or a wrong payload.
+    #[test]
+    fn records_read_back_across_segments_and_damage_is_refused() {
+        let dir = scratch();
+        let (log, _) = open_all(&dir, 1).unwrap();
+        let mut log = log.with_segment_bytes(16 << 10);
+        let payload = |i: u64| vec![i as u8; 100 + (i as usize * 37) % 3000];
+        for i in 1..=60u64 {
+            log.append(i, &[payload(i)]).unwrap();
+        }
+        let reader = log.reader();
+        assert!(
+            reader.read(60, 61).is_err(),
+            "the active segment's records are not readable before their fsync"
+        );
+        assert!(reader.read(1, 2).is_ok(), "a rotation fsyncs the closed segment");
+        log.sync().unwrap();
+        assert!(std::fs::read_dir(&dir).unwrap().count() >= 3);
+        for (start, end) in [(1, 61), (5, 6), (17, 44), (60, 61), (3, 3)] {
+            let back = reader.read(start, end).unwrap();
+            assert_eq!(back, (start..end).map(payload).collect::<Vec<_>>(), "{start}..{end}");
+        }
+        assert!(reader.read(60, 62).is_err(), "past the end");
+        log.purge_through(30).unwrap();
+        assert!(reader.read(1, 2).is_err(), "purged");
+        // A flipped byte in a record still on disk.
+        let last = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .max()
+            .unwrap();
+        let mut bytes = std::fs::read(&last).unwrap();
+        let n = bytes.len();
+        bytes[n - 5] ^= 0xff;
+        std::fs::write(&last, bytes).unwrap();
+        let e = reader.read(60, 61).unwrap_err().to_string();
+        assert!(e.contains(&last.display().to_string()) && e.contains("checksum"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn group_commit_completes_every_append_with_fewer_fsyncs_than_appends() {
         let dir = scratch();
-        let (log, _) = LogFiles::open(&dir, 1).unwrap();
+        let (log, _) = open_all(&dir, 1).unwrap();
         let writer = GroupCommit::start(log, FsyncPolicy::Always, Default::default()).unwrap();
         let (tx, rx) = mpsc::channel();
         for i in 1..=2000u64 {
@@ -791,9 +856,9 @@ mod tests {
         assert!(f.fsyncs < 2000, "{} fsyncs for 2000 appends: no grouping", f.fsyncs);
         drop(writer);
         std::thread::sleep(Duration::from_millis(100));
-        let (_, rec) = LogFiles::open(&dir, 1).unwrap();
-        assert_eq!(rec.records.len(), 2000);
-        assert_eq!(rec.records[1999], (2000, 2000u64.to_le_bytes().to_vec()));
+        let (_, rec) = open_all(&dir, 1).unwrap();
+        assert_eq!(rec.len(), 2000);
+        assert_eq!(rec[1999], (2000, 2000u64.to_le_bytes().to_vec()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -803,7 +868,7 @@ mod tests {
     #[test]
     fn a_failing_disk_stalls_the_log_until_it_works_again() {
         let dir = scratch();
-        let (mut log, _) = LogFiles::open(&dir, 1).unwrap();
+        let (mut log, _) = open_all(&dir, 1).unwrap();
         let fault = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         log.fault = Some(fault.clone());
         let health = std::sync::Arc::new(DiskHealth::default());
@@ -829,8 +894,8 @@ mod tests {
         assert_eq!(health.figures().stalls, 1);
         drop(writer);
         std::thread::sleep(Duration::from_millis(100));
-        let (_, rec) = LogFiles::open(&dir, 1).unwrap();
-        let records: Vec<_> = rec.records.iter().map(|(i, r)| (*i, r.clone())).collect();
+        let (_, rec) = open_all(&dir, 1).unwrap();
+        let records: Vec<_> = rec.iter().map(|(i, r)| (*i, r.clone())).collect();
         assert_eq!(records, vec![(1, b"one".to_vec()), (2, b"two".to_vec())]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -840,7 +905,7 @@ mod tests {
     #[test]
     fn a_cut_or_lost_segment_is_refused_naming_the_file() {
         let dir = scratch();
-        let (log, _) = LogFiles::open(&dir, 1).unwrap();
+        let (log, _) = open_all(&dir, 1).unwrap();
         let mut log = log.with_segment_bytes(64 << 10);
         for i in 1..=30u64 {
             log.append(i, &[vec![1u8; 10 << 10]]).unwrap();
@@ -859,10 +924,10 @@ mod tests {
             .unwrap()
             .set_len(cut)
             .unwrap();
-        let e = LogFiles::open(&dir, 1).err().unwrap().to_string();
+        let e = open_all(&dir, 1).err().unwrap().to_string();
         assert!(e.contains("was cut") && e.contains(&last.display().to_string()), "{e}");
         std::fs::remove_file(&last).unwrap();
-        let e = LogFiles::open(&dir, 1).err().unwrap().to_string();
+        let e = open_all(&dir, 1).err().unwrap().to_string();
         assert!(e.contains("last segment file is missing"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -870,7 +935,7 @@ mod tests {
     #[test]
     fn a_missing_segment_is_refused() {
         let dir = scratch();
-        let (log, _) = LogFiles::open(&dir, 1).unwrap();
+        let (log, _) = open_all(&dir, 1).unwrap();
         let mut log = log.with_segment_bytes(64 << 10);
         for i in 1..=30u64 {
             log.append(i, &[vec![1u8; 10 << 10]]).unwrap();
@@ -880,7 +945,7 @@ mod tests {
         names.sort();
         assert!(names.len() >= 3);
         std::fs::remove_file(&names[1]).unwrap();
-        let e = LogFiles::open(&dir, 1).err().unwrap().to_string();
+        let e = open_all(&dir, 1).err().unwrap().to_string();
         assert!(e.contains("missing"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -18,6 +18,7 @@ pub mod network;
 pub mod raft;
 pub mod segment;
 pub mod snapshot;
+pub mod spans;
 
 use std::path::Path;
 

@@ -323,6 +323,63 @@ pub fn read(path: &Path, last: bool) -> Result<Contents, SegmentError> {
     })
 }
 
+/// Reads back, from a segment being appended to or closed, the whole records that end at
+/// `ends` (in order), the first starting at `from`: one positioned read, each record's
+/// length and both checksums checked, as [`read`] does. The caller knows where the records
+/// are (the log's index of its files); a file that does not hold them is an error naming it.
+pub fn read_span(path: &Path, from: u64, ends: &[u64]) -> Result<Vec<Vec<u8>>, SegmentError> {
+    use std::os::unix::fs::FileExt;
+    let Some(&end) = ends.last() else { return Ok(Vec::new()) };
+    let corrupt = |offset: u64, why: &'static str| SegmentError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        why,
+    };
+    let len = end
+        .checked_sub(from)
+        .and_then(|l| usize::try_from(l).ok())
+        .filter(|&l| l <= MAX_PAYLOAD.saturating_mul(2))
+        .ok_or_else(|| corrupt(from, "a span of records out of order"))?;
+    let file = File::open(path).map_err(io(path, "open the segment"))?;
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(&mut bytes, from)
+        .map_err(io(path, "read records back"))?;
+    let mut records = Vec::with_capacity(ends.len());
+    let mut at = from;
+    for &record_end in ends {
+        let lo = usize::try_from(at.saturating_sub(from)).unwrap_or(usize::MAX);
+        let hi = record_end
+            .checked_sub(from)
+            .and_then(|h| usize::try_from(h).ok())
+            .unwrap_or(usize::MAX);
+        let record = bytes
+            .get(lo..hi)
+            .ok_or_else(|| corrupt(at, "a span of records out of order"))?;
+        let payload = check_record(record).map_err(|why| corrupt(at, why))?;
+        records.push(payload.to_vec());
+        at = record_end;
+    }
+    Ok(records)
+}
+
+/// One whole record's payload, its header's and payload's checksums checked.
+fn check_record(record: &[u8]) -> Result<&[u8], &'static str> {
+    let (Some(head), Some(payload)) = (record.get(..RECORD_HEADER_LEN), record.get(RECORD_HEADER_LEN..)) else {
+        return Err("record header cut short");
+    };
+    let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+    if crc32fast::hash(&head[..8]) != word(8) {
+        return Err("record header checksum mismatch");
+    }
+    if word(0) as usize != payload.len() {
+        return Err("record length is not where the log's index says it ends");
+    }
+    if crc32fast::hash(payload) != word(4) {
+        return Err("record checksum mismatch");
+    }
+    Ok(payload)
+}
+
 /// The header's mark: durable records and sealed, checked.
 fn read_mark(path: &Path, header: &[u8]) -> Result<(u64, bool), SegmentError> {
     let m = &header[MARK_AT..HEADER_LEN];

@@ -51,7 +51,7 @@ pub fn render(s: &NodeStats) -> String {
     super::process_metrics::render(&mut out, s);
     super::group_metrics::render(&mut out, &labels, s);
     let d = &s.durability;
-    let gauges: [(&str, &str, f64); 13] = [
+    let gauges: [(&str, &str, f64); 14] = [
         ("kvd_keys", "Keys stored on this node.", s.keys as f64),
         (
             "kvd_volatile_keys",
@@ -87,6 +87,11 @@ pub fn render(s: &NodeStats) -> String {
             "kvd_log_bytes",
             "Bytes of log segments on disk (0 without --data-dir).",
             d.log_bytes as f64,
+        ),
+        (
+            "kvd_log_memory_bytes",
+            "Bytes of log entries held in memory (the newest; older ones are read back from disk).",
+            d.log_memory_bytes as f64,
         ),
         (
             "kvd_log_entries",

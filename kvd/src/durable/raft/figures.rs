@@ -84,6 +84,7 @@ impl DurableShard {
             .into(),
             log_bytes: w.disk_bytes,
             log_entries: applied.saturating_sub(snapshot_index),
+            log_memory_bytes: self.log_memory_bytes(),
             last_applied: applied,
             snapshot_index,
             snapshot_bytes,
@@ -97,6 +98,13 @@ impl DurableShard {
             stall_reason: stall.reason,
             disk_stalls: stall.stalls,
         }
+    }
+}
+
+impl DurableShard {
+    /// Bytes of log entries held in memory.
+    fn log_memory_bytes(&self) -> u64 {
+        self.log.lock().cache.bytes() as u64
     }
 }
 

@@ -1,8 +1,8 @@
-//! openraft's log storage over the segment files: every entry since the last snapshot in
-//! memory, every entry on disk (written by the group-commit thread), the vote and the
-//! committed-index hint in files of their own.
+//! openraft's log storage over the segment files: every entry on disk (written by the
+//! group-commit thread), the newest in memory too (`EntryCache`, within a byte budget; older
+//! ones are read back from the files), the vote and the committed-index hint in files of
+//! their own.
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
@@ -11,21 +11,28 @@ use std::sync::Arc;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, RaftLogReader, Vote};
 
+use super::entry_cache::{EntryCache, LOG_CACHE_BYTES};
 use super::types::{ShardRaft, StorageResult, io_error};
-use crate::durable::log::{FsyncPolicy, GroupCommit, LogFiles};
+use crate::durable::log::{FsyncPolicy, GroupCommit, LogError, LogFiles};
 use crate::durable::snapshot;
+use crate::durable::spans::RecordReader;
 
 /// How often the committed index is written down (a hint for restarts).
 pub(super) const COMMITTED_SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The log storage: the entries since the last snapshot kept in memory, every entry on disk.
+/// The log storage: every entry on disk, the newest in memory too.
 pub struct LogStore {
     pub(super) inner: Arc<parking_lot::Mutex<LogInner>>,
 }
 
 pub(super) struct LogInner {
     pub(super) dir: PathBuf,
-    pub(super) entries: BTreeMap<u64, Entry<ShardRaft>>,
+    /// The newest entries.
+    pub(super) cache: EntryCache,
+    /// Reads older entries back from the segment files.
+    reader: RecordReader,
+    /// The highest index known committed (entries up to it are never taken back).
+    committed_index: u64,
     pub(super) last_purged: Option<LogId<u64>>,
     pub(super) vote: Option<Vote<u64>>,
     pub(super) writer: Arc<GroupCommit>,
@@ -50,27 +57,31 @@ impl LogStore {
     ) -> Result<(LogStore, u64), Box<dyn std::error::Error + Send + Sync>> {
         let log_dir = dir.join("log");
         refuse_a_lost_log(dir, &log_dir)?;
-        let (files, recovered) = LogFiles::open(&log_dir, 0)?;
+        // Where the log was known committed, at most a second before the stop: a restarted
+        // member applies that much at once, without waiting to hear from a leader. A group of
+        // one commits its whole log at start. Entries up to there are never taken back, so
+        // they need not stay in memory.
+        let hint = match keep_committed {
+            true => read_committed_hint(&dir.join("committed")),
+            false => None,
+        };
+        let committed_index = match keep_committed {
+            true => hint.map_or(0, |c| c.index),
+            false => u64::MAX,
+        };
+        let mut cache = EntryCache::new(LOG_CACHE_BYTES);
+        let (files, _) = LogFiles::open(&log_dir, 0, &mut |index, bytes| {
+            cache.push(decode(&log_dir, index, &bytes)?, bytes.len());
+            cache.evict(committed_index);
+            Ok(())
+        })?;
         let files = files.with_segment_bytes(segment_bytes);
         let first_on_disk = files.first_index();
-        let mut entries = BTreeMap::new();
-        for (index, bytes) in recovered.records {
-            let entry: Entry<ShardRaft> = postcard::from_bytes(&bytes).map_err(|e| {
-                format!(
-                    "{}: log record {index} does not decode ({e}): written by another kvd version, or damaged; restore the data directory from a copy or move it away",
-                    log_dir.display()
-                )
-            })?;
-            if entry.log_id.index != index {
-                return Err(format!(
-                    "{}: log record {index} holds entry {}: the log is damaged",
-                    log_dir.display(),
-                    entry.log_id.index
-                )
-                .into());
-            }
-            entries.insert(index, entry);
-        }
+        let reader = files.reader();
+        let last = cache.last().map(|l| l.index);
+        // A hint only (a lower value is always safe): one outside the log is passed over.
+        let committed = hint.filter(|c| c.index >= first_on_disk && Some(c.index) <= last);
+        let committed_index = committed_index.min(last.unwrap_or(0));
         let vote_path = dir.join("vote");
         let vote = match vote_path.exists() {
             true => Some(
@@ -79,30 +90,14 @@ impl LogStore {
             ),
             false => None,
         };
-        // Where the log was known committed, at most a second before the stop: a restarted
-        // member applies that much at once, without waiting to hear from a leader. A hint
-        // only (a lower value is always safe): one that does not read is passed over.
-        let committed_path = dir.join("committed");
-        let committed = match keep_committed && committed_path.exists() {
-            false => None,
-            true => match snapshot::read(&committed_path)
-                .map_err(|e| e.to_string())
-                .and_then(|f| postcard::from_bytes::<LogId<u64>>(&f.data).map_err(|e| e.to_string()))
-            {
-                Ok(c) if entries.contains_key(&c.index) => Some(c),
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::warn!(file = %committed_path.display(), error = %e, "passed over the committed-index hint");
-                    None
-                }
-            },
-        };
         let writer = GroupCommit::start(files, fsync, health.clone())
             .map_err(|e| format!("{}: cannot start the log writer thread: {e}", dir.display()))?;
         let store = LogStore {
             inner: Arc::new(parking_lot::Mutex::new(LogInner {
                 dir: dir.to_path_buf(),
-                entries,
+                cache,
+                reader,
+                committed_index,
                 last_purged: None,
                 vote,
                 writer: Arc::new(writer),
@@ -118,9 +113,56 @@ impl LogStore {
     /// Forgets the entries up to `log_id` (a snapshot holds them).
     pub(super) fn forget_through(&self, log_id: LogId<u64>) {
         let mut inner = self.inner.lock();
-        inner.entries.retain(|&i, _| i > log_id.index);
+        inner.cache.forget_through(log_id.index);
         inner.last_purged = Some(log_id);
     }
+}
+
+impl LogInner {
+    /// Drops cached entries past the budget: only committed ones, and only once readable
+    /// from disk.
+    fn evict(&mut self) {
+        if self.cache.over_budget() {
+            let on_disk = self.reader.readable_end().saturating_sub(1);
+            self.cache.evict(self.committed_index.min(on_disk));
+        }
+    }
+}
+
+/// The committed-index hint, if it reads (one that does not is passed over).
+fn read_committed_hint(path: &Path) -> Option<LogId<u64>> {
+    if !path.exists() {
+        return None;
+    }
+    match snapshot::read(path)
+        .map_err(|e| e.to_string())
+        .and_then(|f| postcard::from_bytes::<LogId<u64>>(&f.data).map_err(|e| e.to_string()))
+    {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "passed over the committed-index hint");
+            None
+        }
+    }
+}
+
+/// A log record's entry, refused (naming the directory) if it does not decode or holds
+/// another index than its place.
+fn decode(log_dir: &Path, index: u64, bytes: &[u8]) -> Result<Entry<ShardRaft>, LogError> {
+    let entry: Entry<ShardRaft> = postcard::from_bytes(bytes).map_err(|e| {
+        LogError::Misuse(format!(
+            "{}: log record {index} does not decode ({e}): written by another kvd version, or damaged; restore the data directory from a copy or move it away",
+            log_dir.display()
+        ))
+    })?;
+    if entry.log_id.index != index {
+        return Err(LogError::Misuse(format!(
+            "{}: log record {index} holds entry {}: the log is damaged",
+            log_dir.display(),
+            entry.log_id.index
+        )));
+    }
+    Ok(entry)
 }
 
 /// A shard that has voted or snapshotted had a log: if every segment is gone, it was deleted
@@ -165,12 +207,25 @@ impl RaftLogReader<ShardRaft> for LogStore {
         if end.is_some_and(|e| e <= start) {
             return Ok(Vec::new());
         }
-        let inner = self.inner.lock();
-        let entries = match end {
-            Some(end) => inner.entries.range(start..end),
-            None => inner.entries.range(start..),
+        let end = end.unwrap_or(u64::MAX);
+        let (disk, mut entries, reader, log_dir) = {
+            let inner = self.inner.lock();
+            // Entries a snapshot holds are gone; the rest before the cache are on disk.
+            let start = start.max(inner.last_purged.map_or(0, |l| l.index + 1));
+            let cached_from = inner.cache.first_index().unwrap_or(u64::MAX);
+            let disk = start..end.min(cached_from);
+            let cached = inner.cache.range(start.max(cached_from), end);
+            (disk, cached, inner.reader.clone(), inner.dir.join("log"))
         };
-        Ok(entries.map(|(_, e)| e.clone()).collect())
+        if disk.is_empty() {
+            return Ok(entries);
+        }
+        let mut out = Vec::with_capacity(entries.len() + (disk.end - disk.start) as usize);
+        for (index, bytes) in disk.clone().zip(reader.read(disk.start, disk.end).map_err(io_error)?) {
+            out.push(decode(&log_dir, index, &bytes).map_err(io_error)?);
+        }
+        out.append(&mut entries);
+        Ok(out)
     }
 }
 
@@ -179,11 +234,7 @@ impl RaftLogStorage<ShardRaft> for LogStore {
 
     async fn get_log_state(&mut self) -> StorageResult<LogState<ShardRaft>> {
         let inner = self.inner.lock();
-        let last = inner
-            .entries
-            .last_key_value()
-            .map(|(_, e)| e.log_id)
-            .or(inner.last_purged);
+        let last = inner.cache.last().or(inner.last_purged);
         Ok(LogState {
             last_purged_log_id: inner.last_purged,
             last_log_id: last,
@@ -235,6 +286,10 @@ impl RaftLogStorage<ShardRaft> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> StorageResult<()> {
         let path = {
             let mut inner = self.inner.lock();
+            if let Some(c) = committed {
+                inner.committed_index = inner.committed_index.max(c.index);
+                inner.evict();
+            }
             if !inner.keep_committed {
                 return Ok(());
             }
@@ -272,9 +327,11 @@ impl RaftLogStorage<ShardRaft> for LogStore {
         let mut first = None;
         for entry in entries {
             first.get_or_insert(entry.log_id.index);
-            payloads.push(postcard::to_allocvec(&entry).map_err(io_error)?);
-            inner.entries.insert(entry.log_id.index, entry);
+            let bytes = postcard::to_allocvec(&entry).map_err(io_error)?;
+            inner.cache.push(entry, bytes.len());
+            payloads.push(bytes);
         }
+        inner.evict();
         let Some(first) = first else {
             callback.log_io_completed(Ok(()));
             return Ok(());
@@ -291,7 +348,7 @@ impl RaftLogStorage<ShardRaft> for LogStore {
         // A replica's uncommitted entries that its new leader does not have: gone from
         // memory now, from disk in order with the next appends (see `LogFiles::truncate_from`).
         let mut inner = self.inner.lock();
-        inner.entries.split_off(&log_id.index);
+        inner.cache.truncate_from(log_id.index);
         inner.writer.truncate_from(log_id.index);
         Ok(())
     }

@@ -34,6 +34,7 @@
 //! * `tasks`: the shard's background tasks, owned and ended with it.
 
 mod admin;
+mod entry_cache;
 mod figures;
 mod lease;
 mod log_store;

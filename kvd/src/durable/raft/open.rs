@@ -66,10 +66,11 @@ struct Recovered {
     recovery: Recovery,
 }
 
-/// What the shard keeps of its disk: the log's writer, the snapshots and whether the disk
-/// takes writes.
+/// What the shard keeps of its disk: the log's writer and its entries in memory, the
+/// snapshots and whether the disk takes writes.
 struct Disk {
     writer: Arc<GroupCommit>,
+    log: Arc<parking_lot::Mutex<super::log_store::LogInner>>,
     snapshots: Arc<parking_lot::Mutex<Snapshots>>,
     health: Arc<DiskHealth>,
 }
@@ -147,6 +148,7 @@ impl DurableShard {
     ) -> DurableShard {
         let Disk {
             writer,
+            log,
             snapshots,
             health,
         } = disk;
@@ -177,6 +179,7 @@ impl DurableShard {
             raft,
             proposals,
             writer,
+            log,
             snapshots,
             fsync,
             me: who.me,
@@ -312,7 +315,7 @@ async fn recover(
     let (log, first_on_disk) = LogStore::open(dir, fsync, segment_bytes, grouped, health.clone())?;
     let (writer, last_log_index, fresh, committed_at_start) = {
         let inner = log.inner.lock();
-        let last = inner.entries.last_key_value().map(|(i, _)| *i);
+        let last = inner.cache.last().map(|l| l.index);
         (
             inner.writer.clone(),
             last,
@@ -335,11 +338,13 @@ async fn recover(
         health: health.clone(),
     };
     let (recovery, base) = load_snapshot(dir, &log, &mut sm, last_log_index, first_on_disk)?;
+    let log_inner = log.inner.clone();
     Ok(Recovered {
         log,
         sm,
         disk: Disk {
             writer,
+            log: log_inner,
             snapshots,
             health,
         },

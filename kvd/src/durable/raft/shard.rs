@@ -19,6 +19,8 @@ pub struct DurableShard {
     pub(super) raft: openraft::Raft<ShardRaft>,
     pub(super) proposals: tokio::sync::mpsc::UnboundedSender<Proposal>,
     pub(super) writer: Arc<GroupCommit>,
+    /// The log store's state (for its figures).
+    pub(super) log: Arc<parking_lot::Mutex<super::log_store::LogInner>>,
     pub(super) snapshots: Arc<parking_lot::Mutex<Snapshots>>,
     pub(super) fsync: FsyncPolicy,
     /// This member's id, and whether there are other members.
