@@ -71,6 +71,14 @@ class Kvd:
             return None
         return json.loads(out.stdout)[0]["stats"]
 
+    def peak_rss_mb(self):
+        """The process's peak resident memory so far (VmHWM), in MB."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024)
+        return 0
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -113,6 +121,7 @@ def one_run(a, data_root, label, kvd_args, workload, batch):
         )
         wall = time.time() - t0
         after = kvd.stats()
+        peak_rss_mb = kvd.peak_rss_mb()
     finally:
         kvd.stop()
         shutil.rmtree(data, ignore_errors=True)
@@ -134,13 +143,24 @@ def one_run(a, data_root, label, kvd_args, workload, batch):
         "update_p99_us": round(upd.get("p99_us", 0)),
         "fsyncs_per_sec": round(fsyncs / wall, 1),
         "updates_per_fsync": round(puts / fsyncs, 1) if fsyncs else "",
-        "fsync_p50_us": d1["fsync_p50_us"],
-        "fsync_p99_us": d1["fsync_p99_us"],
+        "fsync_mean_us": fsync_mean_us(d0, d1),
         "snapshots": d1["snapshots_taken"] - d0["snapshots_taken"],
         "min_per_second": min(per_second),
         "median_per_second": round(statistics.median(per_second)),
         "failed_ops": run["failed_ops"],
+        "peak_rss_mb": peak_rss_mb,
+        "log_memory_mb": round(d1.get("log_memory_bytes", 0) / 2**20, 1),
     }
+
+
+def fsync_mean_us(d0, d1):
+    """The mean fsync time between two samples (the histogram's sum over its count)."""
+    def totals(d):
+        f = d.get("fsync") or {"buckets": [], "sum_ns": 0}
+        return sum(c for _, c in f["buckets"]), f["sum_ns"]
+
+    (n0, s0), (n1, s1) = totals(d0), totals(d1)
+    return round((s1 - s0) / (n1 - n0) / 1000) if n1 > n0 else ""
 
 
 def durable_args(mode):
@@ -177,7 +197,8 @@ def main():
                     f"round {r + 1}  {workload} batch {batch:>5}  {label:<14} {row['ops_per_sec']:>10,} op/s  "
                     f"kvd {row['kvd_cpu_percent']}%  update p50 {row['update_p50_us']} us p99 {row['update_p99_us']} us  "
                     f"fsyncs/s {row['fsyncs_per_sec']}  updates/fsync {row['updates_per_fsync']}  "
-                    f"snapshots {row['snapshots']}  per-second min {row['min_per_second']:,}",
+                    f"snapshots {row['snapshots']}  per-second min {row['min_per_second']:,}  "
+                    f"peak RSS {row['peak_rss_mb']} MB  log in memory {row['log_memory_mb']} MB",
                     flush=True,
                 )
                 with open(path, "w", newline="") as f:
@@ -187,9 +208,9 @@ def main():
     if not a.data_root:
         shutil.rmtree(data_root, ignore_errors=True)
     print(f"\nmedians over {a.rounds} rounds ({path}):")
-    keys = ["ops_per_sec", "kvd_cpu_percent", "update_p50_us", "update_p99_us", "fsyncs_per_sec", "updates_per_fsync"]
+    keys = ["ops_per_sec", "kvd_cpu_percent", "update_p50_us", "update_p99_us", "fsyncs_per_sec", "updates_per_fsync", "peak_rss_mb"]
     if a.stall:
-        keys = ["ops_per_sec", "min_per_second", "median_per_second", "snapshots", "update_p99_us"]
+        keys = ["ops_per_sec", "min_per_second", "median_per_second", "snapshots", "update_p99_us", "peak_rss_mb"]
     print("| workload | batch | mode | " + " | ".join(keys) + " |")
     print("|---" * (3 + len(keys)) + "|")
     for workload, batch in grid:

@@ -42,8 +42,9 @@ while (($#)); do
 done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-BIN=$ROOT/target/release
-(cd "$ROOT" && cargo build --release --quiet -p kvd -p kvbench)
+# BIN_DIR: other kvd and kvbench binaries (another build, for an A B comparison).
+BIN=${BIN_DIR:-$ROOT/target/release}
+[[ -n ${BIN_DIR:-} ]] || (cd "$ROOT" && cargo build --release --quiet -p kvd -p kvbench)
 LOGS=$(mktemp -d /tmp/kvd-replication-bench.XXXXXX)
 say() { echo "== $*" >&2; }
 
@@ -74,7 +75,7 @@ fi
 if has failover; then
   say "failover: $KILLS leader kills, one every 4 s (3 s apart plus a 1 s restart), under a recording load (namespace hosts)"
   secs=$((KILLS * 4 + 3))  # a kill 3 s after the last restart
-  KV_NO_BUILD=1 "$ROOT/scripts/run-cluster.sh" --local --replicas 3 --records 10000 --logs "$LOGS" \
+  KV_NO_BUILD=1 "$ROOT/scripts/run-cluster.sh" --local --bin-dir "$BIN" --replicas 3 --records 10000 --logs "$LOGS" \
     --check "${secs}s" --nemesis kill --nemesis-every 3 1 1 "" "--duration 1s --warmup 200ms" \
     >"$LOGS/failover.txt" 2>&1 || { tail -20 "$LOGS/failover.txt" >&2; exit 1; }
   cp "$LOGS/latest/check.txt" "$OUT/failover-check.txt"
