@@ -2,7 +2,7 @@
 //!
 //! The log's writer thread alone changes [`Spans`] (appends, rotations, cuts, purges), under
 //! the write lock; a [`RecordReader`] reads records back holding the read lock, so no file is
-//! cut, rewritten or deleted under a read. Only records below [`Spans::readable_end`] are read
+//! cut, rewritten or deleted under a read. Only records below `readable_end` are read
 //! back: written and, when the log fsyncs, fsynced, so that restoring the active segment after
 //! a failed fsync (which rewrites what followed the last fsync) never changes what a reader
 //! can see, and raft never takes them back (they are committed: see the log store).

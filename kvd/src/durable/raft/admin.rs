@@ -388,8 +388,8 @@ impl DurableShard {
         let began = tokio::time::Instant::now();
         let lease = Duration::from_millis(GROUP_ELECTION_MS.1 + 100);
         // The entry already proposed still commits (within milliseconds); campaign once no
-        // follower has heard from this leader for a whole lease. The others would campaign
-        // only a random 0.4-0.8 s later, so the chosen member asks first.
+        // follower has heard from this leader for a whole lease. The others campaign at their
+        // own timeouts, refused while the lease runs, so the chosen member usually asks first.
         let (mut last, mut changed) = (self.raft.metrics().borrow().last_log_index, began);
         while changed.elapsed() < lease {
             tokio::time::sleep(Duration::from_millis(20)).await;
