@@ -212,7 +212,9 @@ impl RaftLogReader<ShardRaft> for LogStore {
             let inner = self.inner.lock();
             // Entries a snapshot holds are gone; the rest before the cache are on disk.
             let start = start.max(inner.last_purged.map_or(0, |l| l.index + 1));
-            let cached_from = inner.cache.first_index().unwrap_or(u64::MAX);
+            // Nothing past the last entry exists (an empty cache: the log ends at the purge).
+            let log_end = inner.cache.last().or(inner.last_purged).map_or(0, |l| l.index + 1);
+            let cached_from = inner.cache.first_index().unwrap_or(log_end);
             let disk = start..end.min(cached_from);
             let cached = inner.cache.range(start.max(cached_from), end);
             (disk, cached, inner.reader.clone(), inner.dir.join("log"))
