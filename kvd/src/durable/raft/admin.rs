@@ -30,6 +30,9 @@ use crate::durable::network::{AdminReply, AdminRequest, MemberIdentity, Target, 
 
 /// How long a new learner may take to catch up before `AddLearner` gives up.
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(600);
+/// How long after the lease's end the chosen member is asked to campaign (the last heartbeat's
+/// way to the followers, on this clock).
+const HAND_OVER_MARGIN_MS: u64 = 25;
 /// How long the chosen member may take to win its election before the hand-over is called off.
 const TAKE_OVER_LIMIT: Duration = Duration::from_secs(3);
 
@@ -386,10 +389,13 @@ impl DurableShard {
 
     async fn quiet_and_campaign(&self, target: u64, peer: &kvshared::client::Cluster) -> Result<Duration, String> {
         let began = tokio::time::Instant::now();
-        let lease = Duration::from_millis(GROUP_ELECTION_MS.1 + 100);
+        let lease = Duration::from_millis(GROUP_ELECTION_MS.1 + HAND_OVER_MARGIN_MS);
         // The entry already proposed still commits (within milliseconds); campaign once no
-        // follower has heard from this leader for a whole lease. The others campaign at their
-        // own timeouts, refused while the lease runs, so the chosen member usually asks first.
+        // follower has heard from this leader for a whole lease. Another member campaigns at
+        // its own timeout (200-400 ms), is refused while the lease runs, and tries again one
+        // timeout later (400-800 ms): the chosen member, asking at 425 ms, is nearly always
+        // first (with a margin of 100 ms, a member whose timeout was under 250 ms, one in
+        // four, could win first).
         let (mut last, mut changed) = (self.raft.metrics().borrow().last_log_index, began);
         while changed.elapsed() < lease {
             tokio::time::sleep(Duration::from_millis(20)).await;
