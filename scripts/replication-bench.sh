@@ -12,12 +12,14 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 Usage: scripts/replication-bench.sh [--parts throughput,failover,catchup] [--records N]
-                                    [--duration D] [--kills N] [--out DIR]
+                                    [--duration D] [--kills N] [--cpu F] [--out DIR]
 
   --parts     which parts to run (default all three)
   --records   records for the throughput runs and the catch-up (default 1000000)
   --duration  each throughput run's measured time (default 10s)
   --kills     leader kills in the failover part (default 20)
+  --cpu       throughput part: a CPU quota of F cores for each server host (one per member;
+              run-cluster.sh --cpu), the load tool uncapped (default: no quota)
   --out       where the outputs go (default docs/data/replication)
 Takes about 4 minutes with the defaults on a 2-core machine.
 EOF
@@ -27,6 +29,7 @@ PARTS=throughput,failover,catchup
 RECORDS=1000000
 DURATION=10s
 KILLS=20
+CPU=""
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$ROOT/docs/data/replication
 while (($#)); do
@@ -35,6 +38,7 @@ while (($#)); do
     --records) RECORDS=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
     --kills) KILLS=$2; shift 2 ;;
+    --cpu) CPU=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "replication-bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -55,7 +59,8 @@ if has throughput; then
   : >"$OUT/throughput.txt"
   for w in b a; do
     for r in 1 3; do
-      args=(--replicas "$r")
+      args=(--replicas "$r" --bin-dir "$BIN")
+      [[ -n $CPU ]] && args+=(--cpu "$CPU")
       ((r == 1)) && args+=(--durable)
       KV_NO_BUILD=1 "$ROOT/scripts/run-cluster.sh" --local "${args[@]}" --records "$RECORDS" --logs "$LOGS" \
         1 1 "" "-w $w --duration $DURATION" >"$LOGS/run-$w-$r.txt" 2>&1 ||
