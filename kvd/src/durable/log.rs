@@ -88,24 +88,13 @@ pub struct LogFiles {
     /// Where every record is; changed here only, read by [`RecordReader`]s too.
     spans: Arc<RwLock<Spans>>,
     active: Segment,
-    /// Records of the active segment durable as of the last fsync (what the next fsync
-    /// writes into the segment's mark).
-    synced_records: u64,
-    /// The payloads of the active segment's records after `synced_records` (kept when the
+    /// The payloads of the active segment's records after its synced ones (kept when the
     /// log fsyncs, so that a failed fsync, after which the kernel may have dropped the pages,
     /// can write them again: see [`LogFiles::restore`]).
     unsynced: Vec<Vec<u8>>,
-    /// Whether `unsynced` is kept (not with `--fsync never`, which never syncs).
-    keeps_unsynced: bool,
     /// Unit tests only: while set, appends and fsyncs fail as on a read-only file system.
     #[cfg(test)]
     fault: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-}
-
-/// What opening the log found besides its records.
-pub struct Recovered {
-    /// A torn tail that was cut off: the file and the offset.
-    pub torn: Option<(PathBuf, u64)>,
 }
 
 /// Refuses a segment that holds fewer records than its mark says were durable, or a last
@@ -154,15 +143,14 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
 impl LogFiles {
     /// Opens the log in `dir` (creating it, starting at index `start`, if it has no segment),
     /// reading back and checking every record, one segment at a time, and handing each to
-    /// `visit` with its index; a torn tail is cut off and reported.
+    /// `visit` with its index; a torn tail is cut off (and logged, naming the file).
     pub fn open(
         dir: &Path,
         start: u64,
         visit: &mut dyn FnMut(u64, Vec<u8>) -> Result<(), LogError>,
-    ) -> Result<(LogFiles, Recovered), LogError> {
+    ) -> Result<LogFiles, LogError> {
         let firsts = list_segments(dir)?;
         let mut closed = Vec::new();
-        let mut torn = None;
         let mut expected = firsts.first().copied().unwrap_or(start);
         for (n, &first) in firsts.iter().enumerate() {
             let path = dir.join(segment_name(first));
@@ -178,7 +166,6 @@ impl LogFiles {
             check_mark(&path, &contents, last)?;
             if let Some(at) = contents.torn_at {
                 tracing::warn!(file = %path.display(), offset = at, "cut a torn tail off the log (a crash during an append; it held no acknowledged write)");
-                torn = Some((path.clone(), at));
             }
             let mut ends = Vec::with_capacity(contents.records.len());
             let mut end = segment::HEADER_LEN as u64;
@@ -194,8 +181,7 @@ impl LogFiles {
                 let synced_records = info.ends.len() as u64;
                 active.mark(synced_records, false)?;
                 active.sync()?;
-                let files = LogFiles::over(dir, Spans::new(closed, info), active, synced_records);
-                return Ok((files, Recovered { torn }));
+                return Ok(LogFiles::over(dir, Spans::new(closed, info, synced_records), active));
             }
             closed.push(info);
         }
@@ -206,21 +192,16 @@ impl LogFiles {
             path,
             ends: Vec::new(),
         };
-        Ok((
-            LogFiles::over(dir, Spans::new(closed, info), active, 0),
-            Recovered { torn },
-        ))
+        Ok(LogFiles::over(dir, Spans::new(closed, info, 0), active))
     }
 
-    fn over(dir: &Path, spans: Spans, active: Segment, synced_records: u64) -> LogFiles {
+    fn over(dir: &Path, spans: Spans, active: Segment) -> LogFiles {
         LogFiles {
             dir: dir.to_path_buf(),
             segment_bytes: SEGMENT_BYTES,
             spans: Arc::new(RwLock::new(spans)),
             active,
-            synced_records,
             unsynced: Vec::new(),
-            keeps_unsynced: true,
             #[cfg(test)]
             fault: None,
         }
@@ -267,10 +248,6 @@ impl LogFiles {
             end += (segment::RECORD_HEADER_LEN + p.len()) as u64;
             spans.active.ends.push(end);
         }
-        if !self.keeps_unsynced {
-            // Never fsynced, never rewritten: readable once written.
-            spans.readable_end = spans.next_index();
-        }
         Ok(())
     }
 
@@ -292,12 +269,11 @@ impl LogFiles {
         let keep = (index - spans.active.first) as usize;
         self.active = Segment::open_at(&spans.active.path, spans.active.start_of(keep))?;
         spans.active.ends.truncate(keep);
-        spans.readable_end = spans.readable_end.min(index);
-        let unsynced_kept = keep.saturating_sub(self.synced_records as usize);
+        let unsynced_kept = keep.saturating_sub(spans.synced_records as usize);
         self.unsynced.truncate(unsynced_kept);
         // Records taken back were durable, maybe: the mark must not claim them any more.
-        self.synced_records = self.synced_records.min(keep as u64);
-        self.active.mark(self.synced_records, false)?;
+        spans.synced_records = spans.synced_records.min(keep as u64);
+        self.active.mark(spans.synced_records, false)?;
         self.active.sync()?;
         Ok(())
     }
@@ -316,9 +292,8 @@ impl LogFiles {
                 ends: Vec::new(),
             },
         );
-        spans.readable_end = first;
+        spans.synced_records = 0;
         self.active = next;
-        self.synced_records = 0;
         self.unsynced.clear();
         for s in std::mem::take(&mut spans.closed).into_iter().chain([old]) {
             std::fs::remove_file(&s.path).map_err(|source| LogError::Dir {
@@ -343,7 +318,7 @@ impl LogFiles {
         };
         self.active.mark(records, true)?;
         self.active.sync()?;
-        self.synced_records = records;
+        self.spans.write().synced_records = records;
         self.unsynced.clear();
         let path = self.dir.join(segment_name(first));
         let next = match Segment::create(&path) {
@@ -352,7 +327,6 @@ impl LogFiles {
                 // No next segment after all: unsealed again (if the disk lets us), so that a
                 // restart does not look for one.
                 let _ = self.active.mark(records, false).and_then(|()| self.active.sync());
-                self.spans.write().readable_end = first;
                 return Err(e.into());
             }
         };
@@ -366,9 +340,8 @@ impl LogFiles {
             },
         );
         spans.closed.push(old);
-        spans.readable_end = first;
+        spans.synced_records = 0;
         self.active = next;
-        self.synced_records = 0;
         Ok(())
     }
 
@@ -389,11 +362,11 @@ impl LogFiles {
     pub fn sync(&mut self) -> Result<(), LogError> {
         #[cfg(test)]
         self.injected_fault()?;
-        self.active.mark(self.synced_records, false)?;
+        let synced = self.spans.read().synced_records;
+        self.active.mark(synced, false)?;
         self.active.sync()?;
         let mut spans = self.spans.write();
-        self.synced_records = spans.active.ends.len() as u64;
-        spans.readable_end = spans.next_index();
+        spans.synced_records = spans.active.ends.len() as u64;
         self.unsynced.clear();
         Ok(())
     }
@@ -414,7 +387,7 @@ impl LogFiles {
 
     /// Keeps the payloads just appended until the next fsync (see `unsynced`).
     pub fn appended(&mut self, payloads: Vec<Vec<u8>>) {
-        if self.keeps_unsynced {
+        if self.spans.read().fsyncs {
             self.unsynced.extend(payloads);
         }
     }
@@ -426,13 +399,12 @@ impl LogFiles {
     pub fn restore(&mut self) -> Result<(), LogError> {
         {
             let mut spans = self.spans.write();
-            let keep = match self.keeps_unsynced {
-                true => self.synced_records as usize,
+            let keep = match spans.fsyncs {
+                true => spans.synced_records as usize,
                 false => spans.active.ends.len(),
             };
             self.active = Segment::open_at(&spans.active.path, spans.active.start_of(keep))?;
             spans.active.ends.truncate(keep);
-            spans.readable_end = spans.readable_end.min(spans.next_index());
         }
         let again = std::mem::take(&mut self.unsynced);
         if !again.is_empty() {
@@ -542,12 +514,12 @@ impl GroupCommit {
     /// Starts the writer thread over `files`; a failing disk is retried until it works,
     /// and reported to `health` meanwhile.
     pub fn start(
-        mut files: LogFiles,
+        files: LogFiles,
         policy: FsyncPolicy,
         health: std::sync::Arc<DiskHealth>,
     ) -> std::io::Result<GroupCommit> {
         let (jobs, rx) = mpsc::channel::<Job>();
-        files.keeps_unsynced = policy != FsyncPolicy::Never;
+        files.spans.write().fsyncs = policy != FsyncPolicy::Never;
         let figures = std::sync::Arc::new(parking_lot::Mutex::new(WriterFigures {
             disk_bytes: files.disk_bytes(),
             ..WriterFigures::default()
@@ -756,7 +728,7 @@ mod tests {
     /// Opens the log and collects every record it reads back.
     fn open_all(dir: &Path, start: u64) -> Result<(LogFiles, Records), LogError> {
         let mut records = Vec::new();
-        let (files, _) = LogFiles::open(dir, start, &mut |i, r| {
+        let files = LogFiles::open(dir, start, &mut |i, r| {
             records.push((i, r));
             Ok(())
         })?;

@@ -2,7 +2,7 @@
 //!
 //! The log's writer thread alone changes [`Spans`] (appends, rotations, cuts, purges), under
 //! the write lock; a [`RecordReader`] reads records back holding the read lock, so no file is
-//! cut, rewritten or deleted under a read. Only records below `readable_end` are read
+//! cut, rewritten or deleted under a read. Only records below [`Spans::readable_end`] are read
 //! back: written and, when the log fsyncs, fsynced, so that restoring the active segment after
 //! a failed fsync (which rewrites what followed the last fsync) never changes what a reader
 //! can see, and raft never takes them back (they are committed: see the log store).
@@ -41,17 +41,29 @@ impl SegmentFile {
 pub struct Spans {
     pub(super) closed: Vec<SegmentFile>,
     pub(super) active: SegmentFile,
-    /// Records below this index can be read back (see the module's note).
-    pub(super) readable_end: u64,
+    /// Records of the active segment durable as of the last fsync (what the next fsync
+    /// writes into the segment's mark).
+    pub(super) synced_records: u64,
+    /// Whether the log fsyncs (not with `--fsync never`): then only synced records are
+    /// readable, and the writer keeps the others to write again after a failed fsync.
+    pub(super) fsyncs: bool,
 }
 
 impl Spans {
-    pub(super) fn new(closed: Vec<SegmentFile>, active: SegmentFile) -> Spans {
-        let readable_end = active.end_index();
+    pub(super) fn new(closed: Vec<SegmentFile>, active: SegmentFile, synced_records: u64) -> Spans {
         Spans {
             closed,
             active,
-            readable_end,
+            synced_records,
+            fsyncs: true,
+        }
+    }
+
+    /// Records below this index can be read back (see the module's note).
+    pub fn readable_end(&self) -> u64 {
+        match self.fsyncs {
+            true => self.active.first + self.synced_records,
+            false => self.next_index(),
         }
     }
 
@@ -89,17 +101,17 @@ impl RecordReader {
 
     /// Records below this index can be read back now.
     pub fn readable_end(&self) -> u64 {
-        self.spans.read().readable_end
+        self.spans.read().readable_end()
     }
 
     /// The payloads of records `start..end`, read from their files (one read per file) with
     /// every checksum checked. A record not on disk, or not yet readable, is an error.
     pub fn read(&self, start: u64, end: u64) -> Result<Vec<Vec<u8>>, LogError> {
         let spans = self.spans.read();
-        if end > spans.readable_end {
+        if end > spans.readable_end() {
             return Err(LogError::Misuse(format!(
                 "records up to {end} asked for, but only those below {} are written",
-                spans.readable_end
+                spans.readable_end()
             )));
         }
         let mut out = Vec::with_capacity(usize::try_from(end.saturating_sub(start)).unwrap_or(0));

@@ -70,7 +70,7 @@ impl LogStore {
             false => u64::MAX,
         };
         let mut cache = EntryCache::new(LOG_CACHE_BYTES);
-        let (files, _) = LogFiles::open(&log_dir, 0, &mut |index, bytes| {
+        let files = LogFiles::open(&log_dir, 0, &mut |index, bytes| {
             cache.push(decode(&log_dir, index, &bytes)?, bytes.len());
             cache.evict(committed_index);
             Ok(())
