@@ -52,7 +52,9 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// `Moved` (was `WrongShard`) and `TryAgain`; `NodeStats` carries `slots` and `slot_moves`.
 /// 17: `Counts` carries `keys_loaded`, `slots_in` and `slots_out`.
 /// 18: a node's durability figures carry `log_memory_bytes`.
-pub const VERSION: u8 = 18;
+/// 19: the op `SlotTrack` (a migration's copy before the freeze); a `Load` of no bytes
+/// removes the key; a copied page marks a key absent.
+pub const VERSION: u8 = 19;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).

@@ -13,6 +13,7 @@
 //! * [`history`]: recorded histories and the linearizability checker (no network code).
 //! * [`tls`]: TLS set-up for servers (certificate and key) and clients (a CA file).
 //! * [`files`]: reading small files an operator names, with a bound on their size.
+//! * [`slots`]: the hash-slot table; [`slot_copy`]: what a slot migration's copy sends.
 //! * [`client`]: the async cluster client (pools, pipelining, routing, merging, timeouts).
 //! * `cli` (feature `cli`): the flags every tool shares, logging setup, exit statuses.
 //!
@@ -31,6 +32,7 @@ pub mod history;
 pub mod keyspace;
 pub mod latency;
 pub mod routing;
+pub mod slot_copy;
 pub mod slots;
 pub mod stats;
 pub mod stdout;

@@ -483,10 +483,7 @@ impl SlotChange {
         out.push(self.to as u8);
         out.extend_from_slice(&self.owner.to_le_bytes());
         out.extend_from_slice(&self.epoch.to_le_bytes());
-        for [a, b] in &self.ranges {
-            out.extend_from_slice(&a.to_le_bytes());
-            out.extend_from_slice(&b.to_le_bytes());
-        }
+        encode_ranges(&self.ranges, &mut out);
         out
     }
 
@@ -496,16 +493,8 @@ impl SlotChange {
         let to = SlotState::from_u8(head[0])?;
         let owner = u16::from_le_bytes([head[1], head[2]]);
         let epoch = u32::from_le_bytes([head[3], head[4], head[5], head[6]]);
-        if rest.len() % 4 != 0 || rest.len() / 4 > MAX_RANGES {
-            return None;
-        }
-        let ranges: Vec<[u16; 2]> = rest
-            .chunks_exact(4)
-            .map(|c| [u16::from_le_bytes([c[0], c[1]]), u16::from_le_bytes([c[2], c[3]])])
-            .collect();
-        let valid = ranges.iter().all(|[a, b]| a <= b && *b < SLOTS);
-        valid.then_some(SlotChange {
-            ranges,
+        Some(SlotChange {
+            ranges: decode_ranges(rest)?,
             to,
             owner,
             epoch,
@@ -516,6 +505,27 @@ impl SlotChange {
     pub fn slots(&self) -> impl Iterator<Item = u16> + '_ {
         self.ranges.iter().flat_map(|[a, b]| *a..=*b)
     }
+}
+
+/// Appends slot ranges: each as two little-endian `u16`s (first, last).
+pub fn encode_ranges(ranges: &[[u16; 2]], out: &mut Vec<u8>) {
+    for [a, b] in ranges {
+        out.extend_from_slice(&a.to_le_bytes());
+        out.extend_from_slice(&b.to_le_bytes());
+    }
+}
+
+/// Reads what [`encode_ranges`] wrote; `None` unless the bytes are whole ranges (at most
+/// [`MAX_RANGES`]), each in order and within the map.
+pub fn decode_ranges(bytes: &[u8]) -> Option<Vec<[u16; 2]>> {
+    if !bytes.len().is_multiple_of(4) || bytes.len() / 4 > MAX_RANGES {
+        return None;
+    }
+    let ranges: Vec<[u16; 2]> = bytes
+        .chunks_exact(4)
+        .map(|c| [u16::from_le_bytes([c[0], c[1]]), u16::from_le_bytes([c[2], c[3]])])
+        .collect();
+    ranges.iter().all(|[a, b]| a <= b && *b < SLOTS).then_some(ranges)
 }
 
 /// Reads slots as an operator writes them: `0-99,200,300-310` (inclusive ranges).
@@ -550,6 +560,21 @@ pub fn parse_ranges(text: &str) -> Result<Vec<[u16; 2]>, String> {
     Ok(merged)
 }
 
+/// `slots` (in any order) as inclusive ranges in order.
+pub fn ranges_of_slots(slots: &[u16]) -> Vec<[u16; 2]> {
+    let mut sorted = slots.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<[u16; 2]> = Vec::new();
+    for s in sorted {
+        match out.last_mut() {
+            Some(last) if last[1] + 1 == s => last[1] = s,
+            _ => out.push([s, s]),
+        }
+    }
+    out
+}
+
 /// Writes ranges as [`parse_ranges`] reads them.
 pub fn format_ranges(ranges: &[[u16; 2]]) -> String {
     let parts: Vec<String> = ranges
@@ -557,82 +582,6 @@ pub fn format_ranges(ranges: &[[u16; 2]]) -> String {
         .map(|[a, b]| if a == b { a.to_string() } else { format!("{a}-{b}") })
         .collect();
     parts.join(",")
-}
-
-/// A `SlotScan` op's value: a scan request (see [`crate::keyspace::ScanRequest`]) and the
-/// slots wanted.
-pub fn encode_slot_scan(req: crate::keyspace::ScanRequest, ranges: &[[u16; 2]]) -> Vec<u8> {
-    let mut out = req.encode().to_vec();
-    for [a, b] in ranges {
-        out.extend_from_slice(&a.to_le_bytes());
-        out.extend_from_slice(&b.to_le_bytes());
-    }
-    out
-}
-
-/// Reads a `SlotScan` op's value; `None` when it does not parse.
-pub fn decode_slot_scan(bytes: &[u8]) -> Option<(crate::keyspace::ScanRequest, Vec<[u16; 2]>)> {
-    let (req, rest) = bytes.split_at_checked(12)?;
-    let req = crate::keyspace::ScanRequest::decode(req)?;
-    let mut change = vec![0u8; 7];
-    change.extend_from_slice(rest);
-    Some((req, SlotChange::decode(&change)?.ranges))
-}
-
-/// One key of a slot being copied: what a `SlotScan` page holds and a `Load` op writes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Copied<'a> {
-    /// The key.
-    pub key: &'a [u8],
-    /// Its value.
-    pub value: &'a [u8],
-    /// Its deadline (Unix milliseconds), if it has one.
-    pub deadline: Option<u64>,
-}
-
-/// A `Load` op's value: the deadline (u64, 0: none) then the value.
-pub fn encode_load(value: &[u8], deadline: Option<u64>, out: &mut Vec<u8>) {
-    out.extend_from_slice(&deadline.unwrap_or(0).to_le_bytes());
-    out.extend_from_slice(value);
-}
-
-/// Reads a `Load` op's value: (value, deadline).
-pub fn decode_load(bytes: &[u8]) -> Option<(&[u8], Option<u64>)> {
-    let (at, value) = bytes.split_first_chunk::<8>()?;
-    let at = u64::from_le_bytes(*at);
-    Some((value, (at != 0).then_some(at)))
-}
-
-/// Appends one copied key to a `SlotScan` page: key length u32, value length u32, deadline
-/// u64 (0: none), key, value.
-pub fn encode_copied(c: &Copied<'_>, out: &mut Vec<u8>) {
-    out.extend_from_slice(&(c.key.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(c.value.len() as u32).to_le_bytes());
-    out.extend_from_slice(&c.deadline.unwrap_or(0).to_le_bytes());
-    out.extend_from_slice(c.key);
-    out.extend_from_slice(c.value);
-}
-
-/// Reads a `SlotScan` page: the next cursor (0: done) and the keys; `None` when it does not
-/// parse.
-pub fn decode_copied(bytes: &[u8]) -> Option<(u64, Vec<Copied<'_>>)> {
-    let (next, mut rest) = bytes.split_first_chunk::<8>()?;
-    let mut keys = Vec::new();
-    while !rest.is_empty() {
-        let (head, body) = rest.split_first_chunk::<16>()?;
-        let klen = u32::from_le_bytes(head[..4].try_into().ok()?) as usize;
-        let vlen = u32::from_le_bytes(head[4..8].try_into().ok()?) as usize;
-        let at = u64::from_le_bytes(head[8..].try_into().ok()?);
-        let key = body.get(..klen)?;
-        let value = body.get(klen..klen.checked_add(vlen)?)?;
-        keys.push(Copied {
-            key,
-            value,
-            deadline: (at != 0).then_some(at),
-        });
-        rest = body.get(klen + vlen..)?;
-    }
-    Some((u64::from_le_bytes(*next), keys))
 }
 
 #[cfg(test)]
@@ -723,7 +672,7 @@ mod tests {
             }
         }
 
-        /// Changes, tables, pages and scan requests read back as written; any bytes decode
+        /// Changes and tables read back as written; any bytes decode
         /// without a panic.
         #[test]
         fn round_trips_and_never_panics(
@@ -731,24 +680,13 @@ mod tests {
             owner in any::<u16>(),
             epoch in any::<u32>(),
             junk in proptest::collection::vec(any::<u8>(), 0..200),
-            key in proptest::collection::vec(any::<u8>(), 0..20),
-            at in any::<u64>(),
         ) {
             let ranges: Vec<[u16; 2]> = ranges.into_iter().map(|(a, b)| [a.min(b), a.max(b)]).collect();
             let change = SlotChange { ranges: ranges.clone(), to: SlotState::Gone, owner, epoch };
             prop_assert_eq!(SlotChange::decode(&change.encode()), Some(change));
             let _ = SlotChange::decode(&junk);
-            let _ = decode_copied(&junk);
-            let _ = decode_load(&junk);
-            let _ = decode_slot_scan(&junk);
             let t = SlotTable::for_client(3);
             prop_assert!(t.load(&junk).is_err());
-            let c = Copied { key: &key, value: &junk, deadline: (at != 0).then_some(at) };
-            let mut page = 7u64.to_le_bytes().to_vec();
-            encode_copied(&c, &mut page);
-            prop_assert_eq!(decode_copied(&page), Some((7, vec![c])));
-            let req = crate::keyspace::ScanRequest { cursor: at, count: 9 };
-            prop_assert_eq!(decode_slot_scan(&encode_slot_scan(req, &ranges)), Some((req, ranges)));
         }
     }
 

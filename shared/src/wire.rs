@@ -114,11 +114,16 @@ pub enum OpKind {
     /// Two readings apart give each slot's load over the time between (`kvd admin
     /// rebalance --by load`).
     SlotLoad = 24,
+    /// A step of a slot migration's copy made while the slots still take writes (the value:
+    /// a [`crate::slot_copy::TrackRequest`]): track the keys written in some slots, page
+    /// all their keys, page the ones written since. Node-wide, a read (it changes no key;
+    /// the tracking lives in the serving member's memory only). Answered as the request says.
+    SlotTrack = 25,
 }
 
 impl OpKind {
     /// Every kind, in the order of its byte.
-    pub const ALL: [OpKind; 25] = [
+    pub const ALL: [OpKind; 26] = [
         OpKind::Get,
         OpKind::Put,
         OpKind::Delete,
@@ -144,6 +149,7 @@ impl OpKind {
         OpKind::Load,
         OpKind::SlotMap,
         OpKind::SlotLoad,
+        OpKind::SlotTrack,
     ];
 
     /// Whether the op concerns the whole node rather than one key (no key routes it).
@@ -158,6 +164,7 @@ impl OpKind {
                 | OpKind::SlotScan
                 | OpKind::SlotMap
                 | OpKind::SlotLoad
+                | OpKind::SlotTrack
         )
     }
 }
@@ -186,6 +193,7 @@ impl OpKind {
                 | OpKind::SlotSet
                 | OpKind::SlotScan
                 | OpKind::Load
+                | OpKind::SlotTrack
         )
     }
 
@@ -203,6 +211,7 @@ impl OpKind {
                 | OpKind::SlotScan
                 | OpKind::SlotMap
                 | OpKind::SlotLoad
+                | OpKind::SlotTrack
         )
     }
 }
@@ -235,6 +244,7 @@ impl From<&ArchivedOpKind> for OpKind {
             ArchivedOpKind::Load => OpKind::Load,
             ArchivedOpKind::SlotMap => OpKind::SlotMap,
             ArchivedOpKind::SlotLoad => OpKind::SlotLoad,
+            ArchivedOpKind::SlotTrack => OpKind::SlotTrack,
         }
     }
 }
@@ -1059,7 +1069,8 @@ mod tests {
                 | OpKind::SlotScan
                 | OpKind::Load
                 | OpKind::SlotMap
-                | OpKind::SlotLoad => {}
+                | OpKind::SlotLoad
+                | OpKind::SlotTrack => {}
             }
         }
     }

@@ -113,7 +113,8 @@ async fn a_write_applied_before_a_broken_reply_is_an_unknown_outcome_not_a_viola
                             | OpKind::SlotScan
                             | OpKind::Load
                             | OpKind::SlotMap
-                            | OpKind::SlotLoad => {
+                            | OpKind::SlotLoad
+                            | OpKind::SlotTrack => {
                                 map.insert(op.key.to_vec(), op.value.to_vec());
                                 wrote = true;
                             }

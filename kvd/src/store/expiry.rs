@@ -75,6 +75,7 @@ impl Store {
 
     /// Sets (`Some`) or removes `key`'s deadline in `s`, keeping the accounts.
     pub(super) fn set_deadline(&self, s: &mut Shard, key: &[u8], at: Option<u64>) {
+        s.note_written(key);
         match at {
             Some(at) => {
                 let added = s.expires.set(key, at);

@@ -80,6 +80,21 @@ impl Store {
             OpKind::SlotLoad => {
                 out.set_found(first, &self.slot_load_bytes());
             }
+            OpKind::SlotTrack => {
+                let clock = super::expiry::batch_clock(batch, log_index);
+                match self.slot_track(op.value, clock) {
+                    Ok(super::tracking::TrackAnswer::Done) => out.set(first, OpStatus::Stored),
+                    Ok(super::tracking::TrackAnswer::Unknown) => out.set(first, OpStatus::NotFound),
+                    Ok(super::tracking::TrackAnswer::Page(page)) if room.admit(page.len()) => {
+                        out.set_found(first, &page);
+                    }
+                    Ok(super::tracking::TrackAnswer::Page(_)) => out.set(first, OpStatus::TooLarge),
+                    Err(why) => {
+                        tally.malformed_op += 1;
+                        out.set_malformed(first, why);
+                    }
+                }
+            }
             _ => {
                 tally.deletes += 1;
                 self.flush_at(log_index);

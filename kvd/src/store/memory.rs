@@ -131,6 +131,9 @@ pub(super) struct Shard {
     rng: u64,
     /// The last log entry whose writes reached this shard (durable shards; see `dump`).
     pub(super) applied: u64,
+    /// While a migration copies slots from this node: the keys written in them (see
+    /// `tracking`).
+    pub(super) written: Option<Box<super::tracking::Written>>,
 }
 
 impl Shard {
@@ -141,6 +144,15 @@ impl Shard {
             entry_bytes: 0,
             rng: seed | 1,
             applied: 0,
+            written: None,
+        }
+    }
+
+    /// Notes that `key` changed, for a migration's copy (see `tracking`).
+    #[inline]
+    pub(super) fn note_written(&mut self, key: &[u8]) {
+        if let Some(w) = self.written.as_deref_mut() {
+            w.note(key);
         }
     }
 
@@ -232,6 +244,9 @@ impl Shard {
     /// Removes the entry in slot `at` and its deadline; returns the accounted bytes freed.
     pub(super) fn remove_at(&mut self, at: usize) -> usize {
         let Some(e) = self.table.at(at) else { return 0 };
+        if let Some(w) = self.written.as_deref_mut() {
+            w.note(e.key());
+        }
         let freed = e.cost() + self.expires.remove(e.key());
         self.table.remove_at(at);
         self.entry_bytes -= freed;

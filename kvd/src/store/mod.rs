@@ -29,6 +29,7 @@ mod pattern;
 mod pipeline;
 mod slots;
 mod table;
+mod tracking;
 
 pub use expiry::CycleFigures;
 use expiry::batch_clock;
@@ -164,6 +165,8 @@ pub struct Store {
     shard_latency: Box<[crate::latency::Buckets]>,
     /// Per hash slot: the ops of sampled batches served here (see `OpKind::SlotLoad`).
     slot_load: Box<[std::sync::atomic::AtomicU32]>,
+    /// A migration's tracking of the keys written in the slots it copies (see `tracking`).
+    tracking: parking_lot::Mutex<Option<tracking::Tracking>>,
     #[cfg(test)]
     fault: Option<stale::StaleReads>,
 }
@@ -255,6 +258,7 @@ impl Store {
             slot_load: (0..kvshared::routing::SLOTS)
                 .map(|_| std::sync::atomic::AtomicU32::new(0))
                 .collect(),
+            tracking: parking_lot::Mutex::new(None),
             #[cfg(test)]
             fault: None,
         })
@@ -645,7 +649,8 @@ impl Store {
             | OpKind::SlotSet
             | OpKind::SlotScan
             | OpKind::SlotMap
-            | OpKind::SlotLoad => {}
+            | OpKind::SlotLoad
+            | OpKind::SlotTrack => {}
             OpKind::Load => self.load_one(shard, s, (hash, op.key, op.value), i, ans),
             OpKind::PutIfAbsent | OpKind::PutIfPresent
                 if s.table.find(hash, op.key).is_some() != (op.kind == OpKind::PutIfPresent) =>
@@ -897,6 +902,9 @@ impl Store {
                 Err(_) => false,
             },
         };
+        if stored {
+            s.note_written(key);
+        }
         // Settle the estimate against what the shard now really holds.
         let grew = s.bytes().saturating_sub(before);
         let shrank = before.saturating_sub(s.bytes());

@@ -13,8 +13,10 @@
 //! applied log entry is saved with it, and replaying the log skips changes it already holds.
 
 use kvshared::keyspace::MAX_SCAN_PAGE_BYTES;
+use kvshared::keyspace::ScanRequest;
 use kvshared::routing::{key_hash, key_slot};
-use kvshared::slots::{Copied, Slot, SlotChange, SlotState, Verdict, decode_load, decode_slot_scan, encode_copied};
+use kvshared::slot_copy::{Copied, Loaded, decode_load, decode_slot_scan, encode_copied};
+use kvshared::slots::{Slot, SlotChange, SlotState, Verdict};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus};
 
@@ -172,9 +174,15 @@ impl Store {
 
     /// Removes every key of `slots` from every map shard (each under its write lock).
     fn drop_slots(&self, slots: &std::collections::HashSet<u16>, log_index: u64) {
+        self.forget_tracked(slots);
         for shard in self.shards.iter() {
             let mut s = shard.write();
             s.applied = s.applied.max(log_index);
+            // The keys leave with their slots: not a migration's change to copy.
+            let mut written = s.written.take();
+            if let Some(w) = written.as_deref_mut() {
+                w.forget(slots);
+            }
             let doomed: Vec<Vec<u8>> = s
                 .table
                 .iter()
@@ -185,6 +193,7 @@ impl Store {
             for key in doomed {
                 self.remove_key(&mut s, key_hash(&key), &key);
             }
+            s.written = written;
         }
     }
 
@@ -192,6 +201,16 @@ impl Store {
     /// values and deadlines, walking the map shards as `SCAN` does.
     pub(super) fn slot_scan(&self, request: &[u8], clock: u64) -> Result<Vec<u8>, MalformedOp> {
         let (req, ranges) = decode_slot_scan(request).ok_or(MalformedOp::BadKeyspace)?;
+        self.slot_scan_page(req, &ranges, clock)
+    }
+
+    /// A page of the keys of `ranges` from `req`'s cursor (see [`Store::slot_scan`]).
+    pub(super) fn slot_scan_page(
+        &self,
+        req: ScanRequest,
+        ranges: &[[u16; 2]],
+        clock: u64,
+    ) -> Result<Vec<u8>, MalformedOp> {
         let wanted = |slot: u16| ranges.iter().any(|[a, b]| (*a..=*b).contains(&slot));
         let (mut map, mut from) = ((req.cursor >> 32) as usize, req.cursor as u32);
         if map >= self.shards.len() {
@@ -211,7 +230,7 @@ impl Store {
                     encode_copied(
                         &Copied {
                             key,
-                            value: e.value(),
+                            value: Some(e.value()),
                             deadline,
                         },
                         &mut page,
@@ -245,9 +264,19 @@ impl Store {
         i: usize,
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
-        let Some((value, deadline)) = decode_load(value) else {
-            ans.tally.malformed_op += 1;
-            return ans.out.set_malformed(i, MalformedOp::BadKeyspace);
+        let (value, deadline) = match decode_load(value) {
+            Some(Loaded::Value(value, deadline)) => (value, deadline),
+            Some(Loaded::Absent) => {
+                // Removed at the source since the copy began.
+                self.remove_key(s, hash, key);
+                ans.tally.deletes += 1;
+                ans.tally.keys_loaded += 1;
+                return ans.out.set(i, OpStatus::Stored);
+            }
+            None => {
+                ans.tally.malformed_op += 1;
+                return ans.out.set_malformed(i, MalformedOp::BadKeyspace);
+            }
         };
         if !self.put(shard, s, hash, key, value, ans) {
             ans.tally.out_of_memory += 1;
@@ -323,6 +352,10 @@ fn plan_change(table: &kvshared::slots::SlotTable, c: &SlotChange, me: u16) -> O
             )),
             (SlotState::Importing, SlotState::Gone) if c.epoch > now.epoch => Some((mine(SlotState::Importing), true)),
             (SlotState::Importing, SlotState::Importing) if c.epoch == now.epoch => None,
+            // Importing again at a later epoch: a copy started over (what it loaded goes).
+            (SlotState::Importing, SlotState::Importing) if c.epoch > now.epoch => {
+                Some((mine(SlotState::Importing), true))
+            }
             (SlotState::Owned, SlotState::Importing) if c.epoch == now.epoch => Some((mine(SlotState::Owned), false)),
             (SlotState::Owned, SlotState::Owned) if c.epoch == now.epoch => None,
             // Unfreezing (a move given up before the hand-over).
@@ -361,19 +394,20 @@ fn plan_change(table: &kvshared::slots::SlotTable, c: &SlotChange, me: u16) -> O
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use kvshared::keyspace::ScanRequest;
     use kvshared::routing::ShardId;
-    use kvshared::slots::{SlotChange, SlotState, decode_copied, encode_load, encode_slot_scan};
+    use kvshared::slot_copy::{decode_copied, encode_load, encode_slot_scan};
+    use kvshared::slots::{SlotChange, SlotState};
     use kvshared::wire::{BatchRequest, BatchResponse, OpKind, OpReply, OpStatus};
 
     use super::super::{Scratch, Store, Unbounded};
 
     /// Runs `req` on `store` (in memory: no log) and returns each op's reply, owned.
-    fn run(store: &Store, req: &BatchRequest) -> Vec<OpReply<'static>> {
+    pub(in crate::store) fn run(store: &Store, req: &BatchRequest) -> Vec<OpReply<'static>> {
         let mut frame: kvshared::frame::AlignedVec = kvshared::frame::AlignedVec::new();
         kvshared::wire::encode_frame(kvshared::frame::FrameKind::BatchRequest, 1, req, &mut frame).unwrap();
         let mut body: kvshared::frame::AlignedVec = kvshared::frame::AlignedVec::new();
@@ -400,11 +434,18 @@ mod tests {
             OpReply::Absent => OpReply::Absent,
             OpReply::TryAgain => OpReply::TryAgain,
             OpReply::Moved { slot, owner, epoch } => OpReply::Moved { slot, owner, epoch },
+            OpReply::Counted(n) => OpReply::Counted(n),
             _ => OpReply::Malformed("other"),
         }
     }
 
-    fn change(store: &Store, ranges: &[[u16; 2]], to: SlotState, owner: u16, epoch: u32) -> OpReply<'static> {
+    pub(in crate::store) fn change(
+        store: &Store,
+        ranges: &[[u16; 2]],
+        to: SlotState,
+        owner: u16,
+        epoch: u32,
+    ) -> OpReply<'static> {
         let mut req = BatchRequest::new();
         let c = SlotChange {
             ranges: ranges.to_vec(),
@@ -448,7 +489,7 @@ mod tests {
     }
 
     /// Keys of shard 0 of 2 whose slots lie in `0..=99`.
-    fn keys_in_low_slots(n: usize) -> Vec<Vec<u8>> {
+    pub(in crate::store) fn keys_in_low_slots(n: usize) -> Vec<Vec<u8>> {
         (0u32..)
             .map(|i| format!("k{i}").into_bytes())
             .filter(|k| kvshared::routing::key_slot(k) < 100)
