@@ -574,7 +574,7 @@ impl Node {
             worker_threads: self.config.worker_threads as u32,
             resp_addr: self.resp_addr.get().map_or(String::new(), ToString::to_string),
             slots: self.store.slot_table().served(),
-            slot_moves: self.store.slot_table().moves(),
+            slot_moves: self.store.slot_moves(),
             durability: self.durable.as_ref().map(DurableShard::figures).unwrap_or_default(),
             group: self.group_figures(),
             latency,

@@ -53,7 +53,7 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 17: `Counts` carries `keys_loaded`, `slots_in` and `slots_out`.
 /// 18: a node's durability figures carry `log_memory_bytes`.
 /// 19: the op `SlotTrack` (a migration's copy before the freeze); a `Load` of no bytes
-/// removes the key; a copied page marks a key absent.
+/// removes the key; a copied page marks a key absent; `SlotMoves` carries `taken`.
 pub const VERSION: u8 = 19;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;

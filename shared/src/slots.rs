@@ -368,7 +368,8 @@ impl SlotTable {
         out
     }
 
-    /// The slots frozen and importing here, and the highest epoch (for stats).
+    /// The slots frozen and importing here, and the highest epoch (for stats; `taken` is
+    /// the store's to fill in).
     pub fn moves(&self) -> crate::stats::SlotMoves {
         let mut m = crate::stats::SlotMoves::default();
         for s in 0..SLOTS {

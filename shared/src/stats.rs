@@ -699,6 +699,9 @@ pub struct SlotMoves {
     pub frozen: u32,
     /// Slots being copied in here.
     pub importing: u32,
+    /// Of the moves into this node under way: the slots it already took (owns); with
+    /// `importing`, how many those moves bring in all. 0 when none is under way.
+    pub taken: u32,
     /// The highest epoch of the node's slot table (0: the even split, never moved).
     pub epoch: u32,
 }
@@ -730,8 +733,8 @@ impl NodeStats {
         }
     }
 
-    /// Slot moves at this node since it started, for people: `in 1,024 slots (256
-    /// importing, 33.1k keys/s), out 2,048 slots`; `None` when it has seen none.
+    /// Slot moves at this node since it started, for people: `in 1,024 slots (moving in:
+    /// 768 of 1,024 taken, 33.1k keys/s), out 2,048 slots`; `None` when it has seen none.
     /// `keys_per_sec`: the rate of `keys_loaded` (from [`NodeRates`]), when known.
     pub fn moves_summary(&self, keys_per_sec: Option<f64>) -> Option<String> {
         let (c, m) = (&self.counts, self.slot_moves);
@@ -741,7 +744,12 @@ impl NodeStats {
         let grouped = crate::units::grouped;
         let mut inbound = Vec::new();
         if m.importing > 0 {
-            inbound.push(format!("{} importing", grouped(u64::from(m.importing))));
+            let all = u64::from(m.taken) + u64::from(m.importing);
+            inbound.push(format!(
+                "moving in: {} of {} taken",
+                grouped(u64::from(m.taken)),
+                grouped(all)
+            ));
         }
         match keys_per_sec {
             Some(r) if r > 0.0 => inbound.push(format!("{} keys/s", crate::units::si(r))),
@@ -974,9 +982,21 @@ mod tests {
         s.slot_moves = SlotMoves {
             frozen: 256,
             importing: 0,
+            taken: 0,
             epoch: 3,
         };
         assert_eq!(s.slots_summary(), "0-5461,7000 (5463 slots, 256 frozen)");
+        s.slot_moves = SlotMoves {
+            frozen: 0,
+            importing: 1024,
+            taken: 342,
+            epoch: 4,
+        };
+        s.counts.slots_in = 342;
+        assert_eq!(
+            s.moves_summary(Some(31_000.0)).as_deref(),
+            Some("in 342 slots (moving in: 342 of 1,366 taken, 31.0k keys/s), 0 keys copied in; out 0 slots")
+        );
     }
 
     use super::*;

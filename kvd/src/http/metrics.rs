@@ -51,7 +51,8 @@ pub fn render(s: &NodeStats) -> String {
     super::process_metrics::render(&mut out, s);
     super::group_metrics::render(&mut out, &labels, s);
     let d = &s.durability;
-    let gauges: [(&str, &str, f64); 14] = [
+    let m = s.slot_moves;
+    let gauges: [(&str, &str, f64); 17] = [
         ("kvd_keys", "Keys stored on this node.", s.keys as f64),
         (
             "kvd_volatile_keys",
@@ -112,6 +113,21 @@ pub fn render(s: &NodeStats) -> String {
             "kvd_snapshot_age_seconds",
             "Seconds since the newest snapshot was written or loaded.",
             d.snapshot_age_ms as f64 / 1e3,
+        ),
+        (
+            "kvd_slots_frozen",
+            "Slots this node's group is handing over now (writes answered TRYAGAIN).",
+            f64::from(m.frozen),
+        ),
+        (
+            "kvd_slots_importing",
+            "Slots being copied into this node's group now.",
+            f64::from(m.importing),
+        ),
+        (
+            "kvd_slots_taken",
+            "Slots the moves into this node's group under way have handed over so far (plus kvd_slots_importing: the moves' total).",
+            f64::from(m.taken),
         ),
         (
             "kvd_durability_stalled",

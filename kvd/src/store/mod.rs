@@ -149,6 +149,9 @@ pub struct Store {
     no_slots: bool,
     /// The log entry of the table's last change (0: none, or in memory).
     slots_applied: std::sync::atomic::AtomicU64,
+    /// Slots the moves into this node under way have handed over already (see
+    /// `Store::slot_moves`).
+    slots_taken: std::sync::atomic::AtomicU32,
     /// Accounted bytes, and `--max-memory` (see `memory`).
     usage: Usage,
     /// The LRU clock's zero.
@@ -249,6 +252,7 @@ impl Store {
             log_only_writes: false,
             no_slots: false,
             slots_applied: std::sync::atomic::AtomicU64::new(0),
+            slots_taken: std::sync::atomic::AtomicU32::new(0),
             usage,
             started: std::time::Instant::now(),
             configured_eviction: limit.map_or(Eviction::Lru, |l| l.eviction),

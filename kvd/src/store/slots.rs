@@ -144,14 +144,19 @@ impl Store {
         let Some(plan) = plan_change(&self.slots, &change, me) else {
             return OpStatus::NotStored;
         };
+        let mut taken = 0u32;
         for &(slot, entry, _) in &plan {
             match (self.slots.get(slot).state, entry.state) {
-                (SlotState::Importing, SlotState::Owned) => tally.slots_in += 1,
+                (SlotState::Importing, SlotState::Owned) => {
+                    tally.slots_in += 1;
+                    taken += 1;
+                }
                 (SlotState::Frozen, SlotState::Gone) => tally.slots_out += 1,
                 _ => {}
             }
             self.slots.set(slot, entry);
         }
+        self.count_taken(taken);
         let dropped: std::collections::HashSet<u16> =
             plan.iter().filter(|(_, _, drop)| *drop).map(|(s, _, _)| *s).collect();
         if !dropped.is_empty() {
@@ -170,6 +175,26 @@ impl Store {
             "slots changed"
         );
         OpStatus::Stored
+    }
+
+    /// Counts `taken` more slots of the moves into this node under way, back to 0 once
+    /// none imports here (see [`Store::slot_moves`]).
+    fn count_taken(&self, taken: u32) {
+        use std::sync::atomic::Ordering;
+        match self.slots.moves().importing {
+            0 => self.slots_taken.store(0, Ordering::Release),
+            _ => {
+                self.slots_taken.fetch_add(taken, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// The moves under way here, for stats.
+    pub fn slot_moves(&self) -> kvshared::stats::SlotMoves {
+        kvshared::stats::SlotMoves {
+            taken: self.slots_taken.load(std::sync::atomic::Ordering::Acquire),
+            ..self.slots.moves()
+        }
     }
 
     /// Removes every key of `slots` from every map shard (each under its write lock).
@@ -495,6 +520,19 @@ pub(super) mod tests {
             .filter(|k| kvshared::routing::key_slot(k) < 100)
             .take(n)
             .collect()
+    }
+
+    /// A move's progress at its target: slots taken so far out of the move's total, reset
+    /// once nothing imports.
+    #[test]
+    fn a_target_counts_the_slots_it_took_of_the_moves_under_way() {
+        let b = Store::new(ShardId { index: 1, count: 2 }, 4, 0).unwrap();
+        assert_eq!(change(&b, &[[0, 199]], SlotState::Importing, 1, 1), OpReply::Stored);
+        assert_eq!((b.slot_moves().importing, b.slot_moves().taken), (200, 0));
+        assert_eq!(change(&b, &[[0, 99]], SlotState::Owned, 1, 1), OpReply::Stored);
+        assert_eq!((b.slot_moves().importing, b.slot_moves().taken), (100, 100));
+        assert_eq!(change(&b, &[[100, 199]], SlotState::Owned, 1, 1), OpReply::Stored);
+        assert_eq!((b.slot_moves().importing, b.slot_moves().taken), (0, 0));
     }
 
     /// The four steps move a slot range's keys (values and deadlines) and its ownership;
