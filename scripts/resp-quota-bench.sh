@@ -12,7 +12,8 @@
 # Environment: QUOTA (1: cores per server), ROUNDS (2), TEST_TIME (10 s per memtier run),
 # RECORDS (1000000, loaded into both by memtier), REQUESTS (2000000 per redis-benchmark
 # run), REDIS_PORT (16479), KVD_PORT (17479), KVD_RESP_PORT (16480), MEMTIER_REPO (see
-# build-memtier.sh). Needs root (cgroups). Starts only its own redis-server and kvd, in
+# build-memtier.sh), KVD_BIN (a kvd to use instead of building this checkout's: an A B
+# against another build). Needs root (cgroups). Starts only its own redis-server and kvd, in
 # cgroups it makes and removes (cgroup v2's cpu.max, or v1's cpu.cfs_quota_us with cpuacct),
 # and stops them by PID.
 set -euo pipefail
@@ -36,8 +37,12 @@ else
 fi
 command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server redis-tools >/dev/null; }
 memtier=$(scripts/build-memtier.sh)
-cargo build --release --quiet -p kvd
-KVD=$PWD/target/release/kvd
+if [[ -n ${KVD_BIN:-} ]]; then
+  KVD=$KVD_BIN
+else
+  cargo build --release --quiet -p kvd
+  KVD=$PWD/target/release/kvd
+fi
 
 quota_us=$(awk -v q="$QUOTA" 'BEGIN { printf "%d", q * 100000 }')
 [[ $V == 2 ]] && echo "+cpu" >/sys/fs/cgroup/cgroup.subtree_control

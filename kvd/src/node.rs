@@ -508,6 +508,13 @@ impl Node {
         u32::from(self.store.slot_table().owner(kvshared::routing::key_slot(key)))
     }
 
+    /// Whether this node serves every slot's reads (a single node, or a group owning the
+    /// whole map): every key's owner is this node, no slot need be computed.
+    #[inline]
+    pub fn serves_every_slot(&self) -> bool {
+        self.store.slot_table().serves_all(false)
+    }
+
     /// Whether it serves its shard's writes (Redis's `master`): it is in no group, or leads
     /// its group and serves. Cheap (no figures built): the RESP front asks per command.
     pub fn serves_writes(&self) -> bool {

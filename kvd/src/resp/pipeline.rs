@@ -307,8 +307,11 @@ impl Pipeline {
     }
 
     fn op(&mut self, node: &Node, forward: bool, kind: OpKind, key: &[u8], value: &[u8]) -> usize {
-        let owner = node.owner_of(key);
-        let at = if owner == node.config.shard.index || !forward || self.txn.is_some() {
+        // (A node that serves every slot computes no key's slot: 3.5% of kvd's CPU under
+        // memtier's load on one node.)
+        let local =
+            !forward || self.txn.is_some() || node.serves_every_slot() || node.owner_of(key) == node.config.shard.index;
+        let at = if local {
             self.local.push(kind, key, value);
             OpAt::Local(self.local.len() - 1)
         } else {
