@@ -99,10 +99,10 @@ pub enum OpKind {
     /// the change may start from (nothing changed).
     SlotSet = 20,
     /// A page of the keys of some slots with their values and deadlines (the value:
-    /// [`crate::slots::encode_slot_scan`]): a migration's copy. Node-wide, a read. Answered
-    /// `Found` with a page ([`crate::slots::decode_copied`]).
+    /// [`crate::slot_copy::encode_slot_scan`]): a migration's copy. Node-wide, a read. Answered
+    /// `Found` with a page ([`crate::slot_copy::decode_copied`]).
     SlotScan = 21,
-    /// Store a migrated key (the value: [`crate::slots::encode_load`]): accepted only while
+    /// Store a migrated key (the value: [`crate::slot_copy::encode_load`]): accepted only while
     /// the key's slot is importing here. Answered `Stored`.
     Load = 22,
     /// The node's slot table ([`crate::slots::SlotTable::encode`]); node-wide, no key, a read.

@@ -495,22 +495,29 @@ pub(super) mod tests {
             let OpReply::Found(page) = run(from, &req)[0] else {
                 panic!("no page")
             };
-            let (next, keys) = decode_copied(page).unwrap();
-            let mut load = BatchRequest::new();
-            for c in &keys {
-                let mut v = Vec::new();
-                encode_load(c.value, c.deadline, &mut v);
-                load.push(OpKind::Load, c.key, &v);
-            }
-            if !load.is_empty() {
-                assert!(run(to, &load).iter().all(|r| *r == OpReply::Stored));
-            }
-            n += keys.len();
+            let (next, keys) = load_page(to, page);
+            n += keys;
             if next == 0 {
                 return n;
             }
             cursor = next;
         }
+    }
+
+    /// Loads a copy's page into `to` as `kvd admin move-slots` does: the next cursor and
+    /// how many keys.
+    pub(in crate::store) fn load_page(to: &Store, page: &[u8]) -> (u64, usize) {
+        let (next, keys) = decode_copied(page).unwrap();
+        let mut load = BatchRequest::new();
+        for c in &keys {
+            let mut v = Vec::new();
+            encode_load(c.value, c.deadline, &mut v);
+            load.push(OpKind::Load, c.key, &v);
+        }
+        if !load.is_empty() {
+            assert!(run(to, &load).iter().all(|r| *r == OpReply::Stored));
+        }
+        (next, keys.len())
     }
 
     /// Keys of shard 0 of 2 whose slots lie in `0..=99`.

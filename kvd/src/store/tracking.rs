@@ -241,13 +241,13 @@ mod tests {
     use kvshared::expiry::{Deadline, Expire, ExpireIf};
     use kvshared::keyspace::ScanRequest;
     use kvshared::routing::ShardId;
-    use kvshared::slot_copy::{TrackRequest, decode_copied, encode_load};
+    use kvshared::slot_copy::TrackRequest;
     use kvshared::slots::SlotState;
     use kvshared::wire::{BatchRequest, OpKind, OpReply};
     use proptest::prelude::*;
 
     use super::super::Store;
-    use super::super::slots::tests::{change, keys_in_low_slots, run};
+    use super::super::slots::tests::{change, keys_in_low_slots, load_page, run};
 
     const TOKEN: u64 = 0x5eed;
     const MOVING: [[u16; 2]; 1] = [[0, 99]];
@@ -269,17 +269,7 @@ mod tests {
         let OpReply::Found(bytes) = track(from, r) else {
             return None;
         };
-        let (next, keys) = decode_copied(bytes).unwrap();
-        let mut load = BatchRequest::new();
-        for c in &keys {
-            let mut v = Vec::new();
-            encode_load(c.value, c.deadline, &mut v);
-            load.push(OpKind::Load, c.key, &v);
-        }
-        if !load.is_empty() {
-            assert!(run(to, &load).iter().all(|r| *r == OpReply::Stored));
-        }
-        Some(next)
+        Some(load_page(to, bytes).0)
     }
 
     /// A write of key `k` to `store`: put (0, 3), delete (1), a deadline set (2).
