@@ -27,6 +27,9 @@ use kvshared::wire::{BatchRequest, OpKind, OpReply};
 
 /// How long a step may keep answering "try again" or failing over before the move stops.
 const STEP_LIMIT: Duration = Duration::from_secs(60);
+/// Copies ahead of the freeze one move makes at most (the first, and again after the source
+/// lost its tracking); past them, each chunk left is copied whole while frozen.
+const PRECOPY_TRIES: usize = 3;
 
 /// One group of the cluster, as `--nodes` lists it.
 pub struct Groups {
@@ -132,11 +135,12 @@ pub async fn move_slots(
     }
     let all: Vec<u16> = wanted.iter().flat_map(|[a, b]| *a..=*b).collect();
     let began = Instant::now();
-    let tracked = copy::precopy(groups, (from, to), &all).await?;
-    let mut keys = tracked.as_ref().map_or(0, |t| t.keys);
+    let mut tracked = copy::precopy(groups, (from, to), &all).await?;
+    let (mut keys, mut copies) = (tracked.as_ref().map_or(0, |t| t.keys), 1);
     let mut worst_freeze = Duration::ZERO;
+    let parts: Vec<&[u16]> = all.chunks(chunk.max(1)).collect();
     let chunks = async {
-        for (n, part) in all.chunks(chunk.max(1)).enumerate() {
+        for (n, part) in parts.iter().enumerate() {
             let done = steps::move_chunk(groups, (from, to), part, tracked.as_ref()).await?;
             keys += done.keys;
             worst_freeze = worst_freeze.max(done.frozen_for);
@@ -147,6 +151,16 @@ pub async fn move_slots(
                 done.keys,
                 done.frozen_for.as_millis()
             );
+            if done.tracking_lost && n + 1 < parts.len() && copies < PRECOPY_TRIES {
+                // The source's leader changed (or its notes ran over): copy what is left
+                // ahead of its freeze again, tracked by the leader now.
+                if let Some(t) = &tracked {
+                    copy::stop_tracking(groups, from, t.token).await;
+                }
+                tracked = copy::precopy(groups, (from, to), &parts[n + 1..].concat()).await?;
+                keys += tracked.as_ref().map_or(0, |t| t.keys);
+                copies += 1;
+            }
         }
         anyhow::Ok(())
     }

@@ -17,6 +17,8 @@ pub(super) struct Moved {
     pub(super) keys: u64,
     /// From the freeze to the target owning the chunk.
     pub(super) frozen_for: Duration,
+    /// The source no longer tracked the chunk's writes: it was copied whole.
+    pub(super) tracking_lost: bool,
 }
 
 /// Where one slot's move stands, from both groups' tables.
@@ -63,6 +65,7 @@ pub(super) async fn move_chunk(
     eprintln!("kvd: group {from} no longer tracks this chunk's writes; copying it whole while it is frozen");
     let mut moved = chunk_once(groups, (from, to), part, None).await?.unwrap_or_default();
     moved.frozen_for = moved.frozen_for.max(began.elapsed());
+    moved.tracking_lost = true;
     Ok(moved)
 }
 
