@@ -222,11 +222,13 @@ fn build(
 }
 
 /// The slots this node's table says group `index` serves (its own exactly; the others'
-/// as last told).
+/// as last told; a slot importing here is its source's while it is copied, and nobody's
+/// once its hand-over is under way).
 fn known_slots(node: &Node, index: u32) -> Vec<[u16; 2]> {
+    let me = node.config.shard.index;
     node.store
         .slot_table()
-        .ranges(|s| u32::from(s.owner) == index && s.state != kvshared::slots::SlotState::Importing)
+        .ranges(|s| u32::from(s.owner) == index && !(s.state == kvshared::slots::SlotState::Importing && index == me))
 }
 
 fn unknown(addr: &str) -> MemberView {

@@ -222,3 +222,75 @@ fn a_slot_being_moved_answers_try_again_on_every_front() {
     // Keys of other slots are written as before.
     assert_eq!(request(&http, "PUT", "/kv/staying", b"s").0, 204);
 }
+
+/// A slot being copied into node 1 (importing there while node 0 still serves it): node 1's
+/// binary front redirects to node 0 (`Moved`, at an epoch below the import's), and its
+/// forwarding fronts (HTTP, RESP) answer from node 0, so a move's copy ahead of the freeze
+/// takes nothing from the keys' readers and writers, whichever node they ask.
+#[test]
+fn a_slot_importing_at_a_node_is_served_by_its_source_through_that_node() {
+    use kvshared::client::{ClientConfig, Cluster};
+    use kvshared::slots::{SlotChange, SlotState};
+    use kvshared::wire::{BatchRequest, OpKind, OpReply, OpStatus};
+
+    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let (http, resp) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let nodes = bin.join(",");
+    let _a = start_at(&bin[0], &["--shard", "0/2", "--nodes", &nodes]).0;
+    let _b = start_at(
+        &bin[1],
+        &["--shard", "1/2", "--nodes", &nodes, "--http", &http, "--resp", &resp],
+    )
+    .0;
+    // A key of node 0's half of the slots.
+    let key = (0..)
+        .map(|i| format!("imp{i}"))
+        .find(|k| kvshared::routing::key_slot(k.as_bytes()) < 8192)
+        .unwrap();
+    let slot = kvshared::routing::key_slot(key.as_bytes());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = Cluster::new(&bin, ClientConfig::default()).unwrap();
+    rt.block_on(client.put(key.as_bytes(), b"v1")).unwrap();
+    let import = SlotChange {
+        ranges: vec![[slot, slot]],
+        to: SlotState::Importing,
+        owner: 0,
+        epoch: 1,
+    };
+    let mut req = BatchRequest::new();
+    req.push(OpKind::SlotSet, b"", &import.encode());
+    let reply = rt.block_on(client.send_batch(1, &req)).unwrap();
+    assert_eq!(reply.batch().unwrap().status(0), Some(OpStatus::Stored));
+
+    let mut get = BatchRequest::new();
+    get.push_get(key.as_bytes());
+    let reply = rt.block_on(client.send_batch(1, &get)).unwrap();
+    assert_eq!(
+        reply.batch().unwrap().result(0),
+        OpReply::Moved {
+            slot,
+            owner: 0,
+            epoch: 0
+        }
+    );
+    let path = format!("/kv/{key}");
+    assert_eq!(request(&http, "GET", &path, b""), (200, b"v1".to_vec()));
+    assert_eq!(request(&http, "PUT", &path, b"v2").0, 204);
+    let cmd = format!(
+        "*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$2\r\nv3\r\n*1\r\n$4\r\nQUIT\r\n",
+        key.len(),
+        key.len()
+    );
+    let answer = common::raw(&resp, cmd.as_bytes());
+    assert!(answer.starts_with("$2\r\nv2\r\n+OK\r\n"), "{answer}");
+    assert_eq!(
+        rt.block_on(client.get(key.as_bytes())).unwrap().as_deref(),
+        Some(&b"v3"[..])
+    );
+}

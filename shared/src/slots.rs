@@ -3,11 +3,12 @@
 //! states, and the last owner it heard of for the others) and a client (owners only).
 //!
 //! A slot changes hands in four log entries, two in each group (see docs/CLUSTER.md and
-//! REPLICATION.md, "moving slots"): the source **freezes** it (reads still served, writes
-//! answered "try again"), the target starts **importing** it (whatever it held of the slot is
-//! dropped; only the migration's `Load` ops may write it), the keys are copied, the source
-//! marks it **gone** to the target at the new epoch (and drops its keys), and the target
-//! **owns** it at that epoch. At every moment at most one group serves the slot, and every
+//! REPLICATION.md, "moving slots"): the target starts **importing** it (whatever it held of
+//! the slot is dropped; only the migration's `Load` ops may write it, the rest are redirected
+//! to the source) and the keys are copied while the source serves, the source **freezes** it
+//! (reads still served, writes answered "try again") and the keys written since are copied,
+//! the source marks it **gone** to the target at the import's epoch (and drops its keys), and
+//! the target **owns** it at that epoch. At every moment at most one group serves the slot, and every
 //! step is idempotent, so an interrupted move is finished by running it again.
 //!
 //! Every decoder here reads bytes from a peer or a file: lengths are checked, nothing panics.
@@ -26,7 +27,8 @@ pub enum SlotState {
     /// again"): it is being handed over.
     Frozen = 1,
     /// The slot is being copied into this group: only `Load` ops write it; the rest are
-    /// answered "try again".
+    /// redirected to the group that serves it meanwhile (the entry's owner: the source), or
+    /// answered "try again" once the hand-over is under way (the entry names this group).
     Importing = 2,
     /// Another group owns the slot (the entry's owner, as of its epoch).
     Gone = 3,
@@ -61,7 +63,9 @@ impl SlotState {
 pub struct Slot {
     /// Where it stands at this node.
     pub state: SlotState,
-    /// The owning group's index (this node's own while owned, frozen or importing).
+    /// The owning group's index: this node's own while owned or frozen; while importing,
+    /// the group it is copied from, which serves it meanwhile, or this node's own once the
+    /// hand-over is under way (the source frozen).
     pub owner: u16,
     /// The epoch of the last change of owner.
     pub epoch: u32,
@@ -113,7 +117,14 @@ pub struct SlotTable {
     /// checking its slots compares it again under each map shard's lock, and checks again if
     /// it moved.
     changes: AtomicU64,
+    /// This node's group ([`NO_GROUP`] in a client's table): an importing slot whose entry
+    /// names it is being handed over ("try again"); one naming another group is served by
+    /// that group meanwhile (`Moved`).
+    me: u16,
 }
+
+/// The `me` of a client's table: it is no group.
+const NO_GROUP: u16 = u16::MAX;
 
 /// Per slot, whether this node serves its reads and its writes; and how many of each, so
 /// a node that serves every slot need not compute an op's slot at all.
@@ -202,6 +213,7 @@ impl SlotTable {
             owners: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
             writer: parking_lot::Mutex::new(()),
             changes: AtomicU64::new(0),
+            me: me.index as u16,
         };
         table.derive_served();
         table
@@ -221,8 +233,9 @@ impl SlotTable {
 
     /// The table of a group added to a running cluster of `before` groups (`--no-slots`):
     /// it owns nothing; every slot is gone to its owner in the even split of `before`.
-    pub fn joining(before: u32) -> SlotTable {
-        let table = SlotTable::for_client(before);
+    pub fn joining(before: u32, me: u16) -> SlotTable {
+        let mut table = SlotTable::for_client(before);
+        table.me = me;
         for cell in table.cells.iter() {
             if let Some(slot) = Slot::unpack(cell.load(Ordering::Relaxed)) {
                 cell.store(
@@ -242,10 +255,11 @@ impl SlotTable {
     /// A client's table of a cluster of `groups` groups before it has heard of any move:
     /// the even split (every slot `Owned` by its owner: a client has no state of its own).
     pub fn for_client(groups: u32) -> SlotTable {
-        let table = SlotTable::for_shard(ShardId {
+        let mut table = SlotTable::for_shard(ShardId {
             index: 0,
             count: groups.max(1),
         });
+        table.me = NO_GROUP;
         for cell in table.cells.iter() {
             let bits = cell.load(Ordering::Relaxed);
             if let Some(slot) = Slot::unpack(bits) {
@@ -301,7 +315,7 @@ impl SlotTable {
         if !load && self.served.has(slot, write) {
             return Verdict::Serve;
         }
-        verdict_of(self.get(slot), write, load)
+        verdict_of(self.get(slot), write, load, self.me)
     }
 
     /// Whether this node serves every slot's reads (or, `write`, writes): an op on any key
@@ -413,13 +427,20 @@ impl SlotTable {
 
 /// What a node whose entry for a slot is `s` does with an op on it (see
 /// [`SlotTable::verdict`]).
-fn verdict_of(s: Slot, write: bool, load: bool) -> Verdict {
+fn verdict_of(s: Slot, write: bool, load: bool, me: u16) -> Verdict {
     match (s.state, write, load) {
         (SlotState::Gone, ..) => Verdict::Moved {
             owner: s.owner,
             epoch: s.epoch,
         },
         (SlotState::Importing, _, true) => Verdict::Serve,
+        // Copied here while its source serves it: sent there, at an epoch just below the
+        // import's, so a client that has heard of the hand-over is not sent back. (Once
+        // the hand-over is under way the entry names this group: "try again", below.)
+        (SlotState::Importing, _, false) if s.owner != me => Verdict::Moved {
+            owner: s.owner,
+            epoch: s.epoch.saturating_sub(1),
+        },
         (SlotState::Owned, ..) | (SlotState::Frozen, false, false) => match load {
             true => Verdict::TryAgain,
             false => Verdict::Serve,
@@ -612,12 +633,26 @@ mod tests {
             6000,
             Slot {
                 state: SlotState::Importing,
-                owner: 1,
+                owner: 0,
                 epoch: 4,
             },
         );
         assert_eq!(t.verdict(6000, true, true), Verdict::Serve);
-        assert_eq!(t.verdict(6000, false, false), Verdict::TryAgain);
+        assert_eq!(t.verdict(6000, false, false), Verdict::Moved { owner: 0, epoch: 3 });
+        assert_eq!(t.owner(6000), 0, "clients and forwarding go to the source meanwhile");
+        t.set(
+            6000,
+            Slot {
+                state: SlotState::Importing,
+                owner: 1,
+                epoch: 4,
+            },
+        );
+        assert_eq!(
+            t.verdict(6000, false, false),
+            Verdict::TryAgain,
+            "its hand-over under way"
+        );
     }
 
     #[test]
@@ -664,9 +699,9 @@ mod tests {
                 let mut all = true;
                 for slot in 0..SLOTS {
                     prop_assert_eq!(t.owner(slot), t.get(slot).owner);
-                    let slow = verdict_of(t.get(slot), write, false);
+                    let slow = verdict_of(t.get(slot), write, false, t.me);
                     prop_assert_eq!(t.verdict(slot, write, false), slow);
-                    prop_assert_eq!(t.verdict(slot, write, true), verdict_of(t.get(slot), write, true));
+                    prop_assert_eq!(t.verdict(slot, write, true), verdict_of(t.get(slot), write, true, t.me));
                     all &= slow == Verdict::Serve;
                 }
                 prop_assert_eq!(t.serves_all(write), all);

@@ -58,7 +58,8 @@ pub(super) async fn precopy(
     let import = SlotChange {
         ranges: ranges.clone(),
         to: SlotState::Importing,
-        owner: to as u16,
+        // The source: the target redirects to it until the hand-over.
+        owner: from as u16,
         epoch,
     };
     groups.change(to, &import).await?;

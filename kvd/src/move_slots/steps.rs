@@ -155,6 +155,14 @@ async fn run_steps(
         epoch,
     };
     let mut moved = Moved::default();
+    let changed = ranges_of(list, |_, p| p == Path::Changed);
+    if !changed.is_empty() {
+        // The hand-over begins: the target, which sent these slots' clients to the source
+        // while it copied them, answers "try again" from now until it owns them.
+        groups
+            .change(to, &change(changed.clone(), SlotState::Importing, to))
+            .await?;
+    }
     let freeze = ranges_of(list, |st, _| matches!(st, Stage::Freeze | Stage::Precopied));
     if !freeze.is_empty() {
         groups.change(from, &change(freeze, SlotState::Frozen, from)).await?;
@@ -162,12 +170,12 @@ async fn run_steps(
     let frozen_at = Instant::now();
     let whole = ranges_of(list, |_, p| p == Path::Whole);
     if !whole.is_empty() {
+        // (Naming the target: its hand-over is under way, "try again" there meanwhile.)
         groups
             .change(to, &change(whole.clone(), SlotState::Importing, to))
             .await?;
         moved.keys += copy::copy_whole(groups, (from, to), &whole).await?;
     }
-    let changed = ranges_of(list, |_, p| p == Path::Changed);
     if let (false, Some(t)) = (changed.is_empty(), tracked) {
         let Some(keys) = copy::copy_changed(groups, (from, to), t, &changed).await? else {
             return Ok(None);

@@ -338,14 +338,14 @@ impl Store {
     /// split of the groups before this one gives it, at epoch 0, until `kvd admin add-shard`
     /// tells it the cluster's map.
     pub fn start_without_slots(&mut self) {
-        self.slots = kvshared::slots::SlotTable::joining(self.me.index.max(1));
+        self.slots = kvshared::slots::SlotTable::joining(self.me.index.max(1), self.me.index as u16);
         self.no_slots = true;
     }
 
     /// Resets the table to the even split `--shard` gives (a snapshot from before slot maps).
     pub(super) fn reset_slots(&self) {
         let fresh = match self.no_slots {
-            true => kvshared::slots::SlotTable::joining(self.me.index.max(1)),
+            true => kvshared::slots::SlotTable::joining(self.me.index.max(1), self.me.index as u16),
             false => kvshared::slots::SlotTable::for_shard(self.me),
         };
         for (s, e) in fresh.entries().into_iter().enumerate() {
@@ -375,12 +375,21 @@ fn plan_change(table: &kvshared::slots::SlotTable, c: &SlotChange, me: u16) -> O
                 },
                 false,
             )),
-            (SlotState::Importing, SlotState::Gone) if c.epoch > now.epoch => Some((mine(SlotState::Importing), true)),
-            (SlotState::Importing, SlotState::Importing) if c.epoch == now.epoch => None,
-            // Importing again at a later epoch: a copy started over (what it loaded goes).
-            (SlotState::Importing, SlotState::Importing) if c.epoch > now.epoch => {
-                Some((mine(SlotState::Importing), true))
+            // The entry names the source, which serves the slot while it is copied, or this
+            // node once the hand-over is under way (see `SlotState::Importing`).
+            (SlotState::Importing, SlotState::Gone | SlotState::Importing) if c.epoch > now.epoch => Some((
+                Slot {
+                    state: SlotState::Importing,
+                    owner: c.owner,
+                    epoch: c.epoch,
+                },
+                true,
+            )),
+            // The same import, its hand-over begun (nothing dropped).
+            (SlotState::Importing, SlotState::Importing) if c.epoch == now.epoch && c.owner != now.owner => {
+                Some((Slot { owner: c.owner, ..now }, false))
             }
+            (SlotState::Importing, SlotState::Importing) if c.epoch == now.epoch => None,
             (SlotState::Owned, SlotState::Importing) if c.epoch == now.epoch => Some((mine(SlotState::Owned), false)),
             (SlotState::Owned, SlotState::Owned) if c.epoch == now.epoch => None,
             // Unfreezing (a move given up before the hand-over).
@@ -562,7 +571,7 @@ pub(super) mod tests {
         assert_eq!(change(&a, &r, SlotState::Gone, 1, 1), OpReply::NotStored);
         for _ in 0..2 {
             assert_eq!(change(&a, &r, SlotState::Frozen, 0, 1), OpReply::Stored);
-            assert_eq!(change(&b, &r, SlotState::Importing, 1, 1), OpReply::Stored);
+            assert_eq!(change(&b, &r, SlotState::Importing, 0, 1), OpReply::Stored);
         }
         assert_eq!(run(&a, &put)[0], OpReply::TryAgain, "a frozen slot refuses writes");
         let mut get = BatchRequest::new();
@@ -571,11 +580,22 @@ pub(super) mod tests {
             run(&a, &get)[0],
             OpReply::Found(Box::leak(keys[0].clone().into_boxed_slice()))
         );
+        let slot = kvshared::routing::key_slot(&keys[0]);
         assert_eq!(
             run(&b, &get)[0],
-            OpReply::TryAgain,
-            "an importing slot serves nothing yet"
+            OpReply::Moved {
+                slot,
+                owner: 0,
+                epoch: 0
+            },
+            "an importing slot serves nothing yet: its source does"
         );
+        assert_eq!(b.slot_table().owner(slot), 0, "forwarding goes to the source meanwhile");
+        // The hand-over begins (the same import, naming the target): "try again" there.
+        for _ in 0..2 {
+            assert_eq!(change(&b, &r, SlotState::Importing, 1, 1), OpReply::Stored);
+        }
+        assert_eq!(run(&b, &get)[0], OpReply::TryAgain, "a slot being handed over");
         assert_eq!(copy(&a, &b, &r), 50);
         for _ in 0..2 {
             assert_eq!(change(&a, &r, SlotState::Gone, 1, 1), OpReply::Stored);
