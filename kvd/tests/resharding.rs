@@ -288,3 +288,63 @@ fn add_shard_then_remove_shard_keeps_the_key_set() {
     assert_eq!(held, written.len() as u64, "no key left behind twice, none lost");
     assert_eq!(rt.block_on(fresh.stats(3)).unwrap().keys, 0);
 }
+
+/// A client that has heard of a slot's new owner (at the move's epoch) but asks a target
+/// still behind it (importing, naming the source at an older epoch) is not bounced between
+/// the two until its redirects run out: it waits, as for "try again", and is answered once
+/// the target owns the slot.
+#[test]
+fn a_client_ahead_of_a_target_waits_for_its_hand_over() {
+    use kvshared::slots::{SlotChange, SlotState};
+    use kvshared::wire::{BatchRequest, OpKind, OpStatus};
+
+    let addrs: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
+    let nodes = addrs.join(",");
+    let _a = common::start_at(&addrs[0], &["--shard", "0/2", "--nodes", &nodes]).0;
+    let _b = common::start_at(&addrs[1], &["--shard", "1/2", "--nodes", &nodes]).0;
+    let key = (0..)
+        .map(|i| format!("hand{i}"))
+        .find(|k| key_slot(k.as_bytes()) < 8192)
+        .unwrap();
+    let slot = key_slot(key.as_bytes());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let admin = Cluster::new(&addrs, ClientConfig::default()).unwrap();
+    let set = |g: usize, to: SlotState, owner: u16| {
+        let change = SlotChange {
+            ranges: vec![[slot, slot]],
+            to,
+            owner,
+            epoch: 5,
+        };
+        let mut req = BatchRequest::new();
+        req.push(OpKind::SlotSet, b"", &change.encode());
+        let reply = rt.block_on(admin.send_batch(g, &req)).unwrap();
+        assert_eq!(
+            reply.batch().unwrap().status(0),
+            Some(OpStatus::Stored),
+            "{to:?} at {g}"
+        );
+    };
+    // Group 1 imports the slot naming group 0 (its source); group 0 has handed it over.
+    set(1, SlotState::Importing, 0);
+    set(0, SlotState::Frozen, 0);
+    set(0, SlotState::Gone, 1);
+    let config = ClientConfig {
+        request_timeout: Duration::from_secs(5),
+        ..ClientConfig::default()
+    };
+    let client = Arc::new(Cluster::new(&addrs, config).unwrap());
+    let reader = {
+        let (client, key) = (client.clone(), key.clone());
+        rt.spawn(async move { client.get(key.as_bytes()).await })
+    };
+    // (The client's pauses for "try again" add up to 180 ms; a hand-over takes one log write.)
+    std::thread::sleep(Duration::from_millis(60));
+    set(1, SlotState::Owned, 1);
+    let got = rt.block_on(reader).unwrap();
+    assert!(matches!(got, Ok(None)), "{got:?}");
+}

@@ -869,6 +869,14 @@ impl Cluster {
                             OpReply::Moved { slot, owner, epoch } if self.follow_moved(slot, node, owner, epoch) => {
                                 Err(self.moved(node, owner, epoch))
                             }
+                            // A node behind what this client has heard (a target that has not
+                            // applied its hand-over yet): the slot is changing hands there,
+                            // so the op is asked again after a pause, as "try again".
+                            OpReply::Moved { slot, epoch, .. } if epoch < self.slots.get(slot).epoch => {
+                                Err(ClientError::TryAgain {
+                                    addr: self.addr(node).to_string(),
+                                })
+                            }
                             reply => self.outcome(node, reply),
                         };
                         results[i] = Some(outcome);
