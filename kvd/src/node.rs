@@ -346,14 +346,8 @@ impl Node {
         };
         if let Err(not_leader) = log.leadership() {
             // (A malformed op goes to the leader too, which answers it as such.)
-            // (A slot copy's tracking is the leader's: a member never serves it, so a copy's
-            // steps all reach the member that tracks, or say who leads.)
-            let reads_only = !batch.is_empty()
-                && (0..batch.len()).all(|i| {
-                    batch
-                        .op(i)
-                        .is_ok_and(|op| !op.kind.is_write() && op.kind != OpKind::SlotTrack)
-                });
+            let reads_only =
+                !batch.is_empty() && (0..batch.len()).all(|i| batch.op(i).is_ok_and(|op| op.kind.follower_may_serve()));
             if !reads_only || !matches!(not_leader, LogError::NotLeader(Some(_))) {
                 // A member that does not lead its group runs no write and says who leads.
                 return Some(LogWait::refused(not_leader));

@@ -179,8 +179,8 @@ fn a_token_guards_everything_but_healthz() {
 #[test]
 fn a_slot_being_moved_answers_try_again_on_every_front() {
     use kvshared::client::{ClientConfig, Cluster};
-    use kvshared::slots::{SlotChange, SlotState};
-    use kvshared::wire::{BatchRequest, OpKind, OpStatus};
+    use kvshared::slots::SlotState;
+    use kvshared::wire::{BatchRequest, OpStatus};
 
     let (bin, resp, http) = (
         format!("127.0.0.1:{}", free_port()),
@@ -195,16 +195,7 @@ fn a_slot_being_moved_answers_try_again_on_every_front() {
         .unwrap();
     let client = Cluster::new(std::slice::from_ref(&bin), ClientConfig::default()).unwrap();
     let slot = kvshared::routing::key_slot(b"moving");
-    let freeze = SlotChange {
-        ranges: vec![[slot, slot]],
-        to: SlotState::Frozen,
-        owner: 0,
-        epoch: 1,
-    };
-    let mut req = BatchRequest::new();
-    req.push(OpKind::SlotSet, b"", &freeze.encode());
-    let reply = rt.block_on(client.send_batch(0, &req)).unwrap();
-    assert_eq!(reply.batch().unwrap().status(0), Some(OpStatus::Stored));
+    common::set_slot(&rt, &client, 0, slot, (SlotState::Frozen, 0, 1));
 
     let mut put = BatchRequest::new();
     put.push_put(b"moving", b"v2");
@@ -230,8 +221,8 @@ fn a_slot_being_moved_answers_try_again_on_every_front() {
 #[test]
 fn a_slot_importing_at_a_node_is_served_by_its_source_through_that_node() {
     use kvshared::client::{ClientConfig, Cluster};
-    use kvshared::slots::{SlotChange, SlotState};
-    use kvshared::wire::{BatchRequest, OpKind, OpReply, OpStatus};
+    use kvshared::slots::SlotState;
+    use kvshared::wire::{BatchRequest, OpReply};
 
     let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
     let (http, resp) = (
@@ -257,16 +248,7 @@ fn a_slot_importing_at_a_node_is_served_by_its_source_through_that_node() {
         .unwrap();
     let client = Cluster::new(&bin, ClientConfig::default()).unwrap();
     rt.block_on(client.put(key.as_bytes(), b"v1")).unwrap();
-    let import = SlotChange {
-        ranges: vec![[slot, slot]],
-        to: SlotState::Importing,
-        owner: 0,
-        epoch: 1,
-    };
-    let mut req = BatchRequest::new();
-    req.push(OpKind::SlotSet, b"", &import.encode());
-    let reply = rt.block_on(client.send_batch(1, &req)).unwrap();
-    assert_eq!(reply.batch().unwrap().status(0), Some(OpStatus::Stored));
+    common::set_slot(&rt, &client, 1, slot, (SlotState::Importing, 0, 1));
 
     let mut get = BatchRequest::new();
     get.push_get(key.as_bytes());

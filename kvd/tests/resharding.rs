@@ -295,8 +295,7 @@ fn add_shard_then_remove_shard_keeps_the_key_set() {
 /// the target owns the slot.
 #[test]
 fn a_client_ahead_of_a_target_waits_for_its_hand_over() {
-    use kvshared::slots::{SlotChange, SlotState};
-    use kvshared::wire::{BatchRequest, OpKind, OpStatus};
+    use kvshared::slots::SlotState;
 
     let addrs: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
     let nodes = addrs.join(",");
@@ -313,22 +312,7 @@ fn a_client_ahead_of_a_target_waits_for_its_hand_over() {
         .build()
         .unwrap();
     let admin = Cluster::new(&addrs, ClientConfig::default()).unwrap();
-    let set = |g: usize, to: SlotState, owner: u16| {
-        let change = SlotChange {
-            ranges: vec![[slot, slot]],
-            to,
-            owner,
-            epoch: 5,
-        };
-        let mut req = BatchRequest::new();
-        req.push(OpKind::SlotSet, b"", &change.encode());
-        let reply = rt.block_on(admin.send_batch(g, &req)).unwrap();
-        assert_eq!(
-            reply.batch().unwrap().status(0),
-            Some(OpStatus::Stored),
-            "{to:?} at {g}"
-        );
-    };
+    let set = |g: usize, to: SlotState, owner: u16| common::set_slot(&rt, &admin, g, slot, (to, owner, 5));
     // Group 1 imports the slot naming group 0 (its source); group 0 has handed it over.
     set(1, SlotState::Importing, 0);
     set(0, SlotState::Frozen, 0);

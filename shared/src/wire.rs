@@ -216,6 +216,16 @@ impl OpKind {
     }
 }
 
+impl OpKind {
+    /// Whether a follower of a replica group may serve the op (once it has applied its
+    /// leader's read index): every read but a slot copy's `SlotTrack`, whose tracking lives
+    /// in the leader alone. Clients send a batch of such ops to any member; a follower
+    /// refuses the rest, naming the leader.
+    pub fn follower_may_serve(self) -> bool {
+        !self.is_write() && self != OpKind::SlotTrack
+    }
+}
+
 impl From<&ArchivedOpKind> for OpKind {
     fn from(k: &ArchivedOpKind) -> OpKind {
         match k {
@@ -322,9 +332,10 @@ impl BatchRequest {
         self.kinds.len()
     }
 
-    /// Whether every op is a read (and there is one): a follower may serve such a batch.
+    /// Whether every op is one a follower may serve (and there is one): see
+    /// [`OpKind::follower_may_serve`].
     pub fn reads_only(&self) -> bool {
-        !self.kinds.is_empty() && self.kinds.iter().all(|k| !k.is_write())
+        !self.kinds.is_empty() && self.kinds.iter().all(|k| k.follower_may_serve())
     }
 
     /// Whether the batch holds no op.
@@ -1075,6 +1086,19 @@ mod tests {
         }
     }
     use super::*;
+
+    /// A slot copy's tracking is the leader's: a batch holding it goes to the leader even
+    /// when a client spreads reads over followers, and a follower refuses it.
+    #[test]
+    fn only_reads_a_follower_may_serve_make_a_reads_only_batch() {
+        assert!(OpKind::Get.follower_may_serve() && OpKind::SlotScan.follower_may_serve());
+        assert!(!OpKind::SlotTrack.follower_may_serve() && !OpKind::Put.follower_may_serve());
+        let mut b = BatchRequest::new();
+        b.push_get(b"k");
+        assert!(b.reads_only());
+        b.push(OpKind::SlotTrack, b"", &[]);
+        assert!(!b.reads_only());
+    }
 
     #[test]
     fn decimal_i64_reads_what_redis_reads() {

@@ -391,3 +391,26 @@ pub fn groups_cluster(name: &str, groups: usize, members: usize) -> (Vec<Kvd>, S
     }
     (guards, nodes, resp)
 }
+
+/// Sets one slot of node `node` (of `client`'s list) to `to` (owner, epoch), as a step of
+/// `kvd admin move-slots` does, and checks that the node took it.
+#[allow(dead_code)]
+pub fn set_slot(
+    rt: &tokio::runtime::Runtime,
+    client: &kvshared::client::Cluster,
+    node: usize,
+    slot: u16,
+    (to, owner, epoch): (kvshared::slots::SlotState, u16, u32),
+) {
+    let change = kvshared::slots::SlotChange {
+        ranges: vec![[slot, slot]],
+        to,
+        owner,
+        epoch,
+    };
+    let mut req = BatchRequest::new();
+    req.push(kvshared::wire::OpKind::SlotSet, b"", &change.encode());
+    let reply = rt.block_on(client.send_batch(node, &req)).unwrap();
+    let status = reply.batch().unwrap().status(0);
+    assert_eq!(status, Some(kvshared::wire::OpStatus::Stored), "{to:?} at node {node}");
+}
