@@ -7,7 +7,7 @@ usage() {
   cat <<'TXT'
 Usage: scripts/hotspot-bench.sh [--cpu 0.15] [--shards 3] [--extra 3] [--tasks "32 128"]
                                 [--phase 12s] [--hot-ops 0.8] [--records 200000] [--rounds 1]
-                                [--setups "fixed1 fixedR manager fixedR-stale manager-stale"]
+                                [--setups "fixed1 fixedR fixedRall manager manager-slots ..."]
                                 [--check 20s]
                                 [--out docs/data/manager]
 
@@ -19,9 +19,16 @@ shard host. The extra hosts are used three ways:
   fixed1   not at all: one replica per shard
   fixedR   host S+k holds a learner of shard k mod S (kvd admin add-replica --learner),
            for the whole run: each shard has 1 + E/S replicas
+  fixedRall
+           each extra host holds a learner of every shard for the whole run: 1 + E
+           replicas per shard (the most the extra hosts allow)
   manager  each extra host runs a spare of every shard (kvd --join); kvd manager adds a
            spare of a hot shard as a learner and removes it when the shard cools (at most
            1 + E members per shard)
+  manager-slots
+           each extra host runs a spare group holding no slot (--no-slots); kvd manager
+           --move-slots moves a hot group's busiest slots to the idlest groups (every key
+           keeps one copy: one replica per key, as fixed1)
 
 Clients spread batches of reads over each group's members (--split-reads, --reads replicas:
 linearizable follower reads; a set-up named NAME-stale is NAME with --reads stale
@@ -34,13 +41,13 @@ the CSV.
 
 Writes OUT/hotspot.csv (per run and shard: reads-only batch and write batch round trips,
 mean and p99, and the run's op/s), OUT/<setup>-t<T>.json (kvbench's results),
-OUT/<setup>-t<T>-timeline.png (each shard's p99 per second), OUT/manager-t<T>.log (the
+OUT/<setup>-t<T>-timeline.png (each shard's p99 per second), OUT/<setup>-t<T>.log (the
 manager's decisions), and OUT/hotspot.png + .svg (hot shard read p99 and throughput per
 set-up). Root (namespaces, cgroups). About 2 minutes per run.
 TXT
 }
-CPU=0.15 SHARDS=3 EXTRA=3 TASKS="32 128" PHASE=12s HOT_OPS=0.8 RECORDS=200000 ROUNDS=1
-SETUPS="fixed1 fixedR manager fixedR-stale manager-stale" CHECK="" OUT=docs/data/manager
+SPREAD_ABOVE=1.6 CPU=0.15 SHARDS=3 EXTRA=3 TASKS="32 128" PHASE=12s HOT_OPS=0.8 RECORDS=200000 ROUNDS=1
+SETUPS="fixed1 fixedR fixedRall manager manager-slots fixedR-stale manager-slots-stale" CHECK="" OUT=docs/data/manager
 while (($#)); do
   case "$1" in
     --cpu) CPU=$2; shift 2 ;;
@@ -119,7 +126,7 @@ NODES=$(for s in $(seq 0 $((SHARDS - 1))); do addr "$s"; done | paste -sd,)
 PHASES=$(for c in 1 2; do for s in $(seq 0 $((SHARDS - 1))); do echo "$s:$PHASE"; done; done | paste -sd,)
 RUN_SECS=$((2 * SHARDS * ${PHASE%s}))
 CSV="$OUT/hotspot.csv"
-echo "setup,round,tasks,shard,replicas_max,ops_per_sec,failed_ops,read_batches,read_mean_us,read_p99_us,write_batches,write_mean_us,write_p99_us,kvd_cpu_percent,check" >"$CSV"
+echo "setup,round,tasks,shard,replicas_max,ops_per_sec,failed_ops,read_batches,read_mean_us,read_p99_us,write_batches,write_mean_us,write_p99_us,kvd_cpu_percent,check,copies_per_key" >"$CSV"
 
 for round in $(seq 1 "$ROUNDS"); do
   for setup in $SETUPS; do
@@ -135,7 +142,19 @@ for round in $(seq 1 "$ROUNDS"); do
       on "$CLIENT" "$BIN/kvd" admin init-group --nodes "$NODES" "${AUTH[@]}" >/dev/null
       SPARES=()
       max=1
+      RUN_NODES=$NODES
       case $base in
+        manager-slots)
+          for e in $(seq 0 $((EXTRA - 1))); do
+            g=$((SHARDS + e))
+            (spawn "$g" "$BIN/kvd" --shard "$g/$((g + 1))" --no-slots --listen "$(addr "$g")" \
+              --data-dir "$WORK/data/h$g-s$g" --group "$(addr "$g")" "${AUTH[@]}" >>"$WORK/kvd-h$g.log" 2>&1) &
+            PIDS+=($!)
+            RUN_NODES="$RUN_NODES,$(addr "$g")"
+          done
+          wait_up $(for e in $(seq 0 $((EXTRA - 1))); do addr $((SHARDS + e)); done)
+          on "$CLIENT" "$BIN/kvd" admin init-group --nodes "${RUN_NODES#"$NODES",}" "${AUTH[@]}" >/dev/null
+          ;;
         fixedR)
           for e in $(seq 0 $((EXTRA - 1))); do
             h=$((SHARDS + e)); s=$((e % SHARDS))
@@ -143,6 +162,17 @@ for round in $(seq 1 "$ROUNDS"); do
             wait_up "$(addr "$h")"
           done
           max=$((1 + (EXTRA + SHARDS - 1) / SHARDS))
+          ;;
+        fixedRall)
+          for e in $(seq 0 $((EXTRA - 1))); do
+            h=$((SHARDS + e))
+            for s in $(seq 0 $((SHARDS - 1))); do
+              kvd_on "$h" "$s" "$s" --join
+              SPARES+=("$(addr "$h" "$s")")
+            done
+          done
+          wait_up "${SPARES[@]}"
+          max=$((1 + EXTRA))
           ;;
         manager)
           for e in $(seq 0 $((EXTRA - 1))); do
@@ -165,45 +195,82 @@ for round in $(seq 1 "$ROUNDS"); do
             >>"$WORK/admin.log" 2>&1
         done
       fi
+      if [[ $base == fixedRall ]]; then
+        # A learner of every shard on every extra host (the most the spares allow).
+        for e in $(seq 0 $((EXTRA - 1))); do
+          for s in $(seq 0 $((SHARDS - 1))); do
+            on "$CLIENT" "$BIN/kvd" admin add-replica --learner --nodes "$(addr "$s")" "${AUTH[@]}" \
+              "$(addr $((SHARDS + e)) "$s")" >>"$WORK/admin.log" 2>&1
+          done
+        done
+      fi
+      if [[ $base == manager-slots ]]; then
+        (spawn "$CLIENT" "$BIN/kvd" manager --nodes "$RUN_NODES" --move-slots --spread-above "$SPREAD_ABOVE" --chunk 1024 \
+          --interval 250ms --up-after 2 --settle 4 --duration "$((RUN_SECS + 120))s" "${AUTH[@]}" \
+          >"$OUT/$setup-t$tasks.log" 2>&1) &
+        PIDS+=($!)
+      fi
       if [[ $base == manager ]]; then
         (spawn "$CLIENT" "$BIN/kvd" manager --nodes "$NODES" --spare "$(IFS=,; echo "${SPARES[*]}")" \
           --max-replicas "$max" --hot-reads 60000 --interval 1s --up-after 2 --down-after 3 --settle 1 \
-          --duration "$((RUN_SECS + 120))s" "${AUTH[@]}" >"$OUT/manager-t$tasks.log" 2>&1) &
+          --duration "$((RUN_SECS + 120))s" "${AUTH[@]}" >"$OUT/$setup-t$tasks.log" 2>&1) &
         PIDS+=($!)
       fi
       stem="$OUT/$setup-t$tasks"
-      on "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$NODES" --records "$RECORDS" -w hotkey \
+      on "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$RUN_NODES" --records "$RECORDS" -w hotkey \
         --phases "$PHASES" --hot-ops "$HOT_OPS" --split-reads "${READS[@]}" --tasks "$tasks" --warmup 0s \
         --duration "${RUN_SECS}s" --json "$stem.json" --timeline "$stem-timeline" --allow-failures "${AUTH[@]}" >/dev/null
       verdict=""
-      if [[ $setup == manager && -n $CHECK && $first == 1 ]]; then
+      if [[ ($setup == manager || $setup == manager-slots) && -n $CHECK && $first == 1 ]]; then
         # Not in the measured run: a second, shorter run of the same load with a recorded
         # history beside it, while the manager adds and removes replicas.
         say "checking linearizability for $CHECK while the manager works"
-        (spawn "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$NODES" --records "$RECORDS" -w hotkey \
+        (spawn "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$RUN_NODES" --records "$RECORDS" -w hotkey \
           --phases "$PHASES" --hot-ops "$HOT_OPS" --split-reads --tasks "$tasks" --warmup 0s \
           --duration "$CHECK" "${AUTH[@]}" >/dev/null 2>&1) &
         load_pid=$!
-        if on "$CLIENT" "$BIN/kvbench" check --nodes "$NODES" --duration "$CHECK" "${AUTH[@]}" >"$OUT/check.txt" 2>&1; then
+        if on "$CLIENT" "$BIN/kvbench" check --nodes "$RUN_NODES" --duration "$CHECK" "${AUTH[@]}" >"$OUT/check-$setup.txt" 2>&1; then
           verdict=linearizable
         else
           verdict="NOT-linearizable"
         fi
         wait "$load_pid" || true
-        cat "$OUT/check.txt" >&2
-        grep -E " (add|remove|added|removed) " "$OUT/manager-t$tasks.log" | tail -4 >&2 || true
+        cat "$OUT/check-$setup.txt" >&2
+        grep -E " (add|remove|added|removed|move|moved) " "$OUT/$setup-t$tasks.log" | tail -4 >&2 || true
       fi
-      python3 - "$stem.json" "$setup" "$round" "$tasks" "$max" "$verdict" >>"$CSV" <<'PY'
-import json, sys
+      python3 - "$stem.json" "$setup" "$round" "$tasks" "$max" "$verdict" "$stem.log" "$SHARDS" "$RUN_SECS" >>"$CSV" <<'PY'
+import json, os, re, sys
+from datetime import datetime, timezone
 d = json.load(open(sys.argv[1]))
-setup, rnd, tasks, mx, verdict = sys.argv[2:7]
+setup, rnd, tasks, mx, verdict, log = sys.argv[2:8]
+shards, secs = int(sys.argv[8]), float(sys.argv[9])
+# Copies of each key, averaged over the run (replica-seconds over fixed1's): fixed set-ups
+# hold theirs throughout; the manager's learners count from its "add" to its "removed";
+# moved slots keep one copy.
+copies = float(mx)
+if setup.startswith("manager") and os.path.exists(log):
+    start = d["started_unix_ms"] / 1000
+    extra, since = 0.0, {}
+    for line in open(log):
+        m = re.match(r"(\S+Z) shard (\d+) (add|removed) (\S+):", line)
+        if not m:
+            continue
+        t = datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        t = min(max(t - start, 0.0), secs)
+        key = (m[2], m[4])
+        if m[3] == "add":
+            since[key] = t
+        elif key in since:
+            extra += t - since.pop(key)
+    extra += sum(secs - t for t in since.values())
+    copies = 1 + extra / (shards * secs)
 for i, n in enumerate(d["per_node"]):
     r, w = n.get("read_batches_us") or {}, n.get("write_batches_us") or {}
     f = lambda h, k: "" if h.get(k) is None else f"{h[k]:.0f}"
     print(",".join([setup, rnd, tasks, str(i), mx, f"{d['ops_per_sec']:.0f}", str(d["failed_ops"]),
                     str(r.get("count", 0)), f(r, "mean_us"), f(r, "p99_us"),
                     str(w.get("count", 0)), f(w, "mean_us"), f(w, "p99_us"),
-                    f"{n['server']['cpu_percent']:.0f}", verdict]))
+                    f"{n['server']['cpu_percent']:.0f}", verdict, f"{copies:.2f}"]))
 PY
       tail -n "$SHARDS" "$CSV" >&2
       stop_all
@@ -243,5 +310,57 @@ fig.suptitle("Moving hot spot on capped hosts: one replica, fixed replicas, shar
 fig.tight_layout()
 for ext in ("png", "svg"):
     fig.savefig(f"{sys.argv[2]}/hotspot.{ext}", dpi=110)
+PY
+say "writing $OUT/placement.png (where the manager put replicas and slots, against the hot spot)"
+python3 - "$OUT" "$SHARDS" "$PHASE" "$RUN_SECS" "$TASKS" <<'PY'
+import glob, json, os, re, sys
+from datetime import datetime, timezone
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+out, shards, phase, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3].rstrip("s")), int(sys.argv[4])
+tasks = sys.argv[5].split()[0]
+runs = [s for s in ("manager", "manager-slots") if os.path.exists(f"{out}/{s}-t{tasks}.log")]
+if not runs:
+    sys.exit(0)
+fig, axes = plt.subplots(len(runs), 1, figsize=(10, 3.2 * len(runs)), squeeze=False)
+stamp = lambda t: datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+for ax, setup in zip(axes[:, 0], runs):
+    start = json.load(open(f"{out}/{setup}-t{tasks}.json"))["started_unix_ms"] / 1000
+    for k in range(secs // phase):
+        ax.axvspan(k * phase, (k + 1) * phase, color=f"C{k % shards}", alpha=0.08)
+        ax.text(k * phase + 0.5, 0.97, f"hot: shard {k % shards}", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
+    if setup == "manager":
+        # Members per shard: 1, plus learners from "added" to "removed".
+        counts = {g: [(0.0, 1)] for g in range(shards)}
+        for line in open(f"{out}/{setup}-t{tasks}.log"):
+            m = re.match(r"(\S+Z) shard (\d+) (added|removed) ", line)
+            if m:
+                g, t = int(m[2]), stamp(m[1]) - start
+                counts[g].append((t, counts[g][-1][1] + (1 if m[3] == "added" else -1)))
+        ylabel = "members per shard"
+    else:
+        # Slots per group, from the even split of the first groups.
+        n = max(int(x) for x in re.findall(r"group (\d+)", open(f"{out}/{setup}-t{tasks}.log").read())) + 1
+        counts = {g: [(0.0, 16384 // shards + (g < 16384 % shards) if g < shards else 0)] for g in range(n)}
+        for line in open(f"{out}/{setup}-t{tasks}.log"):
+            m = re.match(r"(\S+Z) shard (\d+) moved group (\d+): (\d+) slots", line)
+            if m:
+                t, a, b, k = stamp(m[1]) - start, int(m[2]), int(m[3]), int(m[4])
+                counts[a].append((t, counts[a][-1][1] - k))
+                counts[b].append((t, counts[b][-1][1] + k))
+        ylabel = "slots per group"
+    for g, steps in counts.items():
+        steps = steps + [(secs, steps[-1][1])]
+        ax.step([t for t, _ in steps], [c for _, c in steps], where="post", label=f"{'shard' if setup == 'manager' else 'group'} {g}")
+    ax.set_xlim(0, secs)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{setup}, {tasks} tasks")
+    ax.legend(fontsize=7, ncol=6, loc="lower right")
+    ax.grid(alpha=0.3)
+axes[-1, 0].set_xlabel("seconds into the run")
+fig.tight_layout()
+for ext in ("png", "svg"):
+    fig.savefig(f"{out}/placement.{ext}", dpi=110)
 PY
 say "done: $CSV"

@@ -97,7 +97,10 @@ pub async fn run_live(
     plan.workload
         .check(cluster.node_count() as u32)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let shared = Shared::new(plan.workload.clone(), cluster.node_count() as u32);
+    let slots = cluster.slots().clone();
+    let shared = Shared::with_owners(plan.workload.clone(), cluster.node_count() as u32, &|s| {
+        u32::from(slots.owner(s))
+    });
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

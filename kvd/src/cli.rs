@@ -515,12 +515,24 @@ pub struct ManagerArgs {
     pub nodes: NodesArgs,
     /// Spare members: each a kvd started with `--shard I/N --join --data-dir DIR` (a spare
     /// machine runs one per shard it may help). The manager adds a spare of a hot shard as a
-    /// learner and removes it when the shard cools.
+    /// learner and removes it when the shard cools. Not needed with --move-slots.
     #[arg(long, value_delimiter = ',', value_name = "ADDR,...")]
     pub spare: Vec<String>,
     /// Most members (voters and learners) a shard may have.
     #[arg(long, default_value_t = 5)]
     pub max_replicas: usize,
+    /// Move slots instead of (or as well as) adding replicas: when one group serves at
+    /// least --spread-above times the mean load for --up-after intervals, its busiest slots
+    /// go to the idlest groups (as `kvd admin move-slots` moves them). --nodes lists every
+    /// group, spare groups (started with --no-slots) included.
+    #[arg(long)]
+    pub move_slots: bool,
+    /// With --move-slots: how many times the mean load the busiest group must serve.
+    #[arg(long, default_value_t = 2.0, value_name = "RATIO")]
+    pub spread_above: f64,
+    /// With --move-slots: slots per hand-over (each pauses its slots' writes briefly).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=16384))]
+    pub chunk: u16,
     /// How often the manager reads every member's load.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub interval: std::time::Duration,

@@ -631,6 +631,15 @@ fn copied_body(batch: &BatchView<'_>) -> AlignedVec {
     body
 }
 
+thread_local! {
+    /// The scratch of the deferred reads a worker thread runs, kept between batches: its
+    /// buffers, and its count of batches, by which one batch in `MAP_SHARD_SAMPLE_EVERY` is
+    /// sampled for the per-slot load (`SlotLoad`, which `kvd manager --move-slots` and
+    /// `rebalance --by load` go by) and the map shards' latency. (A fresh scratch per batch
+    /// sampled none: a replica group's reads, all deferred, went uncounted.)
+    static DEFERRED_SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
 /// Reads that run once this member has applied a read index: a follower's (the leader's
 /// index), or a replica group leader's (its own).
 struct DeferredRead {
@@ -645,8 +654,7 @@ impl DeferredRead {
         let batch = BatchView::parse(&self.body).map_err(|e| LogError::Failed(e.to_string()))?;
         let mut tally = Counts::default();
         let mut room = CappedRoom::new(batch.len(), max_reply);
-        self.store
-            .execute(&batch, out, &mut room, &mut Scratch::default(), &mut tally);
+        DEFERRED_SCRATCH.with_borrow_mut(|scratch| self.store.execute(&batch, out, &mut room, scratch, &mut tally));
         self.counters.add_counts(0, &tally);
         let (began, latencies) = self.timing;
         latencies.record(per_kind(&tally), elapsed_ns(began));

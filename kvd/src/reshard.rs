@@ -93,7 +93,7 @@ pub fn ranges(slots: &[u16]) -> Vec<[u16; 2]> {
     out
 }
 
-async fn tables(groups: &Groups) -> anyhow::Result<Vec<Vec<Slot>>> {
+pub async fn tables(groups: &Groups) -> anyhow::Result<Vec<Vec<Slot>>> {
     let mut all = Vec::with_capacity(groups.count());
     for g in 0..groups.count() {
         all.push(groups.table(g).await?);
@@ -241,6 +241,15 @@ pub async fn add_shard(groups: &Groups, new: usize, chunk: usize) -> anyhow::Res
         Some(0) => {}
         Some(n) => eprintln!("kvd: group {new} already holds {n} slots: spreading the slots evenly again"),
     }
+    learn_map(groups, new, &all).await?;
+    let keep: Vec<usize> = (0..groups.count()).collect();
+    rebalance(groups, &keep, chunk).await
+}
+
+/// Group `new` learns from the other groups' `tables` which of them owns each slot (as
+/// Gone entries naming the owner), so that it redirects a client asking it for a slot it
+/// does not hold. Idempotent.
+pub async fn learn_map(groups: &Groups, new: usize, all: &[Vec<Slot>]) -> anyhow::Result<()> {
     for (g, table) in all.iter().enumerate().filter(|(g, _)| *g != new) {
         let mut by_epoch: std::collections::BTreeMap<u32, Vec<u16>> = Default::default();
         for (s, e) in table.iter().enumerate() {
@@ -258,8 +267,7 @@ pub async fn add_shard(groups: &Groups, new: usize, chunk: usize) -> anyhow::Res
             groups.change(new, &change).await?;
         }
     }
-    let keep: Vec<usize> = (0..groups.count()).collect();
-    rebalance(groups, &keep, chunk).await
+    Ok(())
 }
 
 /// `remove-shard`: every slot of group `gone` is spread over the other groups.

@@ -332,3 +332,160 @@ fn a_client_ahead_of_a_target_waits_for_its_hand_over() {
     let got = rt.block_on(reader).unwrap();
     assert!(matches!(got, Ok(None)), "{got:?}");
 }
+
+/// `kvd manager --move-slots`: a burst of reads on one group's keys makes it serve far more
+/// than its share, and the manager moves some of its busiest slots to the idle groups (a
+/// third group started with `--no-slots` among them) while a recorded load runs. The
+/// history is linearizable, the moved slots have one owner each, and every key reads back.
+#[test]
+fn the_manager_moves_a_hot_groups_slots_to_idle_groups() {
+    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
+    let mut guards = Vec::new();
+    for (i, addr) in addrs.iter().enumerate().take(2) {
+        guards.push(common::start_at(addr, &["--shard", &format!("{i}/2")]).0);
+    }
+    guards.push(common::start_at(&addrs[2], &["--shard", "2/3", "--no-slots"]).0);
+    let nodes = addrs.join(",");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = Arc::new(Cluster::new(&addrs, ClientConfig::default()).unwrap());
+    // 64 keys of group 0 (slots below 8192), read in a burst.
+    let hot: Vec<String> = (0..)
+        .map(|i| format!("hot-{i}"))
+        .filter(|k| key_slot(k.as_bytes()) < 8192)
+        .take(64)
+        .collect();
+    let written = hot.clone();
+    for k in &hot {
+        rt.block_on(client.put(k.as_bytes(), b"v")).unwrap();
+    }
+    let manager = Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args(["manager", "--nodes", &nodes, "--move-slots", "--interval", "500ms"])
+        .args([
+            "--up-after",
+            "2",
+            "--settle",
+            "1",
+            "--spread-above",
+            "1.5",
+            "--chunk",
+            "1024",
+        ])
+        .args(["--duration", "12s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // (It stops by itself after --duration.)
+    let recorder = {
+        let client = client.clone();
+        rt.spawn(async move {
+            let config = RecordConfig {
+                clients: 4,
+                keys: KEYS,
+                key_prefix: "rs-".into(),
+                duration: Duration::from_secs(9),
+                max_ops_per_client: 3_000,
+                ..RecordConfig::default()
+            };
+            record(client, &config).await
+        })
+    };
+    let burst = rt.spawn({
+        let client = client.clone();
+        async move {
+            let until = Instant::now() + Duration::from_secs(8);
+            let ops: Vec<kvshared::client::Op<'_>> =
+                hot.iter().map(|k| kvshared::client::Op::Get(k.as_bytes())).collect();
+            let mut rounds = 0u32;
+            while Instant::now() < until && rounds < 2_000_000 {
+                let _ = client.batch(&ops).await;
+                rounds += 1;
+            }
+        }
+    });
+    rt.block_on(burst).unwrap();
+    let recording = rt.block_on(recorder).unwrap();
+    let out = manager.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("the manager said:\n{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    let actions: Vec<String> = said
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| format!("{} {}", v["action"].as_str().unwrap_or(""), v["shard"]))
+        .collect();
+    assert!(actions.iter().any(|a| a == "moved 0"), "{actions:?}");
+    assert!(!actions.iter().any(|a| a.starts_with("failed")), "{actions:?}");
+    let report = check(&recording.history, &CheckOptions::default());
+    if let Verdict::NotLinearizable(f) = &report.verdict {
+        eprintln!("{}", render_timeline(f));
+    }
+    assert_eq!(report.verdict, Verdict::Linearizable);
+    assert!(recording.history.operations.len() > 500);
+    let text = String::from_utf8_lossy(&kvd(&["admin", "slots", "--nodes", &nodes]).stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(!lines[2].contains("owned 0 (-)"), "the idle group took none: {text}");
+    for line in &lines {
+        assert!(line.contains("frozen 0 (-), importing 0 (-)"), "{text}");
+    }
+    let fresh = Cluster::new(&addrs, ClientConfig::default()).unwrap();
+    for k in &written {
+        assert_eq!(
+            rt.block_on(fresh.get(k.as_bytes())).unwrap().as_deref(),
+            Some(&b"v"[..]),
+            "{k}"
+        );
+    }
+    drop(guards);
+}
+
+/// What `--move-slots` and `rebalance --by load` go by: a replica group counts its reads
+/// in its sampled per-slot load (they run deferred, after a read index, on the leader and
+/// the followers alike), not only its writes.
+#[test]
+fn a_replica_groups_reads_count_in_its_slot_load() {
+    use kvshared::wire::{BatchRequest, OpKind, OpReply};
+
+    let (_guards, nodes, _) = groups_cluster("slotload", 1, 3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let list: Vec<String> = nodes.split(',').map(str::to_string).collect();
+    let client = Cluster::new(
+        &list,
+        ClientConfig {
+            reads: kvshared::client::ReadFrom::Leader,
+            ..ClientConfig::default()
+        },
+    )
+    .unwrap();
+    rt.block_on(client.put(b"counted", b"v")).unwrap();
+    let total = |client: &Cluster| -> u64 {
+        let mut req = BatchRequest::new();
+        req.push(OpKind::SlotLoad, b"", &[]);
+        let reply = rt.block_on(client.send_batch(0, &req)).unwrap();
+        let view = reply.batch().unwrap();
+        let OpReply::Found(bytes) = view.result(0) else {
+            panic!("no slot load")
+        };
+        kvshared::slots::decode_load_counts(bytes)
+            .unwrap()
+            .iter()
+            .map(|&c| u64::from(c))
+            .sum()
+    };
+    let before = total(&client);
+    let gets: Vec<kvshared::client::Op<'_>> = (0..8).map(|_| kvshared::client::Op::Get(b"counted")).collect();
+    for _ in 0..256 {
+        for r in rt.block_on(client.batch(&gets)) {
+            r.unwrap();
+        }
+    }
+    let after = total(&client);
+    assert!(after > before, "2,048 reads left the slot load at {before}");
+}

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
-use kvshared::routing::owner_node;
+use kvshared::routing::{key_slot, slot_owner};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -332,8 +332,16 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Prepares the shared state; `nodes` is the cluster size (for `hotkey`).
+    /// Prepares the shared state; `nodes` is the cluster size (for `hotkey`: node `k`'s
+    /// keys are those of the slots an even split gives it).
     pub fn new(spec: WorkloadSpec, nodes: u32) -> Arc<Shared> {
+        let nodes = nodes.max(1);
+        Shared::with_owners(spec, nodes, &|slot| slot_owner(slot, nodes))
+    }
+
+    /// As [`Shared::new`], with `hotkey`'s sets of keys by `owner` (a slot's node as the run
+    /// starts: a hot spot is a set of keys, and stays that set wherever its slots move).
+    pub fn with_owners(spec: WorkloadSpec, nodes: u32, owner: &dyn Fn(u16) -> u32) -> Arc<Shared> {
         let space = spec.key_space.unwrap_or(spec.records);
         let zipf = matches!(spec.distribution, Distribution::Zipfian | Distribution::Latest)
             .then(|| ZipfTable::new(space, spec.theta));
@@ -343,7 +351,9 @@ impl Shared {
             for i in 0..space {
                 key.clear();
                 write_key(&mut key, &spec.key_prefix, i);
-                subsets[owner_node(&key, nodes.max(1)) as usize].push(i);
+                if let Some(set) = subsets.get_mut(owner(key_slot(&key)) as usize) {
+                    set.push(i);
+                }
             }
             subsets
         });
@@ -478,6 +488,7 @@ impl OpGen {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvshared::routing::owner_node;
 
     fn spec(w: Workload) -> WorkloadSpec {
         WorkloadSpec::new(
@@ -533,6 +544,32 @@ mod tests {
             }
         }
         assert!(inserted > 300);
+    }
+
+    #[test]
+    fn hotkey_sets_follow_the_layout_the_run_starts_with() {
+        // Six groups of which only the first three hold slots (spare groups added later):
+        // the hot set of node 1 is the keys of the slots node 1 holds, not an even sixth.
+        let o = SpecOptions {
+            records: 5_000,
+            value_size: 8,
+            phases: vec![Phase {
+                shard: 1,
+                millis: 60_000,
+            }],
+            ..SpecOptions::default()
+        };
+        let spec = WorkloadSpec::new(Workload::Hotkey, &o);
+        let prefix = spec.key_prefix.clone();
+        let shared = Shared::with_owners(spec, 6, &|s| slot_owner(s, 3));
+        let mut g = OpGen::new(shared, 7);
+        let mut key = Vec::new();
+        for _ in 0..2000 {
+            let (_, idx) = g.next_op();
+            key.clear();
+            write_key(&mut key, &prefix, idx);
+            assert_eq!(slot_owner(key_slot(&key), 3), 1);
+        }
     }
 
     #[test]

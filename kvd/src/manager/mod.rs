@@ -1,5 +1,6 @@
 //! `kvd manager`: watches every shard's load and gives a hot shard read replicas on spare
-//! members, then takes them back when it cools.
+//! members, then takes them back when it cools; with `--move-slots`, moves a hot group's
+//! busiest slots to the idlest groups instead (or as well: see `mover`).
 //!
 //! A spare is a kvd started with `--join` for one shard (`--shard I/N --join --data-dir D`):
 //! it holds nothing and serves nothing until a group adds it. Each interval the manager
@@ -14,42 +15,26 @@
 //! (the learners that are spares) and goes on. Every decision is printed with the figures
 //! that caused it, and kept with them in the leader's list of changes (`kvd stats`, kvtui).
 
+mod learners;
+mod mover;
 pub mod policy;
+pub mod spread;
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use kvshared::client::{ClientConfig, Cluster, members};
-use kvshared::stats::{GroupRole, NodeStats};
+use kvshared::client::ClientConfig;
 use serde::Serialize;
 
-use crate::admin_cmd::Group;
 use crate::cli::ManagerArgs;
-use crate::durable::network::AdminRequest;
-use policy::{Decision, Policy, ShardLoad, ShardState};
-
-/// One shard as the manager follows it.
-struct Shard {
-    index: usize,
-    /// The group's members (voters and learners) as last reported by its leader, or as
-    /// `--nodes` lists them until one answers.
-    members: Vec<String>,
-    /// Learners this manager added, oldest first (removed newest first).
-    added: Vec<String>,
-    state: ShardState,
-    /// A change under way.
-    change: Option<tokio::task::JoinHandle<ChangeOutcome>>,
-}
-
-struct ChangeOutcome {
-    line: DecisionLine,
-}
+use crate::move_slots::Groups;
+use learners::Learners;
+use mover::SlotMover;
+use policy::Policy;
 
 /// A decision as printed (one line, or one JSON object with `--json`).
 #[derive(Serialize, Clone, Debug)]
-struct DecisionLine {
+pub(super) struct DecisionLine {
     unix_ms: u64,
     shard: usize,
     /// `add`, `remove`, `added`, `removed` or `failed`.
@@ -66,52 +51,35 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
         connect_timeout: args.interval.max(Duration::from_millis(500)),
         ..args.nodes.client_config()?
     };
-    if args.spare.is_empty() {
-        bail!(
-            "give the manager spare members with --spare ADDR,... (each a kvd started with --shard I/N --join --data-dir DIR)"
-        );
-    }
-    if args.max_replicas < 2 {
-        bail!(
-            "--max-replicas {}: a shard needs room for at least 2 members to gain one",
-            args.max_replicas
-        );
-    }
-    let policy = Policy {
-        hot_reads_per_member: args.hot_reads,
-        hot_read_p99: args.hot_p99,
-        cold_reads_per_member: args.cold_reads.unwrap_or(args.hot_reads / 4.0),
-        up_after: args.up_after.max(1),
-        down_after: args.down_after.max(1),
-        max_replicas: args.max_replicas,
-        settle: args.settle,
-    };
-    let mut shards: Vec<Shard> = entries
-        .iter()
-        .enumerate()
-        .map(|(index, e)| Shard {
-            index,
-            members: members(e).map(str::to_string).collect(),
-            added: Vec::new(),
-            state: ShardState::default(),
-            change: None,
-        })
-        .collect();
-    let mut clients = Clients {
-        config: config.clone(),
-        by_addr: HashMap::new(),
-    };
+    check(&args)?;
+    let policy = learner_policy(&args);
     eprintln!(
-        "kvd manager: {} shard(s), {} spare(s), every {:?}: a replica is added after {} hot intervals (>= {:.0} reads/s per member or read p99 >= {:?}), removed after {} cold ones; at most {} members per shard",
-        shards.len(),
+        "kvd manager: {} shard(s), {} spare(s), every {:?}: a replica is added after {} hot intervals (>= {:.0} reads/s per member or read p99 >= {:?}), removed after {} cold ones; at most {} members per shard{}",
+        entries.len(),
         args.spare.len(),
         args.interval,
         policy.up_after,
         policy.hot_reads_per_member,
         policy.hot_read_p99,
         policy.down_after,
-        policy.max_replicas
+        policy.max_replicas,
+        match args.move_slots {
+            true => format!("; slots move when a group serves {:.1}x the mean", args.spread_above),
+            false => String::new(),
+        }
     );
+    let mut learners =
+        (!args.spare.is_empty()).then(|| Learners::new(&entries, args.spare.clone(), policy, config.clone()));
+    let mut mover = match args.move_slots {
+        true => {
+            let groups = Groups::new(&entries, config.clone())?;
+            // A reading may take longer than an interval (a saturated group answers late):
+            // the load is judged by shares, whatever the window's length.
+            let limit = (args.interval * 4).max(Duration::from_secs(2));
+            Some(SlotMover::start(groups, spread_policy(&args), usize::from(args.chunk), limit).await?)
+        }
+        false => None,
+    };
     let began = Instant::now();
     let mut tick = tokio::time::interval(args.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -125,135 +93,68 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
         if args.duration.is_some_and(|d| began.elapsed() >= d) {
             break;
         }
-        let spares = clients.stats_of(&args.spare).await;
-        // Spares serving some shard now, by the leaders' last word: a new replica goes to
-        // the spare machine that serves the fewest.
-        let in_use: Vec<String> = shards.iter().flat_map(|s| s.added.iter().cloned()).collect();
-        for shard in shards.iter_mut() {
-            if shard.change.as_ref().is_some_and(|c| c.is_finished())
-                && let Some(handle) = shard.change.take()
-                && let Ok(outcome) = handle.await
-            {
-                print(&outcome.line, args.json)?;
-            }
-            let stats = clients.stats_of(&shard.members).await;
-            let Some(leader) = stats
-                .iter()
-                .find_map(|(_, s)| s.as_ref().filter(|s| s.group.role == GroupRole::Leader))
-            else {
-                tracing::debug!(shard = shard.index, "no leader answered");
-                continue;
-            };
-            let group = &leader.group;
-            let mut now: Vec<String> = group.members.iter().chain(&group.learners).cloned().collect();
-            if group.members.is_empty() {
-                // A node outside any replica group: nothing to manage.
-                continue;
-            }
-            now.sort();
-            shard.members = now;
-            // Learners that are spares are this manager's (also those of an earlier run).
-            shard.added.retain(|a| group.learners.contains(a));
-            for l in &group.learners {
-                if args.spare.contains(l) && !shard.added.contains(l) {
-                    shard.added.push(l.clone());
-                }
-            }
-            let load = shard_load(&stats, leader, shard.added.len());
-            tracing::debug!(shard = shard.index, ?load, "shard load");
-            if shard.change.is_some() {
-                continue;
-            }
-            let spare = free_spare(&spares, shard.index, &shard.members, &in_use);
-            let by_manager = |why: &str| format!("shard manager: {why}");
-            let (line, done, request) = match policy.decide(&mut shard.state, &load, spare.is_some()) {
-                Decision::Hold => continue,
-                Decision::Add(why) => match spare {
-                    Some(addr) => (
-                        decision(shard.index, "add", &addr, &why),
-                        "added",
-                        AdminRequest::AddLearner {
-                            why: by_manager(&why),
-                            addr,
-                        },
-                    ),
-                    None => continue,
-                },
-                Decision::Remove(why) => match shard.added.last() {
-                    Some(addr) => (
-                        decision(shard.index, "remove", addr, &why),
-                        "removed",
-                        AdminRequest::Remove {
-                            addr: addr.clone(),
-                            why: by_manager(&why),
-                        },
-                    ),
-                    None => continue,
-                },
-            };
-            print(&line, args.json)?;
-            let mut g = Group::of(shard.index, shard.members.clone(), config.clone());
-            shard.change = Some(tokio::spawn(async move {
-                let outcome = g.send(request).await;
-                ChangeOutcome {
-                    line: finished(line, done, outcome),
-                }
-            }));
+        if let Some(m) = mover.as_mut() {
+            m.tick(args.json).await?;
+        }
+        if let Some(l) = learners.as_mut() {
+            l.tick(args.json).await?;
         }
     }
     // Changes under way are let finish: a half-made change is the leader's to finish, but
     // the operator should read how it ended.
-    for shard in shards.iter_mut() {
-        if let Some(handle) = shard.change.take()
-            && let Ok(outcome) = handle.await
-        {
-            print(&outcome.line, args.json)?;
-        }
+    if let Some(m) = mover.as_mut() {
+        m.finish(args.json).await?;
+    }
+    if let Some(l) = learners.as_mut() {
+        l.finish(args.json).await?;
     }
     Ok(0)
 }
 
-/// A shard's figures: reads summed over its members, writes and members from the leader.
-fn shard_load(stats: &[(String, Option<NodeStats>)], leader: &NodeStats, added: usize) -> ShardLoad {
-    let serving: Vec<&NodeStats> = stats
-        .iter()
-        .filter_map(|(_, s)| s.as_ref())
-        .filter(|s| s.group.role.is_member())
-        .collect();
-    ShardLoad {
-        reads_per_sec: serving.iter().map(|s| s.recent.reads_per_sec).sum(),
-        writes_per_sec: leader.recent.writes_per_sec,
-        read_p99_us: serving
-            .iter()
-            .filter(|s| s.recent.reads_per_sec > 0.0)
-            .map(|s| s.recent.read_p99_us)
-            .fold(0.0, f64::max),
-        members: leader.group.members.len() + leader.group.learners.len(),
-        added,
+/// Refuses flags that cannot work together.
+fn check(args: &ManagerArgs) -> anyhow::Result<()> {
+    if args.spare.is_empty() && !args.move_slots {
+        bail!(
+            "give the manager a lever: spare members with --spare ADDR,... (each a kvd started with --shard I/N --join \
+             --data-dir DIR), or --move-slots to move a hot group's slots to idle groups"
+        );
+    }
+    if args.move_slots && !(args.spread_above.is_finite() && args.spread_above > 1.0) {
+        bail!(
+            "--spread-above {}: the busiest group must serve more than the mean (a ratio above 1)",
+            args.spread_above
+        );
+    }
+    if args.max_replicas < 2 {
+        bail!(
+            "--max-replicas {}: a shard needs room for at least 2 members to gain one",
+            args.max_replicas
+        );
+    }
+    Ok(())
+}
+
+/// When a shard gains or gives back a learner (the flags).
+fn learner_policy(args: &ManagerArgs) -> Policy {
+    Policy {
+        hot_reads_per_member: args.hot_reads,
+        hot_read_p99: args.hot_p99,
+        cold_reads_per_member: args.cold_reads.unwrap_or(args.hot_reads / 4.0),
+        up_after: args.up_after.max(1),
+        down_after: args.down_after.max(1),
+        max_replicas: args.max_replicas,
+        settle: args.settle,
     }
 }
 
-/// A spare of shard `shard` that is not in its group now, as the leader says (`members`):
-/// one started with `--join`, or removed earlier (which may not know it was, and is added
-/// back from where its log stands). Of those, the one on the machine (address without its
-/// port) with the fewest spares `in_use`: replicas of different shards spread over the
-/// spare machines.
-fn free_spare(
-    spares: &[(String, Option<NodeStats>)],
-    shard: usize,
-    members: &[String],
-    in_use: &[String],
-) -> Option<String> {
-    let machine = |addr: &str| addr.rsplit_once(':').map_or(addr, |(host, _)| host).to_string();
-    spares
-        .iter()
-        .filter(|(addr, s)| {
-            s.as_ref()
-                .is_some_and(|s| s.shard.index as usize == shard && s.group.role.in_group())
-                && !members.contains(addr)
-        })
-        .min_by_key(|(addr, _)| in_use.iter().filter(|u| machine(u) == machine(addr)).count())
-        .map(|(addr, _)| addr.clone())
+/// When `--move-slots` moves slots (its flags).
+fn spread_policy(args: &ManagerArgs) -> spread::SpreadPolicy {
+    spread::SpreadPolicy {
+        above: args.spread_above,
+        up_after: args.up_after.max(1),
+        settle: args.settle,
+        min_sampled: spread::MIN_SAMPLED,
+    }
 }
 
 fn unix_ms() -> u64 {
@@ -262,7 +163,7 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn decision(shard: usize, action: &str, member: &str, why: &str) -> DecisionLine {
+pub(super) fn decision(shard: usize, action: &str, member: &str, why: &str) -> DecisionLine {
     DecisionLine {
         unix_ms: unix_ms(),
         shard,
@@ -272,7 +173,7 @@ fn decision(shard: usize, action: &str, member: &str, why: &str) -> DecisionLine
     }
 }
 
-fn finished(asked: DecisionLine, done: &str, outcome: anyhow::Result<String>) -> DecisionLine {
+pub(super) fn finished(asked: DecisionLine, done: &str, outcome: anyhow::Result<String>) -> DecisionLine {
     let (action, why) = match outcome {
         Ok(what) => (done.to_string(), what),
         Err(e) => (
@@ -288,7 +189,7 @@ fn finished(asked: DecisionLine, done: &str, outcome: anyhow::Result<String>) ->
     }
 }
 
-fn print(line: &DecisionLine, json: bool) -> anyhow::Result<()> {
+pub(super) fn print(line: &DecisionLine, json: bool) -> anyhow::Result<()> {
     tracing::debug!(shard = line.shard, action = %line.action, member = %line.member, why = %line.why, "shard manager");
     if json {
         kvshared::outln!("{}", serde_json::to_string(line).context("cannot encode a decision")?)?;
@@ -303,40 +204,4 @@ fn print(line: &DecisionLine, json: bool) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
-}
-
-/// One client per member, kept between intervals.
-struct Clients {
-    config: ClientConfig,
-    by_addr: HashMap<String, Arc<Cluster>>,
-}
-
-impl Clients {
-    /// Every address's stats, asked at once (`None` for one that did not answer).
-    async fn stats_of(&mut self, addrs: &[String]) -> Vec<(String, Option<NodeStats>)> {
-        let mut asks = tokio::task::JoinSet::new();
-        for (i, addr) in addrs.iter().enumerate() {
-            let client = match self.by_addr.get(addr) {
-                Some(c) => c.clone(),
-                None => match Cluster::new(std::slice::from_ref(addr), self.config.clone()) {
-                    Ok(c) => {
-                        let c = Arc::new(c);
-                        self.by_addr.insert(addr.clone(), c.clone());
-                        c
-                    }
-                    Err(_) => continue,
-                },
-            };
-            asks.spawn(async move { (i, client.stats(0).await.ok()) });
-        }
-        let mut out: Vec<(String, Option<NodeStats>)> = addrs.iter().map(|a| (a.clone(), None)).collect();
-        while let Some(done) = asks.join_next().await {
-            if let Ok((i, stats)) = done
-                && let Some(slot) = out.get_mut(i)
-            {
-                slot.1 = stats;
-            }
-        }
-        out
-    }
 }

@@ -502,7 +502,9 @@ impl Store {
             {
                 continue;
             }
-            if sampled {
+            if sampled && op.kind != OpKind::Load {
+                // (A slot copy's loads are not its load: counted, a move's target would
+                // look busy for what it was given.)
                 self.count_slot_load(op.key);
             }
             let hash = key_hash(op.key);

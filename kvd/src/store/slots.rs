@@ -491,6 +491,43 @@ pub(super) mod tests {
         run(store, &req)[0]
     }
 
+    /// The per-slot load the manager moves slots by counts what clients asked, not the keys
+    /// a move copied in (else a move's target looks busy for what it was given).
+    #[test]
+    fn a_slot_copys_loads_are_not_counted_as_load() {
+        let store = Store::new(ShardId { index: 0, count: 1 }, 4, 0).unwrap();
+        let mut scratch = Scratch::default();
+        let mut batch = |kind: OpKind| {
+            let mut req = BatchRequest::new();
+            for i in 0..8 {
+                req.push(kind, format!("k{i}").as_bytes(), b"v");
+            }
+            let mut frame = kvshared::frame::AlignedVec::new();
+            kvshared::wire::encode_frame(kvshared::frame::FrameKind::BatchRequest, 1, &req, &mut frame).unwrap();
+            let mut body: kvshared::frame::AlignedVec = kvshared::frame::AlignedVec::new();
+            body.extend_from_slice(&frame[kvshared::frame::HEADER_LEN..]);
+            let view = kvshared::wire::BatchView::parse(&body).unwrap();
+            let mut out = BatchResponse::default();
+            let mut tally = kvshared::stats::Counts::default();
+            store.execute(&view, &mut out, &mut Unbounded, &mut scratch, &mut tally);
+        };
+        let counted = |store: &Store| -> u64 {
+            store
+                .slot_load_bytes()
+                .chunks(4)
+                .map(|c| u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .sum()
+        };
+        for _ in 0..64 {
+            batch(OpKind::Load);
+        }
+        assert_eq!(counted(&store), 0, "a copy's loads counted");
+        for _ in 0..64 {
+            batch(OpKind::Put);
+        }
+        assert!(counted(&store) > 0, "clients' puts not counted");
+    }
+
     /// Copies `ranges` from `from` to `to` as `kvd admin move-slots` does; returns the keys.
     fn copy(from: &Store, to: &Store, ranges: &[[u16; 2]]) -> usize {
         let (mut cursor, mut n) = (0, 0);
