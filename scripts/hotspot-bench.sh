@@ -8,7 +8,7 @@ usage() {
 Usage: scripts/hotspot-bench.sh [--cpu 0.15] [--shards 3] [--extra 3] [--tasks "32 128"]
                                 [--phase 12s] [--hot-ops 0.8] [--records 200000] [--rounds 1]
                                 [--setups "fixed1 fixedR fixedRall manager manager-slots ..."]
-                                [--check 20s]
+                                [--check 20s] [--spread-above 1.6]
                                 [--out docs/data/manager]
 
 Hosts (network namespaces, scripts/local-cluster.sh), every one capped at --cpu cores (over
@@ -28,7 +28,8 @@ shard host. The extra hosts are used three ways:
   manager-slots
            each extra host runs a spare group holding no slot (--no-slots); kvd manager
            --move-slots moves a hot group's busiest slots to the idlest groups (every key
-           keeps one copy: one replica per key, as fixed1)
+           keeps one copy: one replica per key, as fixed1); --spread-above is the
+           manager's (how far above the mean load the busiest group may go)
 
 Clients spread batches of reads over each group's members (--split-reads, --reads replicas:
 linearizable follower reads; a set-up named NAME-stale is NAME with --reads stale
@@ -60,6 +61,7 @@ while (($#)); do
     --rounds) ROUNDS=$2; shift 2 ;;
     --setups) SETUPS=$2; shift 2 ;;
     --check) CHECK=$2; shift 2 ;;
+    --spread-above) SPREAD_ABOVE=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;

@@ -37,7 +37,8 @@ use policy::Policy;
 pub(super) struct DecisionLine {
     unix_ms: u64,
     shard: usize,
-    /// `add`, `remove`, `added`, `removed` or `failed`.
+    /// `add`, `remove`, `added`, `removed`, `move` (slots from group `shard` to the group
+    /// `member` names), `moved` or `failed`.
     action: String,
     member: String,
     why: String,
@@ -53,21 +54,29 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
     };
     check(&args)?;
     let policy = learner_policy(&args);
-    eprintln!(
-        "kvd manager: {} shard(s), {} spare(s), every {:?}: a replica is added after {} hot intervals (>= {:.0} reads/s per member or read p99 >= {:?}), removed after {} cold ones; at most {} members per shard{}",
-        entries.len(),
-        args.spare.len(),
-        args.interval,
-        policy.up_after,
-        policy.hot_reads_per_member,
-        policy.hot_read_p99,
-        policy.down_after,
-        policy.max_replicas,
-        match args.move_slots {
-            true => format!("; slots move when a group serves {:.1}x the mean", args.spread_above),
-            false => String::new(),
-        }
-    );
+    if !args.spare.is_empty() {
+        eprintln!(
+            "kvd manager: {} shard(s), {} spare(s), every {:?}: a replica is added after {} hot intervals (>= {:.0} reads/s per member or read p99 >= {:?}), removed after {} cold ones; at most {} members per shard",
+            entries.len(),
+            args.spare.len(),
+            args.interval,
+            policy.up_after,
+            policy.hot_reads_per_member,
+            policy.hot_read_p99,
+            policy.down_after,
+            policy.max_replicas,
+        );
+    }
+    if args.move_slots {
+        eprintln!(
+            "kvd manager: {} group(s), every {:?}: slots move when the busiest group serves {:.1}x the mean load for {} intervals, {} slots per hand-over",
+            entries.len(),
+            args.interval,
+            args.spread_above,
+            args.up_after.max(1),
+            args.chunk
+        );
+    }
     let mut learners =
         (!args.spare.is_empty()).then(|| Learners::new(&entries, args.spare.clone(), policy, config.clone()));
     let mut mover = match args.move_slots {
