@@ -165,18 +165,7 @@ for round in $(seq 1 "$ROUNDS"); do
           done
           max=$((1 + (EXTRA + SHARDS - 1) / SHARDS))
           ;;
-        fixedRall)
-          for e in $(seq 0 $((EXTRA - 1))); do
-            h=$((SHARDS + e))
-            for s in $(seq 0 $((SHARDS - 1))); do
-              kvd_on "$h" "$s" "$s" --join
-              SPARES+=("$(addr "$h" "$s")")
-            done
-          done
-          wait_up "${SPARES[@]}"
-          max=$((1 + EXTRA))
-          ;;
-        manager)
+        fixedRall | manager)
           for e in $(seq 0 $((EXTRA - 1))); do
             h=$((SHARDS + e))
             for s in $(seq 0 $((SHARDS - 1))); do

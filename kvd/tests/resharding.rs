@@ -15,6 +15,50 @@ use kvshared::client::{ClientConfig, Cluster, RecordConfig, record};
 use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
 use kvshared::routing::key_slot;
 
+/// Records `clients` clients' ops on the keys `rs-*` for `duration` (each at most `max`).
+fn start_recording(
+    rt: &tokio::runtime::Runtime,
+    client: &Arc<Cluster>,
+    clients: usize,
+    duration: Duration,
+    max: u64,
+) -> tokio::task::JoinHandle<kvshared::client::Recording> {
+    let config = RecordConfig {
+        clients,
+        keys: KEYS,
+        key_prefix: "rs-".into(),
+        duration,
+        max_ops_per_client: max,
+        ..RecordConfig::default()
+    };
+    let client = client.clone();
+    rt.spawn(async move { record(client, &config).await })
+}
+
+/// `groups` in-memory groups on loopback splitting the slots evenly, and one more started
+/// with `--no-slots`: the guards, the addresses and the `--nodes` list.
+fn with_empty_group(groups: usize) -> (Vec<common::Kvd>, Vec<String>, String) {
+    let addrs: Vec<String> = (0..=groups)
+        .map(|_| format!("127.0.0.1:{}", common::free_port()))
+        .collect();
+    let mut guards = Vec::new();
+    for (i, addr) in addrs.iter().enumerate().take(groups) {
+        guards.push(common::start_at(addr, &["--shard", &format!("{i}/{groups}")]).0);
+    }
+    let last = format!("{groups}/{}", groups + 1);
+    guards.push(common::start_at(&addrs[groups], &["--shard", &last, "--no-slots"]).0);
+    let nodes = addrs.join(",");
+    (guards, addrs, nodes)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// The recording's keys: `rs-0` ... `rs-39`.
 const KEYS: usize = 40;
 
@@ -124,20 +168,7 @@ fn slots_move_back_and_forth_under_load_and_leader_faults() {
         .unwrap();
     let list: Vec<String> = nodes.split(',').map(str::to_string).collect();
     let client = Arc::new(Cluster::new(&list, ClientConfig::default()).unwrap());
-    let recorder = {
-        let client = client.clone();
-        rt.spawn(async move {
-            let config = RecordConfig {
-                clients: 8,
-                keys: KEYS,
-                key_prefix: "rs-".into(),
-                duration: Duration::from_secs(24),
-                max_ops_per_client: 4_000,
-                ..RecordConfig::default()
-            };
-            record(client, &config).await
-        })
-    };
+    let recorder = start_recording(&rt, &client, 8, Duration::from_secs(24), 4_000);
     std::thread::sleep(Duration::from_millis(500));
     let slots = slots_to_move();
     let mut alive = vec![true; 6];
@@ -218,18 +249,8 @@ fn slots_move_back_and_forth_under_load_and_leader_faults() {
 /// written, each with its last acknowledged value.
 #[test]
 fn add_shard_then_remove_shard_keeps_the_key_set() {
-    let addrs: Vec<String> = (0..4).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
-    let mut guards = Vec::new();
-    for (i, addr) in addrs.iter().enumerate().take(3) {
-        guards.push(common::start_at(addr, &["--shard", &format!("{i}/3")]).0);
-    }
-    guards.push(common::start_at(&addrs[3], &["--shard", "3/4", "--no-slots"]).0);
-    let nodes = addrs.join(",");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (_guards, addrs, nodes) = with_empty_group(3);
+    let rt = runtime();
     let client = Arc::new(Cluster::new(&addrs, ClientConfig::default()).unwrap());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Four writers, each owning the keys `w{writer}-{n}`, n < 500.
@@ -339,18 +360,8 @@ fn a_client_ahead_of_a_target_waits_for_its_hand_over() {
 /// history is linearizable, the moved slots have one owner each, and every key reads back.
 #[test]
 fn the_manager_moves_a_hot_groups_slots_to_idle_groups() {
-    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
-    let mut guards = Vec::new();
-    for (i, addr) in addrs.iter().enumerate().take(2) {
-        guards.push(common::start_at(addr, &["--shard", &format!("{i}/2")]).0);
-    }
-    guards.push(common::start_at(&addrs[2], &["--shard", "2/3", "--no-slots"]).0);
-    let nodes = addrs.join(",");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (guards, addrs, nodes) = with_empty_group(2);
+    let rt = runtime();
     let client = Arc::new(Cluster::new(&addrs, ClientConfig::default()).unwrap());
     // 64 keys of group 0 (slots below 8192), read in a burst.
     let hot: Vec<String> = (0..)
@@ -380,20 +391,7 @@ fn the_manager_moves_a_hot_groups_slots_to_idle_groups() {
         .spawn()
         .unwrap();
     // (It stops by itself after --duration.)
-    let recorder = {
-        let client = client.clone();
-        rt.spawn(async move {
-            let config = RecordConfig {
-                clients: 4,
-                keys: KEYS,
-                key_prefix: "rs-".into(),
-                duration: Duration::from_secs(9),
-                max_ops_per_client: 3_000,
-                ..RecordConfig::default()
-            };
-            record(client, &config).await
-        })
-    };
+    let recorder = start_recording(&rt, &client, 4, Duration::from_secs(9), 3_000);
     let burst = rt.spawn({
         let client = client.clone();
         async move {
