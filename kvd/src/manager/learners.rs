@@ -7,8 +7,8 @@ use std::sync::Arc;
 use kvshared::client::{ClientConfig, Cluster, members};
 use kvshared::stats::{GroupRole, NodeStats};
 
+use super::decision::{DecisionLine, decision, finished, print};
 use super::policy::{Decision, Policy, ShardLoad, ShardState};
-use super::{DecisionLine, decision, finished, print};
 use crate::admin_cmd::Group;
 use crate::durable::network::AdminRequest;
 

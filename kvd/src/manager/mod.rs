@@ -15,34 +15,22 @@
 //! (the learners that are spares) and goes on. Every decision is printed with the figures
 //! that caused it, and kept with them in the leader's list of changes (`kvd stats`, kvtui).
 
+mod decision;
 mod learners;
 mod mover;
 pub mod policy;
 pub mod spread;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use kvshared::client::ClientConfig;
-use serde::Serialize;
 
 use crate::cli::ManagerArgs;
 use crate::move_slots::Groups;
 use learners::Learners;
 use mover::SlotMover;
 use policy::Policy;
-
-/// A decision as printed (one line, or one JSON object with `--json`).
-#[derive(Serialize, Clone, Debug)]
-pub(super) struct DecisionLine {
-    unix_ms: u64,
-    shard: usize,
-    /// `add`, `remove`, `added`, `removed`, `move` (slots from group `shard` to the group
-    /// `member` names), `moved` or `failed`.
-    action: String,
-    member: String,
-    why: String,
-}
 
 /// Runs the manager until `--duration` ends or Ctrl-C; returns the exit code.
 pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
@@ -164,53 +152,4 @@ fn spread_policy(args: &ManagerArgs) -> spread::SpreadPolicy {
         settle: args.settle,
         min_sampled: spread::MIN_SAMPLED,
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-pub(super) fn decision(shard: usize, action: &str, member: &str, why: &str) -> DecisionLine {
-    DecisionLine {
-        unix_ms: unix_ms(),
-        shard,
-        action: action.into(),
-        member: member.into(),
-        why: why.into(),
-    }
-}
-
-pub(super) fn finished(asked: DecisionLine, done: &str, outcome: anyhow::Result<String>) -> DecisionLine {
-    let (action, why) = match outcome {
-        Ok(what) => (done.to_string(), what),
-        Err(e) => (
-            "failed".to_string(),
-            format!("{} {}: {e:#}", asked.action, asked.member),
-        ),
-    };
-    DecisionLine {
-        unix_ms: unix_ms(),
-        action,
-        why,
-        ..asked
-    }
-}
-
-pub(super) fn print(line: &DecisionLine, json: bool) -> anyhow::Result<()> {
-    tracing::debug!(shard = line.shard, action = %line.action, member = %line.member, why = %line.why, "shard manager");
-    if json {
-        kvshared::outln!("{}", serde_json::to_string(line).context("cannot encode a decision")?)?;
-    } else {
-        kvshared::outln!(
-            "{} shard {} {} {}: {}",
-            humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(line.unix_ms)),
-            line.shard,
-            line.action,
-            line.member,
-            line.why
-        )?;
-    }
-    Ok(())
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::task::JoinHandle;
 
+use super::decision::{DecisionLine, decision, finished, print};
 use super::spread::{SpreadPolicy, SpreadState, plan_spread};
-use super::{DecisionLine, decision, finished, print};
 use crate::move_slots::{Groups, move_slots};
 use crate::reshard::{learn_map, owned_by_group, ranges, tables};
 
