@@ -1,9 +1,11 @@
 //! One TCP connection to one node, shared by many tasks, with pipelining.
 //!
-//! Callers encode a frame and write it themselves, combining: a caller queues its frame and,
-//! if no one else is writing, writes everything queued with one vectored `write`; if someone
-//! is, that writer picks the frame up. So a lone caller reaches the socket with no hand-off
-//! to another task (the batch-1 round trip), and many callers still share syscalls. A reader
+//! Callers encode a frame and queue it. A caller alone on the connection (no other request in
+//! flight) writes it itself when no one else is writing, so the batch-1 round trip reaches the
+//! socket with no hand-off to another task. Otherwise the connection's flusher task writes
+//! everything queued with one vectored `write`, after letting the other ready tasks queue
+//! theirs: many callers share one syscall (one `writev` per batch cost kvbench more than
+//! generating the batch; see docs/PERFORMANCE.md). A reader
 //! task matches each response to its caller by request id. Up to `pipeline` requests may be in
 //! flight at once. When the connection fails, every caller waiting on it gets the same
 //! `NodeDown` error, and the connection is marked dead so the pool can replace it.
@@ -19,7 +21,7 @@ use rkyv::util::AlignedVec;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::sync::{Mutex as AsyncMutex, OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::ClientError;
 use crate::auth::AuthToken;
@@ -34,7 +36,6 @@ type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 /// The request id of the token frame (ids of requests start at 1 and never get here).
 const AUTH_REQUEST_ID: u64 = u64::MAX;
 
-/// Most buffers a connection keeps for reuse, and the largest it keeps.
 // A connection whose requests have waited its stall threshold (see `super::rtt`: at least
 // a second, more when its round trips have been long) with no reply at all is stalled: new
 // requests fail at once (`ClientError::Stalled`) rather than queue behind the old ones,
@@ -43,11 +44,19 @@ const AUTH_REQUEST_ID: u64 = u64::MAX;
 /// How often a caller waiting for a pipeline slot checks for a stall.
 const STALL_CHECK: Duration = Duration::from_millis(100);
 
+/// A frame at least this large is written by its caller, not held for the flusher: its
+/// syscall is already paid for by its bytes, and holding it while other tasks build their
+/// batches (hundreds of microseconds at batch 8192) would leave the server idle.
+const WRITES_ITSELF_BYTES: usize = 16 * 1024;
+
+/// Most buffers a connection keeps for reuse, and the largest it keeps.
 const POOLED_BUFFERS: usize = 256;
 const POOLED_BYTES: usize = 8 << 20;
 
 /// Frame buffers reused between requests and replies, so that large frames do not cost
 /// fresh memory (page faults and zeroing, 9% of kvbench's CPU at batch 1024) every time.
+/// A buffer comes back with its old bytes: a reply is read over them (`read_body` zeroes
+/// only growth), a request clears it first.
 #[derive(Default)]
 struct BufferPool {
     free: Mutex<Vec<AlignedVec>>,
@@ -58,11 +67,10 @@ impl BufferPool {
         self.free.lock().pop().unwrap_or_default()
     }
 
-    fn give(&self, mut buf: AlignedVec) {
+    fn give(&self, buf: AlignedVec) {
         if buf.capacity() > POOLED_BYTES {
             return;
         }
-        buf.clear();
         let mut free = self.free.lock();
         if free.len() < POOLED_BUFFERS {
             free.push(buf);
@@ -158,16 +166,37 @@ struct Pending {
 struct Outbox {
     queue: Mutex<Vec<AlignedVec>>,
     writer: AsyncMutex<WriteHalf>,
+    /// Wakes the flusher: frames are queued that no caller is writing, or the connection
+    /// is closing.
+    wake: Notify,
+    closed: AtomicBool,
+}
+
+impl Outbox {
+    /// Writes queued frames until the queue is empty, giving their buffers back to `pool`.
+    async fn drain(&self, writer: &mut WriteHalf, pool: &BufferPool) -> std::io::Result<()> {
+        loop {
+            let frames = std::mem::take(&mut *self.queue.lock());
+            if frames.is_empty() {
+                return Ok(());
+            }
+            write_frames(writer, &frames).await?;
+            for f in frames {
+                pool.give(f);
+            }
+        }
+    }
 }
 
 /// A pipelined connection to one node.
 pub(crate) struct Connection {
     addr: Arc<str>,
-    outbox: Outbox,
+    outbox: Arc<Outbox>,
     pool: Arc<BufferPool>,
     pending: Arc<Mutex<Pending>>,
     next_id: AtomicU64,
     in_flight: Arc<Semaphore>,
+    pipeline: usize,
     alive: Arc<AtomicBool>,
     max_frame: u32,
 }
@@ -264,7 +293,12 @@ impl Connection {
                 (Box::new(read), Box::new(write))
             }
         };
-        let addr: Arc<str> = addr.into();
+        Ok(Connection::over(addr.into(), read, write, pipeline, max_frame))
+    }
+
+    /// A connection over an open (and, where needed, authenticated) stream's two halves;
+    /// starts its reader and its flusher.
+    fn over(addr: Arc<str>, read: ReadHalf, write: WriteHalf, pipeline: usize, max_frame: u32) -> Connection {
         let pending = Arc::new(Mutex::new(Pending {
             waiters: HashMap::new(),
             silent_since: None,
@@ -280,19 +314,30 @@ impl Connection {
             addr.clone(),
             pool.clone(),
         ));
-        Ok(Connection {
+        let outbox = Arc::new(Outbox {
+            queue: Mutex::new(Vec::new()),
+            writer: AsyncMutex::new(write),
+            wake: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        tokio::spawn(flush_loop(
+            outbox.clone(),
+            pool.clone(),
+            pending.clone(),
+            alive.clone(),
+            addr.clone(),
+        ));
+        Connection {
             addr,
             pool,
-            outbox: Outbox {
-                queue: Mutex::new(Vec::new()),
-                writer: AsyncMutex::new(write),
-            },
+            outbox,
             pending,
             next_id: AtomicU64::new(1),
             in_flight: Arc::new(Semaphore::new(pipeline.max(1))),
+            pipeline: pipeline.max(1),
             alive,
             max_frame,
-        })
+        }
     }
 
     /// Fails with `Stalled` once requests have waited the stall threshold with no reply.
@@ -342,6 +387,7 @@ impl Connection {
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut frame = self.pool.take();
+        frame.clear();
         encode(id, &mut frame).map_err(|e| ClientError::Encode { reason: e.to_string() })?;
         let body_len = frame.len() - HEADER_LEN;
         if body_len > self.max_frame as usize {
@@ -383,37 +429,36 @@ impl Connection {
         })
     }
 
-    /// Queues `frame` and writes everything queued unless another caller is already writing
-    /// (that caller then writes this frame too).
+    /// Queues `frame`. A caller alone on the connection, or with a frame large enough to pay
+    /// for its own syscall, writes everything queued itself unless someone else is writing;
+    /// otherwise the flusher writes it.
     async fn send(&self, frame: AlignedVec) -> std::io::Result<()> {
+        let large = frame.len() >= WRITES_ITSELF_BYTES;
         self.outbox.queue.lock().push(frame);
-        loop {
-            let Ok(mut writer) = self.outbox.writer.try_lock() else {
-                return Ok(());
-            };
-            // If this future is dropped mid-write the stream is out of step: mark it dead.
-            let mut guard = DeadUnlessDone {
-                conn: self,
-                done: false,
-            };
-            loop {
-                let frames = std::mem::take(&mut *self.outbox.queue.lock());
-                if frames.is_empty() {
-                    break;
-                }
-                write_frames(&mut writer, &frames).await?;
-                for f in frames {
-                    self.pool.give(f);
-                }
-            }
-            guard.done = true;
-            drop(writer);
-            // A frame queued after our last look but before we let go of the writer would be
-            // stranded: look again now that the writer is free.
-            if self.outbox.queue.lock().is_empty() {
-                return Ok(());
-            }
+        // This caller holds one of the pipeline's permits: all free but it means alone.
+        let alone = self.in_flight.available_permits() + 1 >= self.pipeline;
+        let writer = match alone || large {
+            true => self.outbox.writer.try_lock().ok(),
+            false => None,
+        };
+        let Some(mut writer) = writer else {
+            self.outbox.wake.notify_one();
+            return Ok(());
+        };
+        // If this future is dropped mid-write the stream is out of step: mark it dead.
+        let mut guard = DeadUnlessDone {
+            conn: self,
+            done: false,
+        };
+        self.outbox.drain(&mut writer, &self.pool).await?;
+        guard.done = true;
+        drop(writer);
+        // A frame queued after our last look but before we let go of the writer would be
+        // stranded: hand it to the flusher.
+        if !self.outbox.queue.lock().is_empty() {
+            self.outbox.wake.notify_one();
         }
+        Ok(())
     }
 
     fn down(&self, reason: &str) -> ClientError {
@@ -426,9 +471,11 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        // Dropping the write half shuts the socket for writing; the server then closes, the
-        // reader sees EOF and fails whatever is still waiting.
+        // Dropping the write half (once the flusher has let go of it too) shuts the socket for
+        // writing; the server then closes, the reader sees EOF and fails whatever still waits.
         self.in_flight.close();
+        self.outbox.closed.store(true, Ordering::Relaxed);
+        self.outbox.wake.notify_one();
     }
 }
 
@@ -446,6 +493,35 @@ impl Drop for DeadUnlessDone<'_> {
                 &self.conn.alive,
                 self.conn.down("a write was interrupted"),
             );
+        }
+    }
+}
+
+/// The connection's flusher: writes what callers queued but did not write themselves.
+///
+/// Before taking the queue it yields once, so the other tasks ready on this worker queue
+/// their frames first and one vectored write carries them all.
+async fn flush_loop(
+    outbox: Arc<Outbox>,
+    pool: Arc<BufferPool>,
+    pending: Arc<Mutex<Pending>>,
+    alive: Arc<AtomicBool>,
+    addr: Arc<str>,
+) {
+    loop {
+        outbox.wake.notified().await;
+        if outbox.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        tokio::task::yield_now().await;
+        let mut writer = outbox.writer.lock().await;
+        if let Err(e) = outbox.drain(&mut writer, &pool).await {
+            let err = ClientError::NodeDown {
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            };
+            fail_all(&pending, &alive, err);
+            return;
         }
     }
 }
@@ -576,4 +652,119 @@ async fn read_loop(
         ClientError::NodeDown { addr, reason }
     };
     fail_all(&pending, &alive, err);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Context, Poll};
+
+    use super::*;
+    use crate::frame::FrameHeader;
+
+    /// A write half that takes everything at once and counts its calls and bytes.
+    struct CountingWriter {
+        calls: Arc<AtomicUsize>,
+        bytes: Arc<AtomicUsize>,
+    }
+
+    impl AsyncWrite for CountingWriter {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            self.bytes.fetch_add(buf.len(), Ordering::Relaxed);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            let n = bufs.iter().map(|b| b.len()).sum();
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            self.bytes.fetch_add(n, Ordering::Relaxed);
+            Poll::Ready(Ok(n))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn frame(id: u64, buf: &mut AlignedVec) -> Result<(), WireError> {
+        let header = FrameHeader {
+            kind: FrameKind::BatchRequest,
+            len: 4,
+            id,
+        };
+        buf.extend_from_slice(&header.encode());
+        buf.extend_from_slice(b"body");
+        Ok(())
+    }
+
+    /// Requests started while others are in flight are written together (one `writev` per
+    /// request cost kvbench more than building the batch), and none is left unwritten.
+    #[tokio::test(flavor = "current_thread")]
+    async fn requests_in_flight_together_share_writes() {
+        let (calls, bytes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (quiet, _peer) = tokio::io::duplex(64);
+        let writer = CountingWriter {
+            calls: calls.clone(),
+            bytes: bytes.clone(),
+        };
+        let conn = Arc::new(Connection::over(
+            "test".into(),
+            Box::new(quiet),
+            Box::new(writer),
+            64,
+            1 << 20,
+        ));
+        const REQUESTS: usize = 32;
+        let started: Vec<_> = (0..REQUESTS)
+            .map(|_| {
+                let conn = conn.clone();
+                tokio::spawn(async move { conn.start(frame).await })
+            })
+            .collect();
+        let mut held = Vec::new();
+        for s in started {
+            held.push(s.await.expect("task").expect("queued"));
+        }
+        let want = REQUESTS * (HEADER_LEN + 4);
+        for _ in 0..1000 {
+            if bytes.load(Ordering::Relaxed) >= want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(bytes.load(Ordering::Relaxed), want, "every request written, once");
+        let calls = calls.load(Ordering::Relaxed);
+        assert!(calls <= 3, "{REQUESTS} requests took {calls} writes");
+        drop(held);
+    }
+
+    /// A lone request is written by its caller, before `start` returns: no hand-off.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lone_request_is_written_before_start_returns() {
+        let (calls, bytes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (quiet, _peer) = tokio::io::duplex(64);
+        let writer = CountingWriter {
+            calls: calls.clone(),
+            bytes: bytes.clone(),
+        };
+        let conn = Connection::over("test".into(), Box::new(quiet), Box::new(writer), 64, 1 << 20);
+        let flight = conn.start(frame).await.expect("queued");
+        assert_eq!(bytes.load(Ordering::Relaxed), HEADER_LEN + 4);
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+        drop(flight);
+    }
 }
