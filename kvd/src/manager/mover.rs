@@ -102,7 +102,7 @@ impl SlotMover {
         let Some(owned) = &self.owned else { return Ok(()) };
         let sums: Vec<u64> = owned
             .iter()
-            .map(|g| g.iter().map(|&s| load[usize::from(s)]).sum())
+            .map(|g| g.iter().map(|&s| load.get(usize::from(s)).copied().unwrap_or(0)).sum())
             .collect();
         let Some(why) = self.policy.decide(&mut self.state, &sums) else {
             return Ok(());
@@ -114,7 +114,11 @@ impl SlotMover {
         }
         let mut asked = Vec::new();
         for p in &plan {
-            let moved: u64 = p.slots.iter().map(|&s| load[usize::from(s)]).sum();
+            let moved: u64 = p
+                .slots
+                .iter()
+                .map(|&s| load.get(usize::from(s)).copied().unwrap_or(0))
+                .sum();
             let share = 100.0 * moved as f64 / sums.iter().sum::<u64>().max(1) as f64;
             let what = format!(
                 "{} slots ({}) carrying {share:.0}% of the load: {why}",
