@@ -700,6 +700,19 @@ mod tests {
         }
     }
 
+    /// A connection (pipeline 64) whose writes are counted (calls, bytes), reading from a
+    /// peer that never answers (keep the returned end alive).
+    fn counted() -> (Connection, Arc<AtomicUsize>, Arc<AtomicUsize>, tokio::io::DuplexStream) {
+        let (calls, bytes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (quiet, peer) = tokio::io::duplex(64);
+        let writer = CountingWriter {
+            calls: calls.clone(),
+            bytes: bytes.clone(),
+        };
+        let conn = Connection::over("test".into(), Box::new(quiet), Box::new(writer), 64, 1 << 20);
+        (conn, calls, bytes, peer)
+    }
+
     fn frame(id: u64, buf: &mut AlignedVec) -> Result<(), WireError> {
         let header = FrameHeader {
             kind: FrameKind::BatchRequest,
@@ -715,19 +728,8 @@ mod tests {
     /// request cost kvbench more than building the batch), and none is left unwritten.
     #[tokio::test(flavor = "current_thread")]
     async fn requests_in_flight_together_share_writes() {
-        let (calls, bytes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let (quiet, _peer) = tokio::io::duplex(64);
-        let writer = CountingWriter {
-            calls: calls.clone(),
-            bytes: bytes.clone(),
-        };
-        let conn = Arc::new(Connection::over(
-            "test".into(),
-            Box::new(quiet),
-            Box::new(writer),
-            64,
-            1 << 20,
-        ));
+        let (conn, calls, bytes, _peer) = counted();
+        let conn = Arc::new(conn);
         const REQUESTS: usize = 32;
         let started: Vec<_> = (0..REQUESTS)
             .map(|_| {
@@ -755,13 +757,7 @@ mod tests {
     /// A lone request is written by its caller, before `start` returns: no hand-off.
     #[tokio::test(flavor = "current_thread")]
     async fn a_lone_request_is_written_before_start_returns() {
-        let (calls, bytes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let (quiet, _peer) = tokio::io::duplex(64);
-        let writer = CountingWriter {
-            calls: calls.clone(),
-            bytes: bytes.clone(),
-        };
-        let conn = Connection::over("test".into(), Box::new(quiet), Box::new(writer), 64, 1 << 20);
+        let (conn, calls, bytes, _peer) = counted();
         let flight = conn.start(frame).await.expect("queued");
         assert_eq!(bytes.load(Ordering::Relaxed), HEADER_LEN + 4);
         assert_eq!(calls.load(Ordering::Relaxed), 1);
