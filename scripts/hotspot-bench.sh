@@ -218,17 +218,17 @@ for round in $(seq 1 "$ROUNDS"); do
         # history beside it, while the manager works. With --reads stale the check holds
         # the reads to the stated bound instead of linearizability (kvbench check).
         say "checking the history for $CHECK while the manager works"
+        held=linearizable broken=NOT-linearizable
+        if [[ $setup == *-stale ]]; then held=within-bound broken=staler-than-bound; fi
         (spawn "$CLIENT" "$BIN/kvbench" run --quiet --nodes "$RUN_NODES" --records "$RECORDS" -w hotkey \
           --phases "$PHASES" --hot-ops "$HOT_OPS" --split-reads "${READS[@]}" --tasks "$tasks" --warmup 0s \
           --duration "$CHECK" "${AUTH[@]}" >/dev/null 2>&1) &
         load_pid=$!
         if on "$CLIENT" "$BIN/kvbench" check --nodes "$RUN_NODES" --duration "$CHECK" "${READS[@]}" "${AUTH[@]}" \
           >"$OUT/check-$setup.txt" 2>&1; then
-          verdict=linearizable
-          [[ $setup == *-stale ]] && verdict=within-bound
+          verdict=$held
         else
-          verdict="NOT-linearizable"
-          [[ $setup == *-stale ]] && verdict=staler-than-bound
+          verdict=$broken
         fi
         wait "$load_pid" || true
         cat "$OUT/check-$setup.txt" >&2

@@ -12,7 +12,7 @@ use anyhow::Context;
 use tokio::task::JoinHandle;
 
 use super::decision::{DecisionLine, decision, finished, print};
-use super::spread::{SpreadPolicy, SpreadState, plan_spread};
+use super::spread::{SpreadPolicy, SpreadState, group_loads, plan_spread, slots_load};
 use crate::move_slots::{Groups, move_slots};
 use crate::reshard::{learn_map, owned_by_group, ranges, tables};
 
@@ -100,10 +100,7 @@ impl SlotMover {
             }
         }
         let Some(owned) = &self.owned else { return Ok(()) };
-        let sums: Vec<u64> = owned
-            .iter()
-            .map(|g| g.iter().map(|&s| load.get(usize::from(s)).copied().unwrap_or(0)).sum())
-            .collect();
+        let sums = group_loads(owned, &load);
         let Some(why) = self.policy.decide(&mut self.state, &sums) else {
             return Ok(());
         };
@@ -114,11 +111,7 @@ impl SlotMover {
         }
         let mut asked = Vec::new();
         for p in &plan {
-            let moved: u64 = p
-                .slots
-                .iter()
-                .map(|&s| load.get(usize::from(s)).copied().unwrap_or(0))
-                .sum();
+            let moved = slots_load(&p.slots, &load);
             let share = 100.0 * moved as f64 / sums.iter().sum::<u64>().max(1) as f64;
             let what = format!(
                 "{} slots ({}) carrying {share:.0}% of the load: {why}",

@@ -84,6 +84,19 @@ impl SpreadPolicy {
     }
 }
 
+/// The load `slots` carry (`load[s]`: slot `s`'s sampled ops; a slot past its end carries none).
+pub fn slots_load(slots: &[u16], load: &[u64]) -> u64 {
+    slots
+        .iter()
+        .map(|&s| load.get(usize::from(s)).copied().unwrap_or(0))
+        .sum()
+}
+
+/// Each group's load: what the slots it owns (`owned[g]`) carry.
+pub fn group_loads(owned: &[Vec<u16>], load: &[u64]) -> Vec<u64> {
+    owned.iter().map(|g| slots_load(g, load)).collect()
+}
+
 /// The moves that bring every group above the mean (by more than a tolerance) down to about
 /// the mean, its excess going to the groups under it, idlest first. `owned[g]`: group `g`'s
 /// slots, ascending; `load[s]`: slot `s`'s sampled ops over the window. A donor gives its
@@ -91,7 +104,7 @@ impl SpreadPolicy {
 /// single slot hotter than what a receiver has room for stays where it is.
 pub fn plan_spread(owned: &[Vec<u16>], load: &[u64]) -> Vec<Planned> {
     let of = |s: u16| load.get(usize::from(s)).copied().unwrap_or(0);
-    let mut sums: Vec<u64> = owned.iter().map(|g| g.iter().map(|&s| of(s)).sum()).collect();
+    let mut sums = group_loads(owned, load);
     let mean = sums.iter().sum::<u64>() as f64 / sums.len().max(1) as f64;
     let mut donors: Vec<usize> = (0..owned.len())
         .filter(|&g| sums[g] as f64 > mean * (1.0 + TOLERANCE))
@@ -164,13 +177,6 @@ mod tests {
             .collect()
     }
 
-    fn sums(owned: &[Vec<u16>], load: &[u64]) -> Vec<u64> {
-        owned
-            .iter()
-            .map(|g| g.iter().map(|&s| load[usize::from(s)]).sum())
-            .collect()
-    }
-
     fn apply(owned: &mut [Vec<u16>], plan: &[Planned]) {
         for p in plan {
             owned[p.from].retain(|s| !p.slots.contains(s));
@@ -191,7 +197,7 @@ mod tests {
         let plan = plan_spread(&owned, &load);
         assert!(plan.iter().all(|p| p.from == 0), "{plan:?}");
         apply(&mut owned, &plan);
-        let after = sums(&owned, &load);
+        let after = group_loads(&owned, &load);
         let mean = after.iter().sum::<u64>() as f64 / 6.0;
         let worst = *after.iter().max().unwrap() as f64;
         assert!(worst <= mean * 1.3, "{after:?}");
@@ -256,7 +262,7 @@ mod tests {
             for (s, l) in hot {
                 load[usize::from(s)] += l;
             }
-            let before = sums(&owned, &load);
+            let before = group_loads(&owned, &load);
             let plan = plan_spread(&owned, &load);
             let mut seen = std::collections::HashSet::new();
             for p in &plan {
@@ -267,7 +273,7 @@ mod tests {
                 }
                 apply(&mut owned, std::slice::from_ref(p));
             }
-            let after = sums(&owned, &load);
+            let after = group_loads(&owned, &load);
             prop_assert!(after.iter().max() <= before.iter().max(), "{:?} -> {:?}", before, after);
         }
     }
