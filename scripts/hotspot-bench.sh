@@ -45,7 +45,8 @@ Writes OUT/hotspot.csv (per run and shard: reads-only batch and write batch roun
 mean and p99, and the run's op/s), OUT/<setup>-t<T>.json (kvbench's results),
 OUT/<setup>-t<T>-timeline.png (each shard's p99 per second), OUT/<setup>-t<T>.log (the
 manager's decisions), and OUT/hotspot.png + .svg (hot shard read p99 and throughput per
-set-up). Root (namespaces, cgroups). About 2 minutes per run.
+set-up). Root (namespaces, cgroups). About 2 minutes per run. KVD_BIN=DIR runs the kvd and
+kvbench of DIR (another build, for A B A B) instead of this checkout's.
 TXT
 }
 SPREAD_ABOVE=1.6 CPU=0.15 SHARDS=3 EXTRA=3 TASKS="32 128" PHASE=12s HOT_OPS=0.8 RECORDS=200000 ROUNDS=1
@@ -70,8 +71,9 @@ while (($#)); do
 done
 ((EUID == 0)) || { echo "hotspot-bench: needs root (network namespaces, cgroups)" >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN="$ROOT/target/release"
-[[ -x $BIN/kvd && -x $BIN/kvbench ]] || (cd "$ROOT" && cargo build --release --quiet)
+BIN="${KVD_BIN:-$ROOT/target/release}"
+[[ -n ${KVD_BIN:-} || (-x $BIN/kvd && -x $BIN/kvbench) ]] || (cd "$ROOT" && cargo build --release --quiet)
+[[ -x $BIN/kvd && -x $BIN/kvbench ]] || { echo "hotspot-bench: no kvd and kvbench in $BIN" >&2; exit 2; }
 export KV_NS_PREFIX=kvm
 LC="$ROOT/scripts/local-cluster.sh"
 CLIENT=$((SHARDS + EXTRA))

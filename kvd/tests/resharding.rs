@@ -354,6 +354,86 @@ fn a_client_ahead_of_a_target_waits_for_its_hand_over() {
     assert!(matches!(got, Ok(None)), "{got:?}");
 }
 
+/// One move from a source to two targets at once (`move_from`, as the manager runs its
+/// plan): one copy ahead for both under one tracking token, then both targets' chunks side
+/// by side, while a recorded load runs. The history is linearizable, each target owns
+/// exactly its slots, and nothing is left frozen or importing.
+#[test]
+fn one_source_moves_slots_to_two_targets_at_once() {
+    let (_guards, addrs, nodes) = with_empty_group(2);
+    let rt = runtime();
+    let client = Arc::new(Cluster::new(&addrs, ClientConfig::default()).unwrap());
+    // 6,000 keys in the moving blocks: the copy ahead takes several pages, split by target.
+    use kvshared::client::{Op, Outcome};
+    let fill: Vec<String> = (0..)
+        .map(|i| format!("fill-{i}"))
+        .filter(|k| (7000..7700).contains(&key_slot(k.as_bytes())))
+        .take(6_000)
+        .collect();
+    for part in fill.chunks(500) {
+        let ops: Vec<Op<'_>> = part.iter().map(|k| Op::Put(k.as_bytes(), k.as_bytes())).collect();
+        assert!(
+            rt.block_on(client.batch(&ops))
+                .iter()
+                .all(|r| matches!(r, Ok(Outcome::Stored)))
+        );
+    }
+    let recorder = start_recording(&rt, &client, 4, Duration::from_secs(3), 100_000);
+    std::thread::sleep(Duration::from_millis(300));
+    // The recorded keys' slots of group 0 (below 8192) split between the targets, and
+    // blocks of empty slots beside them.
+    let mut ours: Vec<u16> = (0..KEYS)
+        .map(|i| key_slot(format!("rs-{i}").as_bytes()))
+        .filter(|&s| s < 8192)
+        .collect();
+    ours.sort_unstable();
+    ours.dedup();
+    assert!(ours.len() >= 4, "{ours:?}");
+    let half = ours.len() / 2;
+    let with_block = |mut s: Vec<u16>, block: std::ops::Range<u16>| {
+        s.extend(block.filter(|b| !ours.contains(b)));
+        s.sort_unstable();
+        s
+    };
+    let to_one = with_block(ours[..half].to_vec(), 7000..7300);
+    let to_two = with_block(ours[half..].to_vec(), 7300..7700);
+    let groups = kvd::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
+    let targets = [(1, to_one.clone()), (2, to_two.clone())];
+    let outcomes = rt.block_on(kvd::move_slots::move_from(&groups, 0, &targets, 100));
+    for o in &outcomes {
+        assert!(o.is_ok(), "{o:?}");
+    }
+    let recording = rt.block_on(recorder).unwrap();
+    let report = check(&recording.history, &CheckOptions::default());
+    if let Verdict::NotLinearizable(f) = &report.verdict {
+        eprintln!("{}", render_timeline(f));
+    }
+    assert_eq!(report.verdict, Verdict::Linearizable);
+    assert!(recording.history.operations.len() > 200);
+    let fresh = Cluster::new(&addrs, ClientConfig::default()).unwrap();
+    rt.block_on(fresh.learn_slot_map());
+    for (to, slots) in &targets {
+        assert!(
+            slots.iter().all(|&s| fresh.slots().owner(s) == *to as u16),
+            "group {to}"
+        );
+    }
+    let text = String::from_utf8_lossy(&kvd(&["admin", "slots", "--nodes", &nodes]).stdout).into_owned();
+    assert_eq!(text.matches("frozen 0 (-), importing 0 (-)").count(), 3, "{text}");
+    for i in 0..KEYS {
+        rt.block_on(fresh.get(format!("rs-{i}").as_bytes())).unwrap();
+    }
+    for part in fill.chunks(500) {
+        let ops: Vec<Op<'_>> = part.iter().map(|k| Op::Get(k.as_bytes())).collect();
+        for (k, got) in part.iter().zip(rt.block_on(fresh.batch(&ops))) {
+            assert!(
+                matches!(&got, Ok(Outcome::Value(v)) if v == k.as_bytes()),
+                "{k}: {got:?}"
+            );
+        }
+    }
+}
+
 /// `kvd manager --move-slots`: a burst of reads on one group's keys makes it serve far more
 /// than its share, and the manager moves some of its busiest slots to the idle groups (a
 /// third group started with `--no-slots` among them) while a recorded load runs. The

@@ -1,9 +1,11 @@
 //! `kvd manager --move-slots`: each interval, reads every group's sampled per-slot load,
 //! and when one group stays far busier than the mean ([`SpreadPolicy`]), moves its busiest
 //! slots to the idlest groups ([`plan_spread`]) with the same steps as `kvd admin
-//! move-slots` (copied ahead, a short write pause per chunk, resumable). One move job at a
-//! time; the load is still read while it runs, so the next decision starts from fresh
-//! figures.
+//! move-slots` (copied ahead, a short write pause per chunk, resumable). A source's slots go
+//! to all of its targets in one move ([`move_from`]: one copy ahead, the targets' chunks
+//! side by side), so spreading a hot group takes about as long as its largest part. One
+//! move job at a time; the load is still read while it runs, so the next decision starts
+//! from fresh figures.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +15,8 @@ use tokio::task::JoinHandle;
 
 use super::decision::{DecisionLine, decision, finished, print};
 use super::spread::{SpreadPolicy, SpreadState, group_loads, plan_spread, slots_load};
-use crate::move_slots::{Groups, move_slots};
-use crate::reshard::{learn_map, owned_by_group, ranges, tables};
+use crate::move_slots::{Groups, move_from};
+use crate::reshard::{Planned, learn_map, owned_by_group, ranges, tables};
 
 /// A sampled counter that went back (a restarted node) or jumped by more than this in one
 /// interval is read as no load.
@@ -122,17 +124,7 @@ impl SlotMover {
             print(&line, json)?;
             asked.push((line, p.clone()));
         }
-        let (groups, chunk) = (self.groups.clone(), self.chunk);
-        self.job = Some(tokio::spawn(async move {
-            let mut done = Vec::new();
-            for (line, p) in asked {
-                let outcome = move_slots(&groups, (p.from, p.to), &ranges(&p.slots), chunk)
-                    .await
-                    .map(|()| format!("{} slots now at group {}", p.slots.len(), p.to));
-                done.push(finished(line, "moved", outcome));
-            }
-            done
-        }));
+        self.job = Some(spawn_moves(self.groups.clone(), self.chunk, asked));
         Ok(())
     }
 
@@ -145,6 +137,70 @@ impl SlotMover {
         }
         Ok(())
     }
+}
+
+/// Runs the asked moves, one per source (see [`by_source`]), in a task; how each ended.
+fn spawn_moves(
+    groups: Arc<Groups>,
+    chunk: usize,
+    asked: Vec<(DecisionLine, Planned)>,
+) -> JoinHandle<Vec<DecisionLine>> {
+    tokio::spawn(async move {
+        let mut done = Vec::new();
+        for (from, targets) in by_source(asked) {
+            let slots: Vec<(usize, Vec<u16>)> = targets.iter().map(|t| (t.to, t.slots.clone())).collect();
+            let outcomes = move_from(&groups, from, &slots, chunk).await;
+            for (t, outcome) in targets.into_iter().zip(outcomes) {
+                let outcome = outcome.map_err(|e| format!("{e:#}"));
+                for line in t.lines {
+                    let said = outcome
+                        .clone()
+                        .map(|()| format!("{} slots now at group {}", t.slots.len(), t.to));
+                    done.push(finished(line, "moved", said.map_err(anyhow::Error::msg)));
+                }
+            }
+        }
+        done
+    })
+}
+
+/// One target of a source's move: the group, the slots it takes (ascending), the decisions
+/// that asked for them.
+struct TargetMove {
+    to: usize,
+    slots: Vec<u16>,
+    lines: Vec<DecisionLine>,
+}
+
+/// The planned moves by source, in the order planned, each source's targets once (slots
+/// planned for one target in two parts are joined): one move per source sends to all its
+/// targets at once.
+fn by_source(asked: Vec<(DecisionLine, Planned)>) -> Vec<(usize, Vec<TargetMove>)> {
+    let mut out: Vec<(usize, Vec<TargetMove>)> = Vec::new();
+    for (line, p) in asked {
+        let at = match out.iter().position(|(from, _)| *from == p.from) {
+            Some(at) => at,
+            None => {
+                out.push((p.from, Vec::new()));
+                out.len() - 1
+            }
+        };
+        let Some((_, targets)) = out.get_mut(at) else { continue };
+        match targets.iter_mut().find(|t| t.to == p.to) {
+            Some(t) => {
+                t.slots.extend(p.slots);
+                t.slots.sort_unstable();
+                t.slots.dedup();
+                t.lines.push(line);
+            }
+            None => targets.push(TargetMove {
+                to: p.to,
+                slots: p.slots,
+                lines: vec![line],
+            }),
+        }
+    }
+    out
 }
 
 /// Every slot's sampled load summed over the groups, asked of all groups at once (a busy
@@ -163,4 +219,41 @@ async fn read_loads(groups: &Arc<Groups>) -> Option<Vec<u32>> {
         }
     }
     Some(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(from: usize, to: usize, slots: &[u16]) -> (DecisionLine, Planned) {
+        let line = decision(from, "move", &format!("group {to}"), "test");
+        let slots = slots.to_vec();
+        (line, Planned { from, to, slots })
+    }
+
+    /// One move per source, each target once with every slot planned for it: the manager
+    /// sends a source's slots to all its targets in one move.
+    #[test]
+    fn the_plan_is_run_as_one_move_per_source() {
+        let plan = vec![
+            asked(0, 3, &[5, 6]),
+            asked(0, 4, &[7]),
+            asked(1, 3, &[9000]),
+            asked(0, 3, &[1, 6]),
+        ];
+        let shape: Vec<(usize, Vec<String>)> = by_source(plan)
+            .into_iter()
+            .map(|(from, t)| {
+                let t = t.iter().map(|t| format!("{} {:?} {}", t.to, t.slots, t.lines.len()));
+                (from, t.collect())
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (0, vec!["3 [1, 5, 6] 2".to_string(), "4 [7] 1".to_string()]),
+                (1, vec!["3 [9000] 1".to_string()]),
+            ]
+        );
+    }
 }

@@ -7,7 +7,9 @@
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use kvshared::client::Reply;
 use kvshared::keyspace::ScanRequest;
+use kvshared::routing::key_slot;
 use kvshared::slot_copy::{TrackRequest, decode_copied, encode_load};
 use kvshared::slots::{self, SlotChange, SlotState};
 use kvshared::wire::{BatchRequest, OpKind, OpReply};
@@ -20,49 +22,97 @@ const PAGE_KEYS: u32 = 2_000;
 /// of the source's leader).
 const WHOLE_COPY_TRIES: usize = 5;
 
-/// A copy made before the freeze: the source tracks the writes under `token`; the target
-/// imports the slots at `epoch`.
+/// A copy made before the freeze: the source tracks the writes under `token`; the targets
+/// import the slots at `epoch`.
 pub(super) struct Tracked {
     pub(super) token: u64,
     pub(super) epoch: u32,
-    /// Keys copied before the freeze.
-    pub(super) keys: u64,
+    /// Keys copied before the freeze, per target (in the order the move named them).
+    pub(super) keys: Vec<u64>,
 }
 
-/// Copies every key of the slots of `all` that the source still owns outright into the
-/// target, which imports them at a new epoch, while the source tracks the keys written
-/// meanwhile. `None` when there was nothing to copy so, or the source stopped tracking
-/// (each chunk is then copied whole, frozen).
+/// Where each copied key goes: the target taking its slot.
+pub(super) struct Route {
+    /// The targets' groups.
+    targets: Vec<usize>,
+    /// Each slot's target, an index into `targets` (`None`: the slot is not copied).
+    by_slot: Vec<Option<u16>>,
+}
+
+impl Route {
+    /// Each group of `targets` takes its slots (a slot named twice goes to the last).
+    pub(super) fn new<'a>(targets: impl IntoIterator<Item = (usize, &'a [u16])>) -> Route {
+        let mut route = Route {
+            targets: Vec::new(),
+            by_slot: vec![None; usize::from(kvshared::routing::SLOTS)],
+        };
+        for (i, (to, slots)) in targets.into_iter().enumerate() {
+            route.targets.push(to);
+            for &s in slots {
+                if let Some(at) = route.by_slot.get_mut(usize::from(s)) {
+                    *at = u16::try_from(i).ok();
+                }
+            }
+        }
+        route
+    }
+
+    /// Group `to` takes every slot of `ranges`.
+    pub(super) fn one(to: usize, ranges: &[[u16; 2]]) -> Route {
+        let slots: Vec<u16> = ranges.iter().flat_map(|[a, b]| *a..=*b).collect();
+        Route::new([(to, slots.as_slice())])
+    }
+
+    /// Which target (an index) takes `key`.
+    fn target(&self, key: &[u8]) -> Option<usize> {
+        let at = self.by_slot.get(usize::from(kvshared::routing::key_slot(key)))?;
+        at.map(usize::from)
+    }
+}
+
+/// Copies every key of the slots each target takes that the source still owns outright
+/// into that target, which imports them at a new epoch (one for all the targets), while
+/// the source tracks the keys written meanwhile under one token. `None` when there was
+/// nothing to copy so, or the source stopped tracking (each chunk is then copied whole,
+/// frozen).
 pub(super) async fn precopy(
     groups: &Groups,
-    (from, to): (usize, usize),
-    all: &[u16],
+    from: usize,
+    targets: &[(usize, &[u16])],
 ) -> anyhow::Result<Option<Tracked>> {
-    let (src, dst) = (groups.table(from).await?, groups.table(to).await?);
-    let epoch = src.iter().chain(&dst).map(|s| s.epoch).max().unwrap_or(0) + 1;
-    let fresh: Vec<u16> = all
-        .iter()
-        .copied()
-        .filter(|&s| {
-            let (s, t) = (src[usize::from(s)], dst[usize::from(s)]);
-            s.state == SlotState::Owned && matches!(t.state, SlotState::Gone | SlotState::Importing)
-        })
-        .collect();
-    if fresh.is_empty() {
+    let src = groups.table(from).await?;
+    let mut fresh: Vec<(usize, Vec<u16>)> = Vec::new();
+    let mut epoch = src.iter().map(|s| s.epoch).max().unwrap_or(0);
+    for &(to, slots) in targets {
+        let dst = groups.table(to).await?;
+        epoch = epoch.max(dst.iter().map(|s| s.epoch).max().unwrap_or(0));
+        let takes = |s: &u16| {
+            let (s, t) = (src.get(usize::from(*s)), dst.get(usize::from(*s)));
+            s.is_some_and(|s| s.state == SlotState::Owned)
+                && t.is_some_and(|t| matches!(t.state, SlotState::Gone | SlotState::Importing))
+        };
+        fresh.push((to, slots.iter().copied().filter(takes).collect()));
+    }
+    let epoch = epoch + 1;
+    let mut union: Vec<u16> = fresh.iter().flat_map(|(_, s)| s.iter().copied()).collect();
+    union.sort_unstable();
+    union.dedup();
+    if union.is_empty() {
         return Ok(None);
     }
-    let ranges = slots::ranges_of_slots(&fresh);
+    let ranges = slots::ranges_of_slots(&union);
     let began = Instant::now();
     let token = start_tracking(groups, from, &ranges).await?;
-    let mut tracked = Tracked { token, epoch, keys: 0 };
-    let import = SlotChange {
-        ranges: ranges.clone(),
-        to: SlotState::Importing,
-        // The source: the target redirects to it until the hand-over.
-        owner: from as u16,
-        epoch,
-    };
-    groups.change(to, &import).await?;
+    for (to, slots) in fresh.iter().filter(|(_, s)| !s.is_empty()) {
+        let import = SlotChange {
+            ranges: slots::ranges_of_slots(slots),
+            to: SlotState::Importing,
+            // The source: the target redirects to it until the hand-over.
+            owner: from as u16,
+            epoch,
+        };
+        groups.change(*to, &import).await?;
+    }
     let page = |cursor| {
         let req = ScanRequest {
             cursor,
@@ -71,21 +121,23 @@ pub(super) async fn precopy(
         let ranges = ranges.clone();
         (OpKind::SlotTrack, TrackRequest::Scan { token, req, ranges }.encode())
     };
-    let Some(keys) = copy_pages(groups, (from, to), page).await? else {
+    let route = Route::new(fresh.iter().map(|(to, s)| (*to, s.as_slice())));
+    let Some(keys) = copy_pages(groups, from, &route, page).await? else {
         eprintln!(
             "kvd: group {from} stopped tracking the slots' writes during the copy; each chunk is copied whole while frozen"
         );
         stop_tracking(groups, from, token).await;
         return Ok(None);
     };
-    tracked.keys = keys;
     let took = began.elapsed().as_secs_f64();
-    eprintln!(
-        "kvd: copied {keys} keys of {} slots from group {from} to group {to} before freezing them, in {took:.2} s ({:.0} keys/s)",
-        fresh.len(),
-        keys as f64 / took.max(1e-9)
-    );
-    Ok(Some(tracked))
+    for ((to, slots), k) in fresh.iter().zip(&keys).filter(|((_, s), _)| !s.is_empty()) {
+        eprintln!(
+            "kvd: copied {k} keys of {} slots from group {from} to group {to} before freezing them, in {took:.2} s ({:.0} keys/s)",
+            slots.len(),
+            *k as f64 / took.max(1e-9)
+        );
+    }
+    Ok(Some(Tracked { token, epoch, keys }))
 }
 
 /// Ends the source's tracking (best effort: a source that restarted has none left, and a
@@ -117,7 +169,8 @@ pub(super) async fn copy_changed(
         };
         (OpKind::SlotTrack, changed.encode())
     };
-    copy_pages(groups, (from, to), page).await
+    let keys = copy_pages(groups, from, &Route::one(to, ranges), page).await?;
+    Ok(keys.map(|k| k.iter().sum()))
 }
 
 /// Copies every key of `ranges` from group `from` (frozen there) into group `to`
@@ -144,10 +197,10 @@ pub(super) async fn copy_whole(
             };
             (OpKind::SlotTrack, scan.encode())
         };
-        let copied = copy_pages(groups, (from, to), page).await?;
+        let copied = copy_pages(groups, from, &Route::one(to, ranges), page).await?;
         stop_tracking(groups, from, token).await;
         if let Some(keys) = copied {
-            return Ok(keys);
+            return Ok(keys.iter().sum());
         }
     }
     bail!(
@@ -174,46 +227,112 @@ async fn start_tracking(groups: &Groups, from: usize, ranges: &[[u16; 2]]) -> an
     }
 }
 
-/// Reads pages from group `from` (`page` makes the op for a cursor) and loads their keys
-/// into group `to`, until the source says it is done; returns how many keys, or `None` when
-/// the source answered `NotFound` (no tracking under the token asked).
+/// Reads pages from group `from` (`page` makes the op for a cursor) and loads each key into
+/// the target `route` gives its slot, until the source says it is done; the next page is
+/// read while the last one is loaded, and the targets are loaded at once. Returns how many
+/// keys each target took, or `None` when the source answered `NotFound` (no tracking under
+/// the token asked).
 async fn copy_pages(
     groups: &Groups,
-    (from, to): (usize, usize),
+    from: usize,
+    route: &Route,
     page: impl Fn(u64) -> (OpKind, Vec<u8>),
-) -> anyhow::Result<Option<u64>> {
-    let (mut cursor, mut keys) = (0u64, 0u64);
-    let mut load = BatchRequest::new();
-    let mut value = Vec::new();
-    loop {
+) -> anyhow::Result<Option<Vec<u64>>> {
+    let read = |cursor| {
         let (kind, request) = page(cursor);
-        let reply = groups.one(from, kind, &request).await?;
-        let view = reply.batch()?;
-        let bytes = match view.result(0) {
-            OpReply::Found(bytes) => bytes,
-            OpReply::NotFound => return Ok(None),
-            other => bail!("group {from} did not answer a copy's page: {other:?}"),
+        async move { groups.one(from, kind, &request).await }
+    };
+    let mut keys = vec![0u64; route.targets.len()];
+    let mut reply = read(0).await?;
+    loop {
+        let Some((next, loads)) = split_page(from, route, &reply)? else {
+            return Ok(None);
         };
-        let (next, copied) = decode_copied(bytes).context("a copy's page does not parse")?;
-        load.clear();
-        for c in &copied {
-            value.clear();
-            encode_load(c.value, c.deadline, &mut value);
-            load.push(OpKind::Load, c.key, &value);
+        let stored = load_all(groups, route, &loads);
+        let (following, stored) = match next {
+            0 => (None, stored.await),
+            next => {
+                let (following, stored) = tokio::join!(read(next), stored);
+                (Some(following), stored)
+            }
+        };
+        for (k, n) in keys.iter_mut().zip(stored?) {
+            *k += n;
         }
-        if !load.is_empty() {
-            let reply = groups.send(to, &load).await?;
-            let view = reply.batch()?;
-            for i in 0..view.len() {
-                match view.result(i) {
-                    OpReply::Stored => keys += 1,
-                    other => bail!("group {to} did not take a copied key: {other:?}"),
-                }
+        match following {
+            None => return Ok(Some(keys)),
+            Some(following) => reply = following?,
+        }
+    }
+}
+
+/// One page from the source as a `Load` batch per target, and the next cursor (0: done);
+/// `None` when the source answered `NotFound`.
+fn split_page(from: usize, route: &Route, reply: &Reply) -> anyhow::Result<Option<(u64, Vec<BatchRequest>)>> {
+    let view = reply.batch()?;
+    let bytes = match view.result(0) {
+        OpReply::Found(bytes) => bytes,
+        OpReply::NotFound => return Ok(None),
+        other => bail!("group {from} did not answer a copy's page: {other:?}"),
+    };
+    let (next, copied) = decode_copied(bytes).context("a copy's page does not parse")?;
+    let mut loads: Vec<BatchRequest> = route.targets.iter().map(|_| BatchRequest::new()).collect();
+    let mut value = Vec::new();
+    for c in &copied {
+        let Some(load) = route.target(c.key).and_then(|i| loads.get_mut(i)) else {
+            bail!(
+                "group {from} sent a key of slot {}, which this copy does not move",
+                key_slot(c.key)
+            );
+        };
+        value.clear();
+        encode_load(c.value, c.deadline, &mut value);
+        load.push(OpKind::Load, c.key, &value);
+    }
+    Ok(Some((next, loads)))
+}
+
+/// Loads each target's batch of `loads` into it, all at once; how many keys each took.
+async fn load_all(groups: &Groups, route: &Route, loads: &[BatchRequest]) -> anyhow::Result<Vec<u64>> {
+    let sends = route.targets.iter().zip(loads).map(|(&to, load)| async move {
+        if load.is_empty() {
+            return Ok(0);
+        }
+        let reply = groups.send(to, load).await?;
+        let view = reply.batch()?;
+        for i in 0..view.len() {
+            match view.result(i) {
+                OpReply::Stored => {}
+                other => bail!("group {to} did not take a copied key: {other:?}"),
             }
         }
-        if next == 0 {
-            return Ok(Some(keys));
-        }
-        cursor = next;
+        Ok(view.len() as u64)
+    });
+    futures::future::join_all(sends).await.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key goes to the target of its slot; a key of a slot no target takes, nowhere (the
+    /// copy refuses such a page).
+    #[test]
+    fn a_copied_key_goes_to_the_target_of_its_slot() {
+        let key_in = |slots: std::ops::RangeInclusive<u16>| {
+            (0..)
+                .map(|i| format!("k{i}").into_bytes())
+                .find(|k| slots.contains(&key_slot(k)))
+                .unwrap_or_default()
+        };
+        let (a, b): (Vec<u16>, Vec<u16>) = ((0..100).collect(), (100..200).collect());
+        let route = Route::new([(4, a.as_slice()), (2, b.as_slice())]);
+        assert_eq!(route.target(&key_in(0..=99)), Some(0));
+        assert_eq!(route.target(&key_in(100..=199)), Some(1));
+        assert_eq!(route.target(&key_in(200..=16383)), None);
+        let one = Route::one(7, &[[300, 399]]);
+        assert_eq!(one.targets, vec![7]);
+        assert_eq!(one.target(&key_in(300..=399)), Some(0));
+        assert_eq!(one.target(&key_in(0..=299)), None);
     }
 }

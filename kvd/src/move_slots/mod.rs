@@ -127,58 +127,162 @@ pub async fn move_slots(
     wanted: &[[u16; 2]],
     chunk: usize,
 ) -> anyhow::Result<()> {
-    if from == to || from >= groups.count() || to >= groups.count() {
-        bail!(
-            "--from and --to must be two different groups of the {} --nodes lists",
-            groups.count()
-        );
-    }
     let all: Vec<u16> = wanted.iter().flat_map(|[a, b]| *a..=*b).collect();
-    let began = Instant::now();
-    let mut tracked = copy::precopy(groups, (from, to), &all).await?;
-    let (mut keys, mut copies) = (tracked.as_ref().map_or(0, |t| t.keys), 1);
-    let mut worst_freeze = Duration::ZERO;
-    let parts: Vec<&[u16]> = all.chunks(chunk.max(1)).collect();
-    let chunks = async {
-        for (n, part) in parts.iter().enumerate() {
-            let done = steps::move_chunk(groups, (from, to), part, tracked.as_ref()).await?;
-            keys += done.keys;
-            worst_freeze = worst_freeze.max(done.frozen_for);
-            eprintln!(
-                "kvd: slots moved {}/{}: {} keys copied while frozen, writes paused {} ms",
-                (n * chunk.max(1) + part.len()).min(all.len()),
-                all.len(),
-                done.keys,
-                done.frozen_for.as_millis()
-            );
-            if done.tracking_lost && n + 1 < parts.len() && copies < PRECOPY_TRIES {
-                // The source's leader changed (or its notes ran over): copy what is left
-                // ahead of its freeze again, tracked by the leader now.
-                if let Some(t) = &tracked {
-                    copy::stop_tracking(groups, from, t.token).await;
-                }
-                tracked = copy::precopy(groups, (from, to), &parts[n + 1..].concat()).await?;
-                keys += tracked.as_ref().map_or(0, |t| t.keys);
-                copies += 1;
-            }
-        }
-        anyhow::Ok(())
+    let mut outcome = move_from(groups, from, &[(to, all)], chunk).await;
+    outcome.pop().unwrap_or(Ok(()))
+}
+
+/// One target of a move from one source, as it goes.
+enum Leg {
+    /// Slots still to hand over (in order), keys copied so far, the longest write pause.
+    Moving(Vec<u16>, u64, Duration),
+    /// Every slot handed over: keys copied, the longest write pause.
+    Done(u64, Duration),
+    Failed(anyhow::Error),
+}
+
+/// Moves slots from group `from` to several groups at once (`targets`: each group and the
+/// slots it takes), `chunk` slots at a time per target: one copy before the freeze for all
+/// of them (the source tracks the writes to every moving slot under one token), then each
+/// target's chunks side by side. A target whose chunk found the tracking lost stops there,
+/// and what is left of every target is copied ahead again (at most [`PRECOPY_TRIES`]
+/// copies; past them, chunks are copied whole while frozen). How each target's move ended.
+pub async fn move_from(
+    groups: &Groups,
+    from: usize,
+    targets: &[(usize, Vec<u16>)],
+    chunk: usize,
+) -> Vec<anyhow::Result<()>> {
+    let n = groups.count();
+    let mut tos: Vec<usize> = targets.iter().map(|(to, _)| *to).collect();
+    tos.sort_unstable();
+    tos.dedup();
+    if from >= n || tos.len() < targets.len() || tos.iter().any(|&to| to == from || to >= n) {
+        let e = format!("--from and --to must be different groups of the {n} --nodes lists");
+        return targets.iter().map(|_| Err(anyhow::anyhow!("{e}"))).collect();
     }
-    .await;
+    let began = Instant::now();
+    let mut legs: Vec<Leg> = targets
+        .iter()
+        .map(|(_, s)| Leg::Moving(s.clone(), 0, Duration::ZERO))
+        .collect();
+    for round in 0..=PRECOPY_TRIES {
+        let moving: Vec<(usize, &[u16])> = targets
+            .iter()
+            .zip(&legs)
+            .filter_map(|((to, _), leg)| match leg {
+                Leg::Moving(left, ..) if !left.is_empty() => Some((*to, left.as_slice())),
+                _ => None,
+            })
+            .collect();
+        if moving.is_empty() {
+            break;
+        }
+        let tracked = match round < PRECOPY_TRIES {
+            true => copy::precopy(groups, from, &moving).await,
+            false => Ok(None),
+        };
+        let outcomes = match tracked {
+            Ok(tracked) => run_legs(groups, from, &moving, chunk, tracked).await,
+            Err(e) => moving.iter().map(|_| Err(anyhow::anyhow!("{e:#}"))).collect(),
+        };
+        let mut outcomes = outcomes.into_iter();
+        for leg in legs
+            .iter_mut()
+            .filter(|l| matches!(l, Leg::Moving(left, ..) if !left.is_empty()))
+        {
+            let Some(outcome) = outcomes.next() else { break };
+            *leg = leg_after(std::mem::replace(leg, Leg::Done(0, Duration::ZERO)), outcome);
+        }
+    }
+    let took = began.elapsed();
+    targets
+        .iter()
+        .zip(legs)
+        .map(|((to, slots), leg)| {
+            let (keys, pause) = match leg {
+                Leg::Done(keys, pause) | Leg::Moving(_, keys, pause) => (keys, pause),
+                Leg::Failed(e) => return Err(e),
+            };
+            eprintln!(
+                "kvd: moved {} slots ({}) from group {from} to group {to}: {keys} keys in {:.2} s ({:.0} keys/s), longest write pause {} ms",
+                slots.len(),
+                slots::format_ranges(&slots::ranges_of_slots(slots)),
+                took.as_secs_f64(),
+                keys as f64 / took.as_secs_f64().max(1e-9),
+                pause.as_millis()
+            );
+            Ok(())
+        })
+        .collect()
+}
+
+/// A leg after one round: `outcome` is the slots it has left, the keys it copied and its
+/// longest write pause in that round.
+fn leg_after(leg: Leg, outcome: anyhow::Result<(Vec<u16>, u64, Duration)>) -> Leg {
+    let (keys, pause) = match leg {
+        Leg::Moving(_, keys, pause) | Leg::Done(keys, pause) => (keys, pause),
+        failed @ Leg::Failed(_) => return failed,
+    };
+    match outcome {
+        Ok((left, k, p)) if left.is_empty() => Leg::Done(keys + k, pause.max(p)),
+        Ok((left, k, p)) => Leg::Moving(left, keys + k, pause.max(p)),
+        Err(e) => Leg::Failed(e),
+    }
+}
+
+/// One round of a move's targets side by side, after the copy ahead (`tracked`, whose keys
+/// count for each target); ends the source's tracking. Per target: its slots left, the
+/// keys it copied, its longest write pause.
+async fn run_legs(
+    groups: &Groups,
+    from: usize,
+    moving: &[(usize, &[u16])],
+    chunk: usize,
+    tracked: Option<copy::Tracked>,
+) -> Vec<anyhow::Result<(Vec<u16>, u64, Duration)>> {
+    let legs = moving.iter().enumerate().map(|(i, &(to, left))| {
+        let copied = tracked.as_ref().and_then(|t| t.keys.get(i).copied()).unwrap_or(0);
+        let tracked = tracked.as_ref();
+        async move {
+            let (rest, keys, pause) = run_chunks(groups, (from, to), left, chunk, tracked).await?;
+            Ok((rest, keys + copied, pause))
+        }
+    });
+    let outcomes = futures::future::join_all(legs).await;
     if let Some(t) = &tracked {
         copy::stop_tracking(groups, from, t.token).await;
     }
-    chunks?;
-    let took = began.elapsed();
-    eprintln!(
-        "kvd: moved {} slots ({}) from group {from} to group {to}: {keys} keys in {:.2} s ({:.0} keys/s), longest write pause {} ms",
-        all.len(),
-        slots::format_ranges(wanted),
-        took.as_secs_f64(),
-        keys as f64 / took.as_secs_f64().max(1e-9),
-        worst_freeze.as_millis()
-    );
-    Ok(())
+    outcomes
+}
+
+/// Hands `slots` from `from` to `to` chunk by chunk; stops after a chunk that found the
+/// source's tracking lost (copied whole, frozen), so that the rest is copied ahead again.
+/// The slots left, the keys copied while frozen, the longest write pause.
+async fn run_chunks(
+    groups: &Groups,
+    (from, to): (usize, usize),
+    slots: &[u16],
+    chunk: usize,
+    tracked: Option<&copy::Tracked>,
+) -> anyhow::Result<(Vec<u16>, u64, Duration)> {
+    let (mut keys, mut pause, mut done) = (0, Duration::ZERO, 0);
+    for part in slots.chunks(chunk.max(1)) {
+        let moved = steps::move_chunk(groups, (from, to), part, tracked).await?;
+        (keys, pause, done) = (keys + moved.keys, pause.max(moved.frozen_for), done + part.len());
+        eprintln!(
+            "kvd: slots moved {done}/{} to group {to}: {} keys copied while frozen, writes paused {} ms",
+            slots.len(),
+            moved.keys,
+            moved.frozen_for.as_millis()
+        );
+        if moved.tracking_lost {
+            // The source's leader changed (or its notes ran over): what is left is copied
+            // ahead of its freeze again, tracked by the leader now.
+            break;
+        }
+    }
+    Ok((slots.get(done..).unwrap_or_default().to_vec(), keys, pause))
 }
 
 /// `kvd admin slots`: each group's slots, by state.
@@ -208,4 +312,34 @@ pub async fn print_slots(groups: &Groups) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A move whose source is among its targets, or names a target twice or a group the
+    /// list lacks, is refused for every target before anything is asked of a group.
+    #[tokio::test]
+    async fn a_move_to_its_own_source_or_twice_to_one_target_is_refused() {
+        // (Nothing listens there: a refusal must not need the groups.)
+        let nodes = [
+            "127.0.0.1:1".to_string(),
+            "127.0.0.1:2".to_string(),
+            "127.0.0.1:3".to_string(),
+        ];
+        let groups = Groups::new(&nodes, ClientConfig::default()).unwrap();
+        for targets in [
+            vec![(0, vec![1]), (1, vec![2])],
+            vec![(1, vec![1]), (1, vec![2])],
+            vec![(1, vec![1]), (3, vec![2])],
+        ] {
+            let outcomes = move_from(&groups, 0, &targets, 10).await;
+            assert_eq!(outcomes.len(), targets.len());
+            for o in outcomes {
+                let e = o.expect_err("refused");
+                assert!(e.to_string().contains("different groups of the 3"), "{e}");
+            }
+        }
+    }
 }
