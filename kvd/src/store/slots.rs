@@ -136,8 +136,11 @@ impl Store {
             return OpStatus::Malformed;
         };
         let _gate = self.atomic_gate.write();
-        if log_index > 0 && log_index <= self.slots_applied.load(std::sync::atomic::Ordering::Acquire) {
-            // Replaying the log: the snapshot's table already holds this change.
+        if log_index > 0 && log_index < self.slots_applied.load(std::sync::atomic::Ordering::Acquire) {
+            // Replaying the log: the snapshot's table already holds this change. (Not the
+            // entry of the table's last change itself: one entry holds many batches, so
+            // several changes, and each must run; run again on a replay, a change that was
+            // applied changes nothing: see `plan_change`.)
             return OpStatus::Stored;
         }
         let me = self.me.index as u16;
@@ -750,5 +753,47 @@ pub(super) mod tests {
             OpStatus::Stored
         );
         assert_eq!(b.slot_table().get(5).state, SlotState::Owned);
+    }
+
+    /// Two changes in one log entry (the log puts every batch queued meanwhile in one
+    /// entry, so two moves' steps share it) both run: the second was once skipped as "held
+    /// by the snapshot" and answered `Stored`, leaving a slot with two owners. Replaying
+    /// that entry changes nothing more.
+    #[test]
+    fn every_change_of_one_log_entry_runs() {
+        let a = Store::new(ShardId { index: 0, count: 2 }, 4, 0).unwrap();
+        let freeze = |ranges: Vec<[u16; 2]>| SlotChange {
+            ranges,
+            to: SlotState::Frozen,
+            owner: 0,
+            epoch: 0,
+        };
+        let gone = |ranges: Vec<[u16; 2]>, owner: u16| SlotChange {
+            ranges,
+            to: SlotState::Gone,
+            owner,
+            epoch: 1,
+        };
+        let entry = [
+            freeze(vec![[5, 9]]),
+            freeze(vec![[20, 29]]),
+            gone(vec![[5, 9]], 1),
+            gone(vec![[20, 29]], 1),
+        ];
+        for replay in [false, true] {
+            for c in &entry {
+                let status = a.set_slots(&c.encode(), 7, &mut kvshared::stats::Counts::default());
+                assert!(replay || status == OpStatus::Stored, "{c:?}");
+            }
+            for slot in [5, 9, 20, 29] {
+                let e = a.slot_table().get(slot);
+                assert_eq!(
+                    (e.state, e.owner, e.epoch),
+                    (SlotState::Gone, 1, 1),
+                    "slot {slot}, replay {replay}"
+                );
+            }
+            assert_eq!(a.slot_table().get(10).state, SlotState::Owned);
+        }
     }
 }
