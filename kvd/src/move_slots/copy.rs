@@ -31,69 +31,41 @@ pub(super) struct Tracked {
     pub(super) keys: Vec<u64>,
 }
 
-/// Where each copied key goes: the target taking its slot.
-pub(super) struct Route {
-    /// The targets' groups.
-    targets: Vec<usize>,
-    /// Each slot's target, an index into `targets` (`None`: the slot is not copied).
-    by_slot: Vec<Option<u16>>,
+/// A copy's target: the group and the slots it takes (a page's key of another slot is
+/// refused: the source sent what was not asked).
+pub(super) struct Target {
+    to: usize,
+    takes: Vec<bool>,
 }
 
-impl Route {
-    /// Each group of `targets` takes its slots (a slot named twice goes to the last).
-    pub(super) fn new<'a>(targets: impl IntoIterator<Item = (usize, &'a [u16])>) -> Route {
-        let mut route = Route {
-            targets: Vec::new(),
-            by_slot: vec![None; usize::from(kvshared::routing::SLOTS)],
-        };
-        for (i, (to, slots)) in targets.into_iter().enumerate() {
-            route.targets.push(to);
-            for &s in slots {
-                if let Some(at) = route.by_slot.get_mut(usize::from(s)) {
-                    *at = u16::try_from(i).ok();
-                }
+impl Target {
+    /// Group `to`, taking the slots of `ranges`.
+    pub(super) fn new(to: usize, ranges: &[[u16; 2]]) -> Target {
+        let mut takes = vec![false; usize::from(kvshared::routing::SLOTS)];
+        for s in ranges.iter().flat_map(|[a, b]| *a..=*b) {
+            if let Some(t) = takes.get_mut(usize::from(s)) {
+                *t = true;
             }
         }
-        route
+        Target { to, takes }
     }
 
-    /// Group `to` takes every slot of `ranges`.
-    pub(super) fn one(to: usize, ranges: &[[u16; 2]]) -> Route {
-        let slots: Vec<u16> = ranges.iter().flat_map(|[a, b]| *a..=*b).collect();
-        Route::new([(to, slots.as_slice())])
-    }
-
-    /// Which target (an index) takes `key`.
-    fn target(&self, key: &[u8]) -> Option<usize> {
-        let at = self.by_slot.get(usize::from(kvshared::routing::key_slot(key)))?;
-        at.map(usize::from)
+    fn takes(&self, key: &[u8]) -> bool {
+        self.takes.get(usize::from(key_slot(key))).is_some_and(|t| *t)
     }
 }
 
 /// Copies every key of the slots each target takes that the source still owns outright
 /// into that target, which imports them at a new epoch (one for all the targets), while
-/// the source tracks the keys written meanwhile under one token. `None` when there was
-/// nothing to copy so, or the source stopped tracking (each chunk is then copied whole,
-/// frozen).
+/// the source tracks the keys written meanwhile under one token; each target's pages are
+/// read and loaded side by side. `None` when there was nothing to copy so, or the source
+/// stopped tracking (each chunk is then copied whole, frozen).
 pub(super) async fn precopy(
     groups: &Groups,
     from: usize,
     targets: &[(usize, &[u16])],
 ) -> anyhow::Result<Option<Tracked>> {
-    let src = groups.table(from).await?;
-    let mut fresh: Vec<(usize, Vec<u16>)> = Vec::new();
-    let mut epoch = src.iter().map(|s| s.epoch).max().unwrap_or(0);
-    for &(to, slots) in targets {
-        let dst = groups.table(to).await?;
-        epoch = epoch.max(dst.iter().map(|s| s.epoch).max().unwrap_or(0));
-        let takes = |s: &u16| {
-            let (s, t) = (src.get(usize::from(*s)), dst.get(usize::from(*s)));
-            s.is_some_and(|s| s.state == SlotState::Owned)
-                && t.is_some_and(|t| matches!(t.state, SlotState::Gone | SlotState::Importing))
-        };
-        fresh.push((to, slots.iter().copied().filter(takes).collect()));
-    }
-    let epoch = epoch + 1;
+    let (fresh, epoch) = fresh_slots(groups, from, targets).await?;
     let mut union: Vec<u16> = fresh.iter().flat_map(|(_, s)| s.iter().copied()).collect();
     union.sort_unstable();
     union.dedup();
@@ -113,16 +85,25 @@ pub(super) async fn precopy(
         };
         groups.change(*to, &import).await?;
     }
-    let page = |cursor| {
-        let req = ScanRequest {
-            cursor,
-            count: PAGE_KEYS,
+    // One page stream per target, side by side: a page from a busy source waits its turn
+    // behind the load, so streams in parallel copy faster than one stream split by target.
+    let copies = fresh.iter().map(|(to, slots)| async move {
+        let ranges = slots::ranges_of_slots(slots);
+        let page = |cursor| {
+            let req = ScanRequest {
+                cursor,
+                count: PAGE_KEYS,
+            };
+            let ranges = ranges.clone();
+            (OpKind::SlotTrack, TrackRequest::Scan { token, req, ranges }.encode())
         };
-        let ranges = ranges.clone();
-        (OpKind::SlotTrack, TrackRequest::Scan { token, req, ranges }.encode())
-    };
-    let route = Route::new(fresh.iter().map(|(to, s)| (*to, s.as_slice())));
-    let Some(keys) = copy_pages(groups, from, &route, page).await? else {
+        match slots.is_empty() {
+            true => Ok(Some(0)),
+            false => copy_pages(groups, from, &Target::new(*to, &ranges), page).await,
+        }
+    });
+    let copied: anyhow::Result<Option<Vec<u64>>> = futures::future::join_all(copies).await.into_iter().collect();
+    let Some(keys) = copied? else {
         eprintln!(
             "kvd: group {from} stopped tracking the slots' writes during the copy; each chunk is copied whole while frozen"
         );
@@ -138,6 +119,30 @@ pub(super) async fn precopy(
         );
     }
     Ok(Some(Tracked { token, epoch, keys }))
+}
+
+/// The slots each target may take by a copy ahead (owned outright by the source, held by
+/// the target as gone or a cut-short import), and the epoch of the imports: one above any
+/// the source's and the targets' tables hold.
+async fn fresh_slots(
+    groups: &Groups,
+    from: usize,
+    targets: &[(usize, &[u16])],
+) -> anyhow::Result<(Vec<(usize, Vec<u16>)>, u32)> {
+    let src = groups.table(from).await?;
+    let mut fresh: Vec<(usize, Vec<u16>)> = Vec::new();
+    let mut epoch = src.iter().map(|s| s.epoch).max().unwrap_or(0);
+    for &(to, slots) in targets {
+        let dst = groups.table(to).await?;
+        epoch = epoch.max(dst.iter().map(|s| s.epoch).max().unwrap_or(0));
+        let takes = |s: &u16| {
+            let (s, t) = (src.get(usize::from(*s)), dst.get(usize::from(*s)));
+            s.is_some_and(|s| s.state == SlotState::Owned)
+                && t.is_some_and(|t| matches!(t.state, SlotState::Gone | SlotState::Importing))
+        };
+        fresh.push((to, slots.iter().copied().filter(takes).collect()));
+    }
+    Ok((fresh, epoch + 1))
 }
 
 /// Ends the source's tracking (best effort: a source that restarted has none left, and a
@@ -169,8 +174,7 @@ pub(super) async fn copy_changed(
         };
         (OpKind::SlotTrack, changed.encode())
     };
-    let keys = copy_pages(groups, from, &Route::one(to, ranges), page).await?;
-    Ok(keys.map(|k| k.iter().sum()))
+    copy_pages(groups, from, &Target::new(to, ranges), page).await
 }
 
 /// Copies every key of `ranges` from group `from` (frozen there) into group `to`
@@ -197,10 +201,10 @@ pub(super) async fn copy_whole(
             };
             (OpKind::SlotTrack, scan.encode())
         };
-        let copied = copy_pages(groups, from, &Route::one(to, ranges), page).await?;
+        let copied = copy_pages(groups, from, &Target::new(to, ranges), page).await?;
         stop_tracking(groups, from, token).await;
         if let Some(keys) = copied {
-            return Ok(keys.iter().sum());
+            return Ok(keys);
         }
     }
     bail!(
@@ -227,28 +231,27 @@ async fn start_tracking(groups: &Groups, from: usize, ranges: &[[u16; 2]]) -> an
     }
 }
 
-/// Reads pages from group `from` (`page` makes the op for a cursor) and loads each key into
-/// the target `route` gives its slot, until the source says it is done; the next page is
-/// read while the last one is loaded, and the targets are loaded at once. Returns how many
-/// keys each target took, or `None` when the source answered `NotFound` (no tracking under
-/// the token asked).
+/// Reads pages from group `from` (`page` makes the op for a cursor) and loads their keys
+/// into `target`, until the source says it is done; the next page is read while the last
+/// one is loaded. Returns how many keys, or `None` when the source answered `NotFound` (no
+/// tracking under the token asked).
 async fn copy_pages(
     groups: &Groups,
     from: usize,
-    route: &Route,
+    target: &Target,
     page: impl Fn(u64) -> (OpKind, Vec<u8>),
-) -> anyhow::Result<Option<Vec<u64>>> {
+) -> anyhow::Result<Option<u64>> {
     let read = |cursor| {
         let (kind, request) = page(cursor);
         async move { groups.one(from, kind, &request).await }
     };
-    let mut keys = vec![0u64; route.targets.len()];
+    let mut keys = 0;
     let mut reply = read(0).await?;
     loop {
-        let Some((next, loads)) = split_page(from, route, &reply)? else {
+        let Some((next, load)) = load_of_page(from, target, &reply)? else {
             return Ok(None);
         };
-        let stored = load_all(groups, route, &loads);
+        let stored = store(groups, target.to, &load);
         let (following, stored) = match next {
             0 => (None, stored.await),
             next => {
@@ -256,9 +259,7 @@ async fn copy_pages(
                 (Some(following), stored)
             }
         };
-        for (k, n) in keys.iter_mut().zip(stored?) {
-            *k += n;
-        }
+        keys += stored?;
         match following {
             None => return Ok(Some(keys)),
             Some(following) => reply = following?,
@@ -266,9 +267,9 @@ async fn copy_pages(
     }
 }
 
-/// One page from the source as a `Load` batch per target, and the next cursor (0: done);
+/// One page from the source as a `Load` batch for `target`, and the next cursor (0: done);
 /// `None` when the source answered `NotFound`.
-fn split_page(from: usize, route: &Route, reply: &Reply) -> anyhow::Result<Option<(u64, Vec<BatchRequest>)>> {
+fn load_of_page(from: usize, target: &Target, reply: &Reply) -> anyhow::Result<Option<(u64, BatchRequest)>> {
     let view = reply.batch()?;
     let bytes = match view.result(0) {
         OpReply::Found(bytes) => bytes,
@@ -276,63 +277,56 @@ fn split_page(from: usize, route: &Route, reply: &Reply) -> anyhow::Result<Optio
         other => bail!("group {from} did not answer a copy's page: {other:?}"),
     };
     let (next, copied) = decode_copied(bytes).context("a copy's page does not parse")?;
-    let mut loads: Vec<BatchRequest> = route.targets.iter().map(|_| BatchRequest::new()).collect();
+    let mut load = BatchRequest::new();
     let mut value = Vec::new();
     for c in &copied {
-        let Some(load) = route.target(c.key).and_then(|i| loads.get_mut(i)) else {
+        if !target.takes(c.key) {
             bail!(
                 "group {from} sent a key of slot {}, which this copy does not move",
                 key_slot(c.key)
             );
-        };
+        }
         value.clear();
         encode_load(c.value, c.deadline, &mut value);
         load.push(OpKind::Load, c.key, &value);
     }
-    Ok(Some((next, loads)))
+    Ok(Some((next, load)))
 }
 
-/// Loads each target's batch of `loads` into it, all at once; how many keys each took.
-async fn load_all(groups: &Groups, route: &Route, loads: &[BatchRequest]) -> anyhow::Result<Vec<u64>> {
-    let sends = route.targets.iter().zip(loads).map(|(&to, load)| async move {
-        if load.is_empty() {
-            return Ok(0);
+/// Loads `load` into group `to`; how many keys it took.
+async fn store(groups: &Groups, to: usize, load: &BatchRequest) -> anyhow::Result<u64> {
+    if load.is_empty() {
+        return Ok(0);
+    }
+    let reply = groups.send(to, load).await?;
+    let view = reply.batch()?;
+    for i in 0..view.len() {
+        match view.result(i) {
+            OpReply::Stored => {}
+            other => bail!("group {to} did not take a copied key: {other:?}"),
         }
-        let reply = groups.send(to, load).await?;
-        let view = reply.batch()?;
-        for i in 0..view.len() {
-            match view.result(i) {
-                OpReply::Stored => {}
-                other => bail!("group {to} did not take a copied key: {other:?}"),
-            }
-        }
-        Ok(view.len() as u64)
-    });
-    futures::future::join_all(sends).await.into_iter().collect()
+    }
+    Ok(view.len() as u64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A key goes to the target of its slot; a key of a slot no target takes, nowhere (the
-    /// copy refuses such a page).
+    /// A copy's target takes the keys of its slots and no other (a page holding another
+    /// slot's key is refused).
     #[test]
-    fn a_copied_key_goes_to_the_target_of_its_slot() {
+    fn a_target_takes_the_keys_of_its_slots_only() {
         let key_in = |slots: std::ops::RangeInclusive<u16>| {
             (0..)
                 .map(|i| format!("k{i}").into_bytes())
                 .find(|k| slots.contains(&key_slot(k)))
                 .unwrap_or_default()
         };
-        let (a, b): (Vec<u16>, Vec<u16>) = ((0..100).collect(), (100..200).collect());
-        let route = Route::new([(4, a.as_slice()), (2, b.as_slice())]);
-        assert_eq!(route.target(&key_in(0..=99)), Some(0));
-        assert_eq!(route.target(&key_in(100..=199)), Some(1));
-        assert_eq!(route.target(&key_in(200..=16383)), None);
-        let one = Route::one(7, &[[300, 399]]);
-        assert_eq!(one.targets, vec![7]);
-        assert_eq!(one.target(&key_in(300..=399)), Some(0));
-        assert_eq!(one.target(&key_in(0..=299)), None);
+        let t = Target::new(7, &[[300, 399], [1000, 1000]]);
+        assert!(t.takes(&key_in(300..=399)));
+        assert!(t.takes(&key_in(1000..=1000)));
+        assert!(!t.takes(&key_in(0..=299)));
+        assert!(!t.takes(&key_in(400..=999)));
     }
 }

@@ -195,12 +195,14 @@ async fn run_steps(
     Ok(Some(moved))
 }
 
-/// Tells every group but the two that `change`'s slots are now the target's, so that they
-/// redirect clients there in one hop (a group that cannot be told now still redirects to
-/// the source, which redirects on: a warning, not a failure).
+/// Tells every group but the two that `change`'s slots are now the target's, all at once,
+/// so that they redirect clients there in one hop (a group that cannot be told now still
+/// redirects to the source, which redirects on: a warning, not a failure).
 async fn tell_the_others(groups: &Groups, (from, to): (usize, usize), change: &SlotChange) {
-    for g in (0..groups.count()).filter(|&g| g != from && g != to) {
-        if let Err(e) = groups.change(g, change).await {
+    let others = (0..groups.count()).filter(|&g| g != from && g != to);
+    let told = others.map(|g| async move { (g, groups.change(g, change).await) });
+    for (g, outcome) in futures::future::join_all(told).await {
+        if let Err(e) = outcome {
             eprintln!("kvd: warning: group {g} was not told the slots' new owner: {e:#}");
         }
     }
