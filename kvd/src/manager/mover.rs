@@ -32,8 +32,6 @@ pub struct SlotMover {
     read_limit: Duration,
     /// The counters read last interval (summed over the groups).
     last: Option<Vec<u32>>,
-    /// Each slot's load over the interval before this one.
-    previous: Option<Vec<u64>>,
     /// Each group's slots, read again after every move.
     owned: Option<Vec<Vec<u16>>>,
     job: Option<JoinHandle<Vec<DecisionLine>>>,
@@ -62,7 +60,6 @@ impl SlotMover {
             chunk,
             read_limit,
             last: None,
-            previous: None,
             owned: Some(owned),
             job: None,
         })
@@ -81,17 +78,20 @@ impl SlotMover {
         }
         let Ok(Some(now)) = tokio::time::timeout(self.read_limit, read_loads(&self.groups)).await else {
             tracing::debug!("a group's slot load did not come in time");
-            (self.last, self.previous) = (None, None);
+            self.last = None;
             return Ok(());
         };
         let Some(before) = self.last.replace(now.clone()) else {
             return Ok(());
         };
-        let load = interval_load(&now, &before);
-        let previous = self.previous.replace(load.clone());
         if self.job.is_some() {
             return Ok(());
         }
+        let load: Vec<u64> = now
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| u64::from(Some(a.wrapping_sub(*b)).filter(|d| *d < MAX_COUNTER_STEP).unwrap_or(0)))
+            .collect();
         if self.owned.is_none() {
             match tables(&self.groups).await.and_then(|t| owned_by_group(&t)) {
                 Ok(owned) => self.owned = Some(owned),
@@ -106,10 +106,7 @@ impl SlotMover {
         let Some(why) = self.policy.decide(&mut self.state, &sums) else {
             return Ok(());
         };
-        // The blocks to move are chosen by the interval before (part of the hot streak when
-        // it is two or more long) and weighed by this one: see `plan_spread`.
-        let pick = previous.filter(|_| self.policy.up_after >= 2);
-        let plan = plan_spread(owned, pick.as_deref().unwrap_or(&load), &load);
+        let plan = plan_spread(owned, &load);
         if plan.is_empty() {
             tracing::debug!(%why, "nothing worth moving");
             return Ok(());
@@ -204,15 +201,6 @@ fn by_source(asked: Vec<(DecisionLine, Planned)>) -> Vec<(usize, Vec<TargetMove>
         }
     }
     out
-}
-
-/// Each slot's sampled ops between two readings of the counters (a counter that went back,
-/// a restarted node, or jumped by [`MAX_COUNTER_STEP`] or more counts as none).
-fn interval_load(now: &[u32], before: &[u32]) -> Vec<u64> {
-    now.iter()
-        .zip(before)
-        .map(|(a, b)| u64::from(Some(a.wrapping_sub(*b)).filter(|d| *d < MAX_COUNTER_STEP).unwrap_or(0)))
-        .collect()
 }
 
 /// Every slot's sampled load summed over the groups, asked of all groups at once (a busy
