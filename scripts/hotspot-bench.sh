@@ -8,7 +8,7 @@ usage() {
 Usage: scripts/hotspot-bench.sh [--cpu 0.15] [--shards 3] [--extra 3] [--tasks "32 128"]
                                 [--phase 12s] [--hot-ops 0.8] [--records 200000] [--rounds 1]
                                 [--setups "fixed1 fixedR fixedRall manager manager-slots ..."]
-                                [--check 20s] [--spread-above 1.6]
+                                [--check 20s] [--spread-above 1.6] [--snapshot-every 64mib]
                                 [--out docs/data/manager]
 
 Hosts (network namespaces, scripts/local-cluster.sh), every one capped at --cpu cores (over
@@ -45,11 +45,12 @@ Writes OUT/hotspot.csv (per run and shard: reads-only batch and write batch roun
 mean and p99, and the run's op/s), OUT/<setup>-t<T>.json (kvbench's results),
 OUT/<setup>-t<T>-timeline.png (each shard's p99 per second), OUT/<setup>-t<T>.log (the
 manager's decisions), and OUT/hotspot.png + .svg (hot shard read p99 and throughput per
-set-up). Root (namespaces, cgroups). About 2 minutes per run. KVD_BIN=DIR runs the kvd and
+set-up). --snapshot-every is every kvd's (its default, 64mib, is kvd's; 4gib: no snapshot in
+a run). Root (namespaces, cgroups). About 2 minutes per run. KVD_BIN=DIR runs the kvd and
 kvbench of DIR (another build, for A B A B) instead of this checkout's.
 TXT
 }
-SPREAD_ABOVE=1.6 CPU=0.15 SHARDS=3 EXTRA=3 TASKS="32 128" PHASE=12s HOT_OPS=0.8 RECORDS=200000 ROUNDS=1
+SNAPSHOT_EVERY=64mib SPREAD_ABOVE=1.6 CPU=0.15 SHARDS=3 EXTRA=3 TASKS="32 128" PHASE=12s HOT_OPS=0.8 RECORDS=200000 ROUNDS=1
 SETUPS="fixed1 fixedR fixedRall manager manager-slots fixedR-stale manager-slots-stale" CHECK="" OUT=docs/data/manager
 while (($#)); do
   case "$1" in
@@ -64,6 +65,7 @@ while (($#)); do
     --setups) SETUPS=$2; shift 2 ;;
     --check) CHECK=$2; shift 2 ;;
     --spread-above) SPREAD_ABOVE=$2; shift 2 ;;
+    --snapshot-every) SNAPSHOT_EVERY=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -112,7 +114,7 @@ kvd_on() {
   local dir="$WORK/data/h$h-s$shard"
   mkdir -p "$dir"
   (spawn "$h" "$BIN/kvd" --shard "$shard/$SHARDS" --listen "$(addr "$h" "$off")" --data-dir "$dir" \
-    "${AUTH[@]}" "$@" >>"$WORK/kvd-h$h.log" 2>&1) &
+    --snapshot-every "$SNAPSHOT_EVERY" "${AUTH[@]}" "$@" >>"$WORK/kvd-h$h.log" 2>&1) &
   PIDS+=($!)
 }
 wait_up() {
@@ -153,7 +155,7 @@ for round in $(seq 1 "$ROUNDS"); do
           for e in $(seq 0 $((EXTRA - 1))); do
             g=$((SHARDS + e))
             (spawn "$g" "$BIN/kvd" --shard "$g/$((g + 1))" --no-slots --listen "$(addr "$g")" \
-              --data-dir "$WORK/data/h$g-s$g" --group "$(addr "$g")" "${AUTH[@]}" >>"$WORK/kvd-h$g.log" 2>&1) &
+              --data-dir "$WORK/data/h$g-s$g" --snapshot-every "$SNAPSHOT_EVERY" --group "$(addr "$g")" "${AUTH[@]}" >>"$WORK/kvd-h$g.log" 2>&1) &
             PIDS+=($!)
             RUN_NODES="$RUN_NODES,$(addr "$g")"
           done
