@@ -145,7 +145,7 @@ enum Leg {
 /// slots it takes), `chunk` slots at a time per target: one copy before the freeze for all
 /// of them (the source tracks the writes to every moving slot under one token), then each
 /// target's chunks side by side. A target whose chunk found the tracking lost stops there,
-/// and what is left of every target is copied ahead again (at most [`PRECOPY_TRIES`]
+/// and what is left of every target is copied ahead again (at most `PRECOPY_TRIES`
 /// copies; past them, chunks are copied whole while frozen). How each target's move ended.
 pub async fn move_from(
     groups: &Groups,
