@@ -582,6 +582,32 @@ pub fn parse_ranges(text: &str) -> Result<Vec<[u16; 2]>, String> {
     Ok(merged)
 }
 
+/// A set of slots, one bit each: which slots a move copies or a node tracks, asked once
+/// per key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotBits([u64; SLOTS as usize / 64]);
+
+impl SlotBits {
+    /// The slots of `ranges` (inclusive; slots past the last are left out).
+    pub fn of(ranges: &[[u16; 2]]) -> SlotBits {
+        let mut bits = [0u64; SLOTS as usize / 64];
+        for slot in ranges.iter().flat_map(|[a, b]| *a..=*b) {
+            if let Some(w) = bits.get_mut(usize::from(slot) / 64) {
+                *w |= 1 << (slot % 64);
+            }
+        }
+        SlotBits(bits)
+    }
+
+    /// Whether `slot` is in the set.
+    #[inline]
+    pub fn has(&self, slot: u16) -> bool {
+        self.0
+            .get(usize::from(slot) / 64)
+            .is_some_and(|w| w & (1 << (slot % 64)) != 0)
+    }
+}
+
 /// `slots` (in any order) as inclusive ranges in order.
 pub fn ranges_of_slots(slots: &[u16]) -> Vec<[u16; 2]> {
     let mut sorted = slots.to_vec();
@@ -608,6 +634,18 @@ pub fn format_ranges(ranges: &[[u16; 2]]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// A slot set holds exactly the slots of its ranges, the last slot included; a range
+    /// past the last slot adds nothing beyond it.
+    #[test]
+    fn a_slot_set_holds_the_slots_of_its_ranges() {
+        let set = SlotBits::of(&[[0, 0], [63, 64], [16000, 16383]]);
+        let held: Vec<u16> = (0..SLOTS).filter(|&s| set.has(s)).collect();
+        let want: Vec<u16> = [0, 63, 64].into_iter().chain(16000..SLOTS).collect();
+        assert_eq!(held, want);
+        assert!(!set.has(SLOTS) && !set.has(u16::MAX));
+        assert_eq!(SlotBits::of(&[[16380, u16::MAX]]), SlotBits::of(&[[16380, 16383]]));
+    }
     use proptest::prelude::*;
 
     use super::*;

@@ -151,12 +151,11 @@ fn spawn_moves(
             let slots: Vec<(usize, Vec<u16>)> = targets.iter().map(|t| (t.to, t.slots.clone())).collect();
             let outcomes = move_from(&groups, from, &slots, chunk).await;
             for (t, outcome) in targets.into_iter().zip(outcomes) {
-                let outcome = outcome.map_err(|e| format!("{e:#}"));
+                let said = outcome
+                    .map(|()| format!("{} slots now at group {}", t.slots.len(), t.to))
+                    .map_err(|e| format!("{e:#}"));
                 for line in t.lines {
-                    let said = outcome
-                        .clone()
-                        .map(|()| format!("{} slots now at group {}", t.slots.len(), t.to));
-                    done.push(finished(line, "moved", said.map_err(anyhow::Error::msg)));
+                    done.push(finished(line, "moved", said.clone().map_err(anyhow::Error::msg)));
                 }
             }
         }

@@ -11,7 +11,7 @@ use kvshared::client::Reply;
 use kvshared::keyspace::ScanRequest;
 use kvshared::routing::key_slot;
 use kvshared::slot_copy::{TrackRequest, decode_copied, encode_load};
-use kvshared::slots::{self, SlotChange, SlotState};
+use kvshared::slots::{self, SlotBits, SlotChange, SlotState};
 use kvshared::wire::{BatchRequest, OpKind, OpReply};
 
 use super::Groups;
@@ -35,23 +35,20 @@ pub(super) struct Tracked {
 /// refused: the source sent what was not asked).
 pub(super) struct Target {
     to: usize,
-    takes: Vec<bool>,
+    takes: SlotBits,
 }
 
 impl Target {
     /// Group `to`, taking the slots of `ranges`.
     pub(super) fn new(to: usize, ranges: &[[u16; 2]]) -> Target {
-        let mut takes = vec![false; usize::from(kvshared::routing::SLOTS)];
-        for s in ranges.iter().flat_map(|[a, b]| *a..=*b) {
-            if let Some(t) = takes.get_mut(usize::from(s)) {
-                *t = true;
-            }
+        Target {
+            to,
+            takes: SlotBits::of(ranges),
         }
-        Target { to, takes }
     }
 
     fn takes(&self, key: &[u8]) -> bool {
-        self.takes.get(usize::from(key_slot(key))).is_some_and(|t| *t)
+        self.takes.has(key_slot(key))
     }
 }
 

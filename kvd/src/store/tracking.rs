@@ -18,8 +18,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use kvshared::keyspace::{MAX_SCAN_PAGE_BYTES, ScanRequest};
-use kvshared::routing::{SLOTS, key_hash, key_slot, map_shard};
+use kvshared::routing::{key_hash, key_slot, map_shard};
 use kvshared::slot_copy::{Copied, TrackRequest, encode_copied};
+use kvshared::slots::SlotBits;
 use kvshared::wire::MalformedOp;
 
 use super::Store;
@@ -30,28 +31,6 @@ use super::Store;
 pub const TRACKED_BYTES: usize = 64 << 20;
 /// What a noted key costs beside its bytes (its box and its place in the set).
 const KEY_OVERHEAD: usize = 40;
-
-/// A set of slots, one bit each.
-pub(super) struct SlotBits([u64; SLOTS as usize / 64]);
-
-impl SlotBits {
-    pub(super) fn of(ranges: &[[u16; 2]]) -> SlotBits {
-        let mut bits = [0u64; SLOTS as usize / 64];
-        for slot in ranges.iter().flat_map(|[a, b]| *a..=*b) {
-            if let Some(w) = bits.get_mut(usize::from(slot) / 64) {
-                *w |= 1 << (slot % 64);
-            }
-        }
-        SlotBits(bits)
-    }
-
-    #[inline]
-    pub(super) fn has(&self, slot: u16) -> bool {
-        self.0
-            .get(usize::from(slot) / 64)
-            .is_some_and(|w| w & (1 << (slot % 64)) != 0)
-    }
-}
 
 /// What one map shard has noted since `Start`.
 enum Noted {
