@@ -134,6 +134,9 @@ pub(super) struct Shard {
     /// While a migration copies slots from this node: the keys written in them (see
     /// `tracking`).
     pub(super) written: Option<Box<super::tracking::Written>>,
+    /// While a snapshot copies this shard in steps: the keys written meanwhile (see
+    /// `export`).
+    pub(super) copying: Option<Box<super::export::CopyWrites>>,
 }
 
 impl Shard {
@@ -145,6 +148,7 @@ impl Shard {
             rng: seed | 1,
             applied: 0,
             written: None,
+            copying: None,
         }
     }
 
@@ -153,6 +157,9 @@ impl Shard {
     pub(super) fn note_written(&mut self, key: &[u8]) {
         if let Some(w) = self.written.as_deref_mut() {
             w.note(key);
+        }
+        if let Some(c) = self.copying.as_deref_mut() {
+            c.note(key);
         }
     }
 
@@ -247,8 +254,16 @@ impl Shard {
         if let Some(w) = self.written.as_deref_mut() {
             w.note(e.key());
         }
+        if let Some(c) = self.copying.as_deref_mut() {
+            c.note(e.key());
+        }
         let freed = e.cost() + self.expires.remove(e.key());
-        self.table.remove_at(at);
+        let mut copying = self.copying.as_deref_mut();
+        self.table.remove_at(at, |key| {
+            if let Some(c) = copying.as_deref_mut() {
+                c.note(key);
+            }
+        });
         self.entry_bytes -= freed;
         freed
     }

@@ -23,6 +23,7 @@ mod atomic;
 mod dump;
 mod expires;
 mod expiry;
+mod export;
 mod keyspace;
 mod memory;
 mod pattern;

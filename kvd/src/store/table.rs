@@ -371,7 +371,9 @@ impl Table {
     }
 
     /// Removes the entry in slot `i`; returns its key and value bytes (0 if it was empty).
-    pub(super) fn remove_at(&mut self, i: usize) -> usize {
+    /// The entries after it that move back a slot or more are shown to `moved` (a copy in
+    /// slot order, `export`, must see them again).
+    pub(super) fn remove_at(&mut self, i: usize, mut moved: impl FnMut(&[u8])) -> usize {
         let n = self.slots.len();
         let Some(removed) = self.slots.get_mut(i).map(std::mem::take) else {
             return 0;
@@ -402,8 +404,9 @@ impl Table {
             // The entry at j may fill the hole when the hole lies on its probe: cyclically
             // home <= hole < j.
             if (hole + n - home) % n < (j + n - home) % n {
-                let moved = std::mem::take(&mut self.slots[j]);
-                self.slots[hole] = moved;
+                let entry = std::mem::take(&mut self.slots[j]);
+                moved(EntryRef { slot: &entry }.key());
+                self.slots[hole] = entry;
                 hole = j;
             }
         }
@@ -604,7 +607,7 @@ mod tests {
                     }
                     Op::Remove(k) => {
                         let found = t.find(key_hash(&k), &k);
-                        let removed = found.map(|i| t.remove_at(i));
+                        let removed = found.map(|i| t.remove_at(i, |_| {}));
                         let expected = model.remove(&k);
                         prop_assert_eq!(found.is_some(), expected.is_some());
                         if let (Some(bytes), Some(v)) = (removed, expected) {
@@ -645,7 +648,7 @@ mod tests {
         }
         for (n, k) in keys.iter().enumerate() {
             let i = t.find(key_hash(k), k).unwrap();
-            assert_eq!(t.remove_at(i), 2 * k.len());
+            assert_eq!(t.remove_at(i, |_| {}), 2 * k.len());
             for later in &keys[n + 1..] {
                 assert!(t.find(key_hash(later), later).is_some(), "{later:?} lost");
             }
