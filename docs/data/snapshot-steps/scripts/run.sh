@@ -2,7 +2,7 @@
 # usage: run.sh BIN SNAPSHOT_EVERY OUT  — one 0.15-core durable kvd, 200k records, 32 tasks B for 40 s
 set -euo pipefail
 BIN=$1 SE=$2 OUT=$3
-LC=/work/main/scripts/local-cluster.sh
+LC=$(cd "$(dirname "$0")/../../../.." && pwd)/scripts/local-cluster.sh
 export KV_NS_PREFIX=snx
 mkdir -p "$OUT"; WORK=$(mktemp -d ${WORKROOT:-/tmp}/snx.XXXX)
 "$LC" up 2 --cpu ${CPU:-0.15} --cpu-period-us 10000 --uncapped 1 >/dev/null
