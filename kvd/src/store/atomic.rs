@@ -56,6 +56,9 @@ impl Store {
             return;
         }
         let _gate = (scratch.log_index > 0).then(|| self.atomic_gate.read());
+        if _gate.is_some() {
+            self.gate_passes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         let mut guards: Vec<(usize, RwLockWriteGuard<'_, Shard>)> =
             shards.iter().map(|&s| (s, self.shards[s].write())).collect();
         for (_, g) in guards.iter_mut() {

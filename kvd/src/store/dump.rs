@@ -148,6 +148,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Exported;
     use kvshared::routing::ShardId;
     use kvshared::wire::OpKind;
     use proptest::prelude::*;
@@ -348,6 +349,111 @@ mod tests {
         assert_eq!(copy_under_writes(10_000, 1500, 2500, Some(3), 7), 3);
         // The table grows during the copy: copied whole.
         assert!(copy_under_writes(0, 1500, 2500, None, 9) >= 2);
+    }
+
+    /// Applies `ops` as one atomic batch (Redis's `MULTI`/`EXEC`), log entry `index`.
+    fn apply_atomic(store: &Store, index: u64, ops: &[(&[u8], &[u8])]) {
+        use kvshared::frame::{AlignedVec, FrameKind, HEADER_LEN};
+        use kvshared::wire::{BatchRequest, BatchView, encode_frame};
+        let mut req = BatchRequest::new();
+        req.push(OpKind::Atomic, b"", b"");
+        for (k, v) in ops {
+            req.push(OpKind::Put, k, v);
+        }
+        let mut frame = AlignedVec::new();
+        encode_frame(FrameKind::BatchRequest, 1, &req, &mut frame).unwrap();
+        let mut body: AlignedVec = AlignedVec::new();
+        body.extend_from_slice(&frame[HEADER_LEN..]);
+        let mut scratch = crate::store::Scratch {
+            log_index: index,
+            ..Default::default()
+        };
+        let view = BatchView::parse(&body).unwrap();
+        let mut out = BatchResponse::default();
+        store.execute(&view, &mut out, &mut Unbounded, &mut scratch, &mut Counts::default());
+    }
+
+    /// An export that does not hold the transaction gate throughout is thrown away when a
+    /// transaction was applied during it (its shards may lie on both sides of the copy);
+    /// one that holds it is not, and either way a finished export plus the replay gives
+    /// the store the log gave.
+    #[test]
+    fn an_export_without_the_gate_is_redone_when_a_transaction_comes_in_its_way() {
+        let store = Store::new(ShardId::SOLO, 2, 4000).unwrap();
+        let key = |k: u64| format!("key{k}").into_bytes();
+        for k in 0..2000 {
+            apply(&store, k + 1, OpKind::Put, &key(k), b"v0");
+        }
+        let export_with = |hold_gate: bool, transaction_at: Option<u64>| {
+            let (mut bytes, mut steps) = (Vec::new(), 0);
+            let mut between = || {
+                steps += 1;
+                if steps == 2
+                    && let Some(index) = transaction_at
+                {
+                    // Two keys of different map shards, one copied already, one not.
+                    apply_atomic(&store, index, &[(b"key1", b"t"), (b"key2", b"t"), (b"key3", b"t")]);
+                }
+            };
+            let mut write = |b: &[u8]| -> Result<(), ()> {
+                bytes.extend_from_slice(b);
+                Ok(())
+            };
+            let exported = store.export_into(hold_gate, &mut between, &mut write).unwrap();
+            (exported, bytes)
+        };
+        assert!(matches!(export_with(false, None).0, Exported::Done(2000)));
+        assert_eq!(export_with(false, Some(2001)).0, Exported::Interrupted);
+        // A slot change (it drops keys in every map shard) comes in the way the same.
+        let mut steps = 0;
+        let mut between = || {
+            steps += 1;
+            if steps == 2 {
+                let freeze = kvshared::slots::SlotChange {
+                    ranges: vec![[5, 9]],
+                    to: kvshared::slots::SlotState::Frozen,
+                    owner: 0,
+                    epoch: 0,
+                };
+                store.set_slots(&freeze.encode(), 0, &mut Counts::default());
+            }
+        };
+        let exported = store.export_into(false, &mut between, &mut |_| Ok::<(), ()>(()));
+        assert_eq!(exported, Ok(Exported::Interrupted));
+        // With the gate held the transaction waits for the copy's end: run it on another
+        // thread, which the copy does not wait for.
+        let (exported, bytes) = std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let store = &store;
+            let copy = scope.spawn(move || {
+                let (mut bytes, mut steps) = (Vec::new(), 0);
+                let mut between = || {
+                    steps += 1;
+                    if steps == 2 {
+                        let _ = tx.send(());
+                    }
+                };
+                let mut write = |b: &[u8]| -> Result<(), ()> {
+                    bytes.extend_from_slice(b);
+                    Ok(())
+                };
+                let exported = store.export_into(true, &mut between, &mut write).unwrap();
+                (exported, bytes)
+            });
+            rx.recv().unwrap();
+            scope.spawn(move || apply_atomic(store, 2002, &[(b"key1", b"u"), (b"key2", b"u"), (b"key3", b"u")]));
+            copy.join().unwrap()
+        });
+        assert!(matches!(exported, Exported::Done(2000)));
+        let recovered = Store::new(ShardId::SOLO, 2, 4000).unwrap();
+        recovered.import(&bytes).unwrap();
+        for k in 0..2000 {
+            apply(&recovered, k + 1, OpKind::Put, &key(k), b"v0");
+        }
+        apply_atomic(&recovered, 2001, &[(b"key1", b"t"), (b"key2", b"t"), (b"key3", b"t")]);
+        apply_atomic(&recovered, 2002, &[(b"key1", b"u"), (b"key2", b"u"), (b"key3", b"u")]);
+        recovered.end_replay();
+        assert_eq!(pairs_of(&export(&recovered)), pairs_of(&export(&store)));
     }
 
     /// A snapshot copied a shard after entries 1 and 2 were applied to it, although it says

@@ -58,7 +58,52 @@ impl CopyWrites {
     }
 }
 
+/// How [`Store::export_into`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exported {
+    /// Every map shard was written; this many pairs.
+    Done(u64),
+    /// A transaction or a slot change was applied during the copy, which may have split
+    /// it: what was written is to be thrown away and the export made again.
+    Interrupted,
+}
+
 impl Store {
+    /// Exports the whole store through `write` (the header, then one map shard at a time),
+    /// calling `between` after each step of a shard's copy. With `hold_gate`, holds
+    /// [`Store::hold_transactions`] throughout, so nothing splits a transaction or a slot
+    /// change; without, takes it only at the start and at the end, and answers
+    /// [`Exported::Interrupted`] when one was applied in between (its shards may have been
+    /// copied on both sides of it), so that slot changes and transactions are not held
+    /// back for a whole copy.
+    pub fn export_into<E>(
+        &self,
+        hold_gate: bool,
+        between: &mut dyn FnMut(),
+        write: &mut dyn FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<Exported, E> {
+        use std::sync::atomic::Ordering;
+        let gate = self.hold_transactions();
+        let passes = self.gate_passes.load(Ordering::Acquire);
+        let mut buf = Vec::new();
+        self.export_header(&mut buf);
+        write(&buf)?;
+        let gate = hold_gate.then_some(gate);
+        let mut pairs = 0;
+        for shard in 0..self.map_shards() {
+            buf.clear();
+            pairs += self.export_shard_between(shard, &mut buf, between);
+            write(&buf)?;
+        }
+        if gate.is_none() {
+            let _gate = self.hold_transactions();
+            if self.gate_passes.load(Ordering::Acquire) != passes {
+                return Ok(Exported::Interrupted);
+            }
+        }
+        Ok(Exported::Done(pairs))
+    }
+
     /// Starts an export: the slot table (see `slots`), then the number of map shards that
     /// follow. (Call it while holding [`Store::hold_transactions`], as the shards' copy.)
     pub fn export_header(&self, out: &mut Vec<u8>) {

@@ -34,6 +34,7 @@ mod tracking;
 
 pub use expiry::CycleFigures;
 use expiry::batch_clock;
+pub use export::Exported;
 pub use memory::{Eviction, MemoryLimit};
 use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage};
 pub use pattern::Pattern;
@@ -165,6 +166,10 @@ pub struct Store {
     /// Held (shared) while an atomic batch is applied from the log, and (exclusive) while a
     /// snapshot copies the map shards: no snapshot splits a transaction (see `atomic`).
     atomic_gate: parking_lot::RwLock<()>,
+    /// Atomic batches applied from the log and slot changes so far, each counted under the
+    /// gate: a snapshot that does not hold the gate throughout redoes its copy when this
+    /// moved meanwhile (see `export`).
+    gate_passes: std::sync::atomic::AtomicU64,
     /// Per map shard: how long sampled batches spent on its ops, lock wait included.
     shard_latency: Box<[crate::latency::Buckets]>,
     /// Per hash slot: the ops of sampled batches served here (see `OpKind::SlotLoad`).
@@ -259,6 +264,7 @@ impl Store {
             configured_eviction: limit.map_or(Eviction::Lru, |l| l.eviction),
             replay: parking_lot::RwLock::new(None),
             atomic_gate: parking_lot::RwLock::new(()),
+            gate_passes: std::sync::atomic::AtomicU64::new(0),
             shard_latency: (0..n).map(|_| crate::latency::Buckets::default()).collect(),
             slot_load: (0..kvshared::routing::SLOTS)
                 .map(|_| std::sync::atomic::AtomicU32::new(0))

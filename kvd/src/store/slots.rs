@@ -136,6 +136,7 @@ impl Store {
             return OpStatus::Malformed;
         };
         let _gate = self.atomic_gate.write();
+        self.gate_passes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         if log_index > 0 && log_index < self.slots_applied.load(std::sync::atomic::Ordering::Acquire) {
             // Replaying the log: the snapshot's table already holds this change. (Not the
             // entry of the table's last change itself: one entry holds many batches, so

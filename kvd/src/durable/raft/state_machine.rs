@@ -17,7 +17,39 @@ use crate::counters::Counters;
 use crate::durable::health::DiskHealth;
 use crate::durable::log::GroupCommit;
 use crate::durable::{catalog, snapshot};
-use crate::store::{Scratch, Store, Unbounded};
+use crate::store::{Exported, Scratch, Store, Unbounded};
+
+/// Copies of a snapshot made without the transaction gate held throughout before one is made
+/// with it (each is thrown away when a transaction or a slot change came in its way).
+const UNGATED_TRIES: u32 = 2;
+/// A paced snapshot rests this many times as long as each piece of its work took: it uses
+/// at most a quarter of a CPU's time. (On a node of a small CPU quota, an unpaced snapshot
+/// took its whole share for as long as it ran: docs/PERFORMANCE.md, "Snapshots that do not
+/// stop the node".)
+const REST_PER_WORK: u32 = 3;
+
+/// Spreads a snapshot's work out: after each piece (a step of a map shard's copy, a write
+/// of the file), sleeps `rest` times as long as the piece took.
+struct Pacer {
+    since: std::cell::Cell<std::time::Instant>,
+    rest: u32,
+}
+
+impl Pacer {
+    fn new(rest: u32) -> Pacer {
+        Pacer {
+            since: std::cell::Cell::new(std::time::Instant::now()),
+            rest,
+        }
+    }
+
+    fn rest(&self) {
+        if self.rest > 0 {
+            std::thread::sleep(self.since.get().elapsed() * self.rest);
+        }
+        self.since.set(std::time::Instant::now());
+    }
+}
 
 /// Snapshot state shared by the state machine, its builders and stats.
 #[derive(Default)]
@@ -132,19 +164,24 @@ impl SnapshotMaker {
             path: path.clone(),
             why: e.to_string(),
         })?;
-        let mut file = snapshot::SnapshotWriter::create(&path, &encoded)?;
-        let mut buf = Vec::new();
-        // No transaction or slot change is applied while the table and the shards are
-        // copied (none is split).
-        let _transactions = self.store.hold_transactions();
-        self.store.export_header(&mut buf);
-        file.write_data(&buf)?;
-        let mut pairs = 0;
-        for shard in 0..self.store.map_shards() {
-            buf.clear();
-            pairs += self.store.export_shard(shard, &mut buf);
-            file.write_data(&buf)?;
-        }
+        // Without the transaction gate held throughout first (slot changes and transactions
+        // go on being applied), paced; after that many copies that one interrupted, with the
+        // gate and at full speed (the gate's hold as short as it can be).
+        let mut attempt = 0;
+        let (file, pairs) = loop {
+            let mut file = snapshot::SnapshotWriter::create(&path, &encoded)?;
+            let hold_gate = attempt >= UNGATED_TRIES;
+            let pacer = Pacer::new(if hold_gate { 0 } else { REST_PER_WORK });
+            let written = self.store.export_into(hold_gate, &mut || pacer.rest(), &mut |b| {
+                let r = file.write_data(b);
+                pacer.rest();
+                r
+            })?;
+            match written {
+                Exported::Done(pairs) => break (file, pairs),
+                Exported::Interrupted => attempt += 1,
+            }
+        };
         let size = file.finish()?;
         match catalog::prune(&self.dir) {
             Ok(Some(oldest_kept)) => self.writer.purge_through(oldest_kept),
