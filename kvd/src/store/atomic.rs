@@ -11,8 +11,10 @@
 //!
 //! Durable: the batch is one log entry, applied the same way on every member. A fuzzy
 //! snapshot must not split one (checks on a shard copied after it could fail on replay
-//! while a shard copied before it needs it applied): the snapshot holds
-//! [`Store::hold_transactions`] while it copies, and applying an atomic batch waits for it.
+//! while a shard copied before it needs it applied): a logged atomic batch passes the
+//! transaction gate (shared) and counts itself (`Store::gate_passes`); a snapshot takes the
+//! gate (exclusive) at its start and end and makes its copy again when the count moved in
+//! between, or holds the gate throughout (see `export`).
 
 use kvshared::routing::{key_hash, map_shard};
 use kvshared::stats::Counts;
@@ -26,7 +28,7 @@ use super::{Answers, ReplyRoom, Scratch, Store};
 
 impl Store {
     /// While the guard lives, no atomic batch is applied from the log (a snapshot's copy).
-    pub fn hold_transactions(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
+    pub(super) fn hold_transactions(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
         self.atomic_gate.write()
     }
 

@@ -176,12 +176,7 @@ mod tests {
     }
 
     fn export(store: &Store) -> Vec<u8> {
-        let mut out = Vec::new();
-        store.export_header(&mut out);
-        for i in 0..store.map_shards() {
-            store.export_shard(i, &mut out);
-        }
-        out
+        store.export_all()
     }
 
     /// Every pair of an export, sorted.
@@ -310,12 +305,11 @@ mod tests {
             }
         };
         let mut bytes = Vec::new();
-        let transactions = store.hold_transactions();
-        store.export_header(&mut bytes);
-        for i in 0..store.map_shards() {
-            store.export_shard_between(i, &mut bytes, &mut between);
-        }
-        drop(transactions);
+        let written = store.export_into(true, &mut between, &mut |b| {
+            bytes.extend_from_slice(b);
+            Ok::<(), ()>(())
+        });
+        assert!(matches!(written, Ok(Exported::Done(_))));
 
         let recovered = Store::new(ShardId::SOLO, 2, room).unwrap();
         recovered.import(&bytes).unwrap();

@@ -486,11 +486,7 @@ mod tests {
         put_ttl(&mut req, b"a", b"1", PutIf::Always, PutTtl::Until(Deadline::At(7_000)));
         req.push_put(b"b", b"2");
         run_at(&store, 1_000, &req);
-        let mut data = Vec::new();
-        store.export_header(&mut data);
-        for i in 0..store.map_shards() {
-            store.export_shard(i, &mut data);
-        }
+        let data = store.export_all();
         let copy = Store::new(ShardId::SOLO, 4, 0).unwrap();
         assert_eq!(copy.import(&data), Ok(2));
         copy.end_replay();

@@ -70,12 +70,12 @@ pub enum Exported {
 
 impl Store {
     /// Exports the whole store through `write` (the header, then one map shard at a time),
-    /// calling `between` after each step of a shard's copy. With `hold_gate`, holds
-    /// [`Store::hold_transactions`] throughout, so nothing splits a transaction or a slot
-    /// change; without, takes it only at the start and at the end, and answers
-    /// [`Exported::Interrupted`] when one was applied in between (its shards may have been
-    /// copied on both sides of it), so that slot changes and transactions are not held
-    /// back for a whole copy.
+    /// calling `between` after each step of a shard's copy. With `hold_gate`, holds the
+    /// transaction gate (`Store::hold_transactions`) throughout, so nothing splits a
+    /// transaction or a slot change; without, takes it only at the start and at the end,
+    /// and answers [`Exported::Interrupted`] as soon as one was applied in between (its
+    /// shards may have been copied on both sides of it), so that slot changes and
+    /// transactions are not held back for a whole copy.
     pub fn export_into<E>(
         &self,
         hold_gate: bool,
@@ -91,6 +91,10 @@ impl Store {
         let gate = hold_gate.then_some(gate);
         let mut pairs = 0;
         for shard in 0..self.map_shards() {
+            if gate.is_none() && self.gate_passes.load(Ordering::Acquire) != passes {
+                // Interrupted already: stop copying for nothing.
+                return Ok(Exported::Interrupted);
+            }
             buf.clear();
             pairs += self.export_shard_between(shard, &mut buf, between);
             write(&buf)?;
@@ -104,23 +108,30 @@ impl Store {
         Ok(Exported::Done(pairs))
     }
 
+    /// The whole store as a snapshot's data, made under the transaction gate (tests).
+    #[cfg(test)]
+    pub(super) fn export_all(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let written = self.export_into(true, &mut || {}, &mut |b| {
+            out.extend_from_slice(b);
+            Ok::<(), ()>(())
+        });
+        assert!(matches!(written, Ok(Exported::Done(_))));
+        out
+    }
+
     /// Starts an export: the slot table (see `slots`), then the number of map shards that
-    /// follow. (Call it while holding [`Store::hold_transactions`], as the shards' copy.)
-    pub fn export_header(&self, out: &mut Vec<u8>) {
+    /// follow. (Made under the transaction gate, as every export's start.)
+    fn export_header(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&SLOT_TABLE_FOLLOWS.to_le_bytes());
         self.export_slots(out);
         out.extend_from_slice(&(self.shards.len() as u32).to_le_bytes());
     }
 
     /// Appends map shard `i` (its last log entry and its pairs) to `out`, in steps (see the
-    /// module docs); returns how many pairs. (A shard past the end adds nothing.)
-    pub fn export_shard(&self, i: usize, out: &mut Vec<u8>) -> u64 {
-        self.export_shard_between(i, out, &mut || {})
-    }
-
-    /// [`Store::export_shard`], calling `between` after each step, no lock held (a test
-    /// writes there).
-    pub(super) fn export_shard_between(&self, i: usize, out: &mut Vec<u8>, between: &mut dyn FnMut()) -> u64 {
+    /// module docs), calling `between` after each step with no lock held (a snapshot rests
+    /// there; a test writes); returns how many pairs. (A shard past the end adds nothing.)
+    fn export_shard_between(&self, i: usize, out: &mut Vec<u8>, between: &mut dyn FnMut()) -> u64 {
         let Some(shard) = self.shards.get(i) else { return 0 };
         let header_at = out.len();
         out.extend_from_slice(&[0; SHARD_HEADER]);

@@ -164,7 +164,8 @@ pub struct Store {
     /// snapshot, the last log entry its copy already holds (see `dump`).
     replay: parking_lot::RwLock<Option<Vec<u64>>>,
     /// Held (shared) while an atomic batch is applied from the log, and (exclusive) while a
-    /// snapshot copies the map shards: no snapshot splits a transaction (see `atomic`).
+    /// slot change is applied and at a snapshot's start and end (or throughout its copy): no
+    /// snapshot splits a transaction or a slot change (see `atomic`, `export`).
     atomic_gate: parking_lot::RwLock<()>,
     /// Atomic batches applied from the log and slot changes so far, each counted under the
     /// gate: a snapshot that does not hold the gate throughout redoes its copy when this

@@ -729,11 +729,7 @@ pub(super) mod tests {
             a.set_slots(&c.encode(), 7, &mut kvshared::stats::Counts::default()),
             OpStatus::Stored
         );
-        let mut data = Vec::new();
-        a.export_header(&mut data);
-        for i in 0..a.map_shards() {
-            a.export_shard(i, &mut data);
-        }
+        let data = a.export_all();
         let b = Store::new(ShardId { index: 0, count: 2 }, 4, 0).unwrap();
         b.import(&data).unwrap();
         assert_eq!(b.slot_table().entries(), a.slot_table().entries());
