@@ -4,7 +4,7 @@
 # limit and "server CPU per op" is the server's alone. A B A B in one session: memtier
 # (YCSB-B-like --ratio=1:19 -d 128 --pipeline=16 -c 25 -t 2) and redis-benchmark -P 16
 # GET/SET. Prints each run and a summary: op/s, kvd/Redis, and each server's CPU
-# microseconds per op (from its cgroup's cpu.stat).
+# microseconds per op and the part of them spent in the kernel (from its cgroup's cpu.stat).
 #
 #   scripts/resp-quota-bench.sh                   # 1 core each, 2 rounds, 10 s runs
 #   QUOTA=0.5 ROUNDS=3 scripts/resp-quota-bench.sh
@@ -78,6 +78,15 @@ usage_us() {
     echo $(($(cat "/sys/fs/cgroup/cpuacct/kv-resp-quota-$1-$$/cpuacct.usage") / 1000))
   fi
 }
+# system_us SERVER: the server's CPU time in the kernel (v1 counts it in ticks of 1/USER_HZ s).
+system_us() {
+  if [[ $V == 2 ]]; then
+    awk '$1 == "system_usec" { print $2 }' "/sys/fs/cgroup/kv-resp-quota-$1-$$/cpu.stat"
+  else
+    awk -v hz="$(getconf CLK_TCK)" '$1 == "system" { print int($2 * 1e6 / hz) }' \
+      "/sys/fs/cgroup/cpuacct/kv-resp-quota-$1-$$/cpuacct.stat"
+  fi
+}
 
 capped redis redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --logfile /tmp/resp-quota-redis.log
 capped kvd "$KVD" --listen "127.0.0.1:$KVD_PORT" --resp "127.0.0.1:$KVD_RESP_PORT" --capacity "$RECORDS"
@@ -95,18 +104,19 @@ results=$(mktemp)
 # measure SERVER TOOL LABEL CMD...: runs CMD, reads its op/s from stdout ("Totals" for memtier,
 # "GET:"/"SET:" for redis-benchmark) and the server's CPU time from its cgroup.
 measure() {
-  local server=$1 tool=$2 label=$3 u0 u1 t0 t1 out ops
+  local server=$1 tool=$2 label=$3 u0 u1 k0 k1 t0 t1 out ops
   shift 3
-  u0=$(usage_us "$server"); t0=$(date +%s.%N)
+  u0=$(usage_us "$server"); k0=$(system_us "$server"); t0=$(date +%s.%N)
   out=$("$@" 2>/dev/null | tr '\r' '\n')
-  t1=$(date +%s.%N); u1=$(usage_us "$server")
+  t1=$(date +%s.%N); u1=$(usage_us "$server"); k1=$(system_us "$server")
   case $tool in
     memtier) ops=$(awk '$1 == "Totals" { print $2 }' <<<"$out") ;;
     *) ops=$(grep -E "^$label: [0-9]" <<<"$out" | awk '{ print $2 }' | tail -1) ;;
   esac
   [[ -n $ops ]] || { echo "no figure from $tool against $server" >&2; return; }
-  awk -v s="$server" -v l="$label" -v o="$ops" -v u="$((u1 - u0))" -v a="$t0" -v b="$t1" 'BEGIN {
-    cpu = u / ((b - a) * 1e6); printf "%-5s %-12s %12.0f op/s  server CPU %3.0f%%  %.2f us/op\n", s, l, o, 100 * cpu, cpu * 1e6 / o
+  awk -v s="$server" -v l="$label" -v o="$ops" -v u="$((u1 - u0))" -v k="$((k1 - k0))" -v a="$t0" -v b="$t1" 'BEGIN {
+    cpu = u / ((b - a) * 1e6); kern = k / ((b - a) * 1e6)
+    printf "%-5s %-12s %12.0f op/s  server CPU %3.0f%%  in the kernel %.2f  %.2f us/op\n", s, l, o, 100 * cpu, kern * 1e6 / o, cpu * 1e6 / o
   }' | tee -a "$results"
 }
 
@@ -129,15 +139,16 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 echo
-echo "== summary over $ROUNDS rounds, $QUOTA core(s) per server (means; us/op is server CPU per op)"
+echo "== summary over $ROUNDS rounds, $QUOTA core(s) per server (means; us/op is server CPU per op,"
+echo "   'kernel' its part in the kernel: a floor no server code removes, as both make the same syscalls)"
 awk '
-  { n[$1 " " $2]++; ops[$1 " " $2] += $3; us[$1 " " $2] += $(NF - 1); labels[$2] = 1 }
+  { n[$1 " " $2]++; ops[$1 " " $2] += $3; us[$1 " " $2] += $(NF - 1); ks[$1 " " $2] += $(NF - 2); labels[$2] = 1 }
   END {
-    printf "%-12s %12s %12s %9s %13s %11s %11s\n", "run", "redis op/s", "kvd op/s", "kvd/redis", "redis us/op", "kvd us/op", "kvd/redis"
+    printf "%-12s %12s %12s %9s %13s %11s %11s %13s %11s\n", "run", "redis op/s", "kvd op/s", "kvd/redis", "redis us/op", "kvd us/op", "kvd/redis", "redis kernel", "kvd kernel"
     for (l in labels) {
       r = ops["redis " l] / n["redis " l]; k = ops["kvd " l] / n["kvd " l]
       ru = us["redis " l] / n["redis " l]; ku = us["kvd " l] / n["kvd " l]
-      printf "%-12s %12.0f %12.0f %9.2f %13.2f %11.2f %11.2f\n", l, r, k, k / r, ru, ku, ku / ru
+      printf "%-12s %12.0f %12.0f %9.2f %13.2f %11.2f %11.2f %13.2f %11.2f\n", l, r, k, k / r, ru, ku, ku / ru, ks["redis " l] / n["redis " l], ks["kvd " l] / n["kvd " l]
     }
   }' "$results"
 rm -f "$results"

@@ -252,6 +252,9 @@ impl Group {
                 Ok(AdminReply::Failed(why)) => bail!("{addr}: {why}"),
                 Ok(AdminReply::ReadIndex(index)) => return Ok(format!("read index {index}")),
                 Ok(AdminReply::Identity(who)) => return Ok(format!("{who:?}")),
+                Ok(AdminReply::PreVote(yes)) => {
+                    return Ok(format!("pre-vote {}", if yes { "granted" } else { "refused" }));
+                }
                 Ok(AdminReply::NotLeader(Some(leader))) => {
                     tracing::debug!(%addr, %leader, "following the leader");
                     self.lead_with(&leader);

@@ -730,3 +730,80 @@ async fn a_member_far_behind_catches_up_from_entries_read_back_from_disk() {
     // It was sent entries, not a snapshot: none was taken (the log is below --snapshot-every).
     assert_eq!(leader_stats(&group).await.durability.snapshots_taken, 0);
 }
+
+/// Pre-votes (`kvd::durable::raft`'s `campaign`): while the leader lives no member would
+/// vote, whatever log the asker has (the leader leads; the followers heard from it within
+/// the lease); a follower paused past its election timeout and resumed does not depose the
+/// leader (its pre-vote is refused, so no term begins); and once the leader is paused, the
+/// followers elect one of themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_votes_are_refused_while_the_leader_lives_and_a_paused_follower_does_not_depose_it() {
+    use kvd::durable::network::{AdminReply, AdminRequest, Target, admin_call};
+    let group = Group::start("pre-vote");
+    let leader = group.leader().await;
+    let one = |i: usize| Cluster::new(std::slice::from_ref(&group.addrs[i]), ClientConfig::default()).unwrap();
+    let newest = Some(openraft::LogId::new(
+        openraft::CommittedLeaderId::new(u64::MAX, 0),
+        u64::MAX,
+    ));
+    for i in 0..3 {
+        let who = match admin_call(&one(i), Target::ANY, AdminRequest::Identify).await.unwrap() {
+            AdminReply::Identity(who) => who,
+            other => panic!("member {i} answered {other:?}"),
+        };
+        let to = Target {
+            group: who.group.unwrap(),
+            member: who.member,
+        };
+        for last_log in [None, newest] {
+            let answer = admin_call(&one(i), to, AdminRequest::PreVote { last_log })
+                .await
+                .unwrap();
+            assert_eq!(
+                answer,
+                AdminReply::PreVote(false),
+                "member {i} (leader {leader}), log {last_log:?}"
+            );
+        }
+    }
+    let term = |s: kvshared::stats::NodeStats| s.group.term;
+    let before = term(one(leader).stats(0).await.unwrap());
+    let follower = (leader + 1) % 3;
+    let signal = |i: usize, sig: &str| {
+        let pid = group.members[i].as_ref().unwrap().id().to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal(follower, "-STOP");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    signal(follower, "-CONT");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(group.leader().await, leader, "the resumed follower deposed the leader");
+    assert_eq!(term(one(leader).stats(0).await.unwrap()), before, "a term began");
+    // The leader pauses: one of the others is elected (pre-vote granted between them).
+    signal(leader, "-STOP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let elected = loop {
+        let others = [(leader + 1) % 3, (leader + 2) % 3];
+        let mut led = None;
+        for i in others {
+            if one(i).stats(0).await.is_ok_and(|s| s.group.role.as_str() == "leader") {
+                led = Some(i);
+            }
+        }
+        if led.is_some() || Instant::now() > deadline {
+            break led;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    signal(leader, "-CONT");
+    assert!(
+        elected.is_some(),
+        "no follower was elected within 10 s of the leader's pause"
+    );
+}

@@ -85,6 +85,9 @@ pub enum AdminRequest {
     /// sent by `kvd admin init-group` to every member of a new group, and by a leader to a
     /// member it adds. Refused by a member of another group.
     Adopt { group: u64 },
+    /// Would you vote for a candidate whose log ends at `last_log` now (a pre-vote: nothing
+    /// changes; see `raft::campaign`)? Answered [`AdminReply::PreVote`].
+    PreVote { last_log: Option<openraft::LogId<u64>> },
     /// Start the group with these members (`(id, address)`): sent by `kvd admin init-group`
     /// to one member, once every member has adopted the group.
     Initialize { members: Vec<(u64, String)> },
@@ -120,7 +123,13 @@ pub enum AdminReply {
     ReadIndex(u64),
     /// Who this member is.
     Identity(MemberIdentity),
+    /// The answer to a pre-vote.
+    PreVote(bool),
 }
+
+/// How a member refuses a request it cannot decode (the start of its `Refused` text): an
+/// older kvd asked something newer.
+pub const UNREADABLE: &str = "not a raft request";
 
 /// Its answer.
 #[derive(Serialize, Deserialize)]

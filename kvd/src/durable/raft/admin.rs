@@ -48,6 +48,7 @@ impl DurableShard {
             AdminRequest::Identify => return AdminReply::Identity(self.identity()),
             AdminRequest::Adopt { group } => return self.adopt(group).await,
             AdminRequest::Initialize { members } => return self.initialize(members).await,
+            AdminRequest::PreVote { last_log } => return self.answer_pre_vote(last_log).await,
             AdminRequest::Campaign => {
                 return match self.raft.trigger().elect().await {
                     Ok(()) => AdminReply::Done("campaigning".into()),
@@ -391,11 +392,9 @@ impl DurableShard {
         let began = tokio::time::Instant::now();
         let lease = Duration::from_millis(GROUP_ELECTION_MS.1 + HAND_OVER_MARGIN_MS);
         // The entry already proposed still commits (within milliseconds); campaign once no
-        // follower has heard from this leader for a whole lease. Another member campaigns at
-        // its own timeout (200-400 ms), is refused while the lease runs, and tries again one
-        // timeout later (400-800 ms): the chosen member, asking at 425 ms, is nearly always
-        // first (with a margin of 100 ms, a member whose timeout was under 250 ms, one in
-        // four, could win first).
+        // follower has heard from this leader for a whole lease. A follower campaigns on its
+        // own only after the lease plus its own timeout (450-600 ms), so the chosen member,
+        // asking at 325 ms, is first.
         let (mut last, mut changed) = (self.raft.metrics().borrow().last_log_index, began);
         while changed.elapsed() < lease {
             tokio::time::sleep(Duration::from_millis(20)).await;

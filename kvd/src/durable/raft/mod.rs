@@ -29,11 +29,13 @@
 //!   bounded-staleness reads.
 //! * `open`: opening (recovering) a shard and starting its group.
 //! * `shard`: [`DurableShard`], what the node asks of its log; `figures` its stats.
+//! * `campaign`: when a member campaigns (pre-votes; openraft's own timer is off in groups).
 //! * `rpc`: answering the raft RPCs and admin requests that reach this member.
 //! * `admin`: membership changes and hand-over, on the leader.
 //! * `tasks`: the shard's background tasks, owned and ended with it.
 
 mod admin;
+mod campaign;
 mod entry_cache;
 mod figures;
 mod lease;

@@ -32,14 +32,16 @@ pub(super) const ME: u64 = 1;
 
 /// Raft timing of replica groups. The heartbeat is also openraft 0.9's timeout for an
 /// append round trip (a follower's fsync included), so it stays well above the 0.3-4 ms an
-/// fsync takes here. Each member draws its election timeout once, in this range; a member
-/// that heard from the leader refuses votes for the range's maximum (openraft's leader
-/// lease), so the first candidate after a leader's death is refused and wins its second
-/// round: failover takes about twice the smaller timeout drawn (0.4-0.8 s, plus the vote and
-/// the new leader's first entry), while a leader must miss nearly three heartbeats before
-/// anyone campaigns. (It was 400-800 ms with a 100 ms heartbeat: failover 1.3-2.0 s.)
+/// fsync takes here. The range's maximum is openraft's leader lease: a member refuses votes
+/// for that long after its vote last changed (a leader's append, a vote). A follower asks
+/// for pre-votes after the lease plus a timeout drawn in the range (450-600 ms of silence,
+/// six heartbeats or more; `campaign`), and the member with the newest log goes first, so
+/// failover is about the smaller wait plus a pre-vote, the vote and the first entry.
+/// (400-800 ms with a 100 ms heartbeat until 2026-11-26: failover 1.3-2.0 s; 200-400 ms and
+/// openraft's own timer until 2026-11-27: median 0.74-0.79 s, up to 2.2 s when the first
+/// candidate lacked the dead leader's last entry.)
 pub(super) const GROUP_HEARTBEAT_MS: u64 = 75;
-pub(super) const GROUP_ELECTION_MS: (u64, u64) = (200, 400);
+pub(super) const GROUP_ELECTION_MS: (u64, u64) = (150, 300);
 
 /// What a restart found and did, for the log line.
 #[derive(Debug, Default)]
@@ -163,6 +165,7 @@ impl DurableShard {
         tasks.spawn(confirm(raft.clone(), confirm_queue));
         let (member_reads, member_read_queue) = tokio::sync::mpsc::unbounded_channel();
         let lease = Arc::new(super::lease::Lease::default());
+        let campaign = Arc::new(super::campaign::Campaign::default());
         if grouped {
             let (client, group) = (who.client.clone(), who.group.clone());
             let followed = follow_reads(
@@ -174,7 +177,22 @@ impl DurableShard {
                 tasks.clone(),
             );
             tasks.spawn(followed);
-            tasks.spawn(keep_lease(who.me, raft.clone(), client, group, lease.clone()));
+            tasks.spawn(keep_lease(
+                who.me,
+                raft.clone(),
+                client.clone(),
+                group.clone(),
+                lease.clone(),
+            ));
+            let campaigner = super::campaign::Campaigner {
+                me: who.me,
+                raft: raft.clone(),
+                log: log.clone(),
+                client,
+                group,
+                campaign: campaign.clone(),
+            };
+            tasks.spawn(campaigner.run());
         }
         let events = Arc::new(RaftEvents::default());
         tasks.spawn(count_events(raft.clone(), events.clone()));
@@ -199,6 +217,7 @@ impl DurableShard {
             leader_commit: std::sync::atomic::AtomicU64::new(0),
             lease,
             changes: Default::default(),
+            campaign,
             snapshot_quiet: Arc::default(),
             epoch: std::time::Instant::now(),
             tasks,
@@ -232,14 +251,15 @@ impl DurableShard {
             return Ok(());
         }
         if let Some(committed) = committed_at_start {
-            raft.runtime_config().elect(false);
-            let raft = raft.clone();
+            use super::campaign::Hold;
+            self.campaign.hold(Hold::CatchingUp, true);
+            let (campaign, raft) = (self.campaign.clone(), raft.clone());
             self.tasks.spawn(async move {
                 let _ = raft
                     .wait(Some(std::time::Duration::from_secs(60)))
                     .applied_index_at_least(Some(committed), "apply the log known committed")
                     .await;
-                raft.runtime_config().elect(true);
+                campaign.hold(Hold::CatchingUp, false);
             });
         }
         let store = store.clone();
@@ -299,6 +319,8 @@ fn raft_config(grouped: bool) -> Result<Arc<openraft::Config>, OpenError> {
         // within a heartbeat: a follower catching up gets a few entries per round trip.
         max_payload_entries: MAX_ENTRIES_PER_APPEND,
         max_in_snapshot_log_to_keep: 0,
+        // A group's members campaign after a pre-vote (`campaign`), not on openraft's timer.
+        enable_elect: !grouped,
         ..Default::default()
     };
     Ok(Arc::new(config.validate()?))

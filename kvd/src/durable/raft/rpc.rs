@@ -8,14 +8,14 @@
 use std::sync::atomic::Ordering;
 
 use super::shard::DurableShard;
-use crate::durable::network::{AdminRequest, RaftMessage, RaftRpc, RaftRpcReply};
+use crate::durable::network::{AdminRequest, RaftMessage, RaftRpc, RaftRpcReply, UNREADABLE};
 
 impl DurableShard {
     /// Answers a raft RPC from another member, or an admin request (a `RaftRequest` frame's
     /// body).
     pub async fn serve_rpc(&self, body: &[u8]) -> Vec<u8> {
         let reply = match postcard::from_bytes::<RaftMessage>(body) {
-            Err(e) => RaftRpcReply::Refused(format!("not a raft request: {e}")),
+            Err(e) => RaftRpcReply::Refused(format!("{UNREADABLE}: {e}")),
             Ok(message) => match self.addressed_here(&message) {
                 Err(why) => RaftRpcReply::Refused(why),
                 Ok(()) => self.answer(message.rpc).await,

@@ -44,6 +44,8 @@ pub struct DurableShard {
     pub(super) changes: parking_lot::Mutex<std::collections::VecDeque<kvshared::stats::GroupChange>>,
     /// How fresh this member's store is, for bounded-staleness reads (see `lease`).
     pub(super) lease: Arc<super::lease::Lease>,
+    /// Whether this member may campaign now, and its pre-vote answers' prod (see `campaign`).
+    pub(super) campaign: Arc<super::campaign::Campaign>,
     /// While receiving a snapshot: until when (ms since `epoch`) not to campaign; 0 otherwise.
     pub(super) snapshot_quiet: Arc<std::sync::atomic::AtomicU64>,
     pub(super) epoch: std::time::Instant,
@@ -163,8 +165,9 @@ impl DurableShard {
     pub(super) fn receiving_snapshot(&self) {
         let until = self.epoch.elapsed().as_millis() as u64 + SNAPSHOT_QUIET_MS;
         if self.snapshot_quiet.swap(until, std::sync::atomic::Ordering::Relaxed) == 0 {
-            self.raft.runtime_config().elect(false);
-            let (raft, quiet, epoch) = (self.raft.clone(), self.snapshot_quiet.clone(), self.epoch);
+            use super::campaign::Hold;
+            self.campaign.hold(Hold::Snapshot, true);
+            let (campaign, quiet, epoch) = (self.campaign.clone(), self.snapshot_quiet.clone(), self.epoch);
             self.tasks.spawn(async move {
                 loop {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -179,7 +182,7 @@ impl DurableShard {
                             )
                             .is_ok()
                     {
-                        raft.runtime_config().elect(true);
+                        campaign.hold(Hold::Snapshot, false);
                         return;
                     }
                 }
