@@ -756,9 +756,11 @@ async fn pre_votes_are_refused_while_the_leader_lives_and_a_paused_follower_does
             member: who.member,
         };
         for last_log in [None, newest] {
-            let answer = admin_call(&one(i), to, AdminRequest::PreVote { last_log })
-                .await
-                .unwrap();
+            let ask = AdminRequest::PreVote {
+                candidate: who.member,
+                last_log,
+            };
+            let answer = admin_call(&one(i), to, ask).await.unwrap();
             assert_eq!(
                 answer,
                 AdminReply::PreVote(false),

@@ -85,9 +85,12 @@ pub enum AdminRequest {
     /// sent by `kvd admin init-group` to every member of a new group, and by a leader to a
     /// member it adds. Refused by a member of another group.
     Adopt { group: u64 },
-    /// Would you vote for a candidate whose log ends at `last_log` now (a pre-vote: nothing
-    /// changes; see `raft::campaign`)? Answered [`AdminReply::PreVote`].
-    PreVote { last_log: Option<openraft::LogId<u64>> },
+    /// Would you vote for member `candidate`, whose log ends at `last_log`, now (a pre-vote:
+    /// nothing changes; see `raft::campaign`)? Answered [`AdminReply::PreVote`].
+    PreVote {
+        candidate: u64,
+        last_log: Option<openraft::LogId<u64>>,
+    },
     /// Start the group with these members (`(id, address)`): sent by `kvd admin init-group`
     /// to one member, once every member has adopted the group.
     Initialize { members: Vec<(u64, String)> },

@@ -48,7 +48,7 @@ impl DurableShard {
             AdminRequest::Identify => return AdminReply::Identity(self.identity()),
             AdminRequest::Adopt { group } => return self.adopt(group).await,
             AdminRequest::Initialize { members } => return self.initialize(members).await,
-            AdminRequest::PreVote { last_log } => return self.answer_pre_vote(last_log).await,
+            AdminRequest::PreVote { candidate, last_log } => return self.answer_pre_vote(candidate, last_log).await,
             AdminRequest::Campaign => {
                 return match self.raft.trigger().elect().await {
                     Ok(()) => AdminReply::Done("campaigning".into()),

@@ -78,11 +78,12 @@ pub(super) struct Standing {
     pub last_log: Option<LogId<u64>>,
 }
 
-/// The pre-vote rule: a member would vote for a candidate with log `theirs` when it does not
-/// lead, has not heard from a leader (nor voted) for a lease, and `theirs` is at least as new
-/// as its own: what openraft's vote would decide, without changing anything.
-pub(super) fn grants(me: &Standing, theirs: Option<LogId<u64>>) -> bool {
-    !me.leads && me.heard.is_none_or(|d| d >= LEASE) && theirs >= me.last_log
+/// The pre-vote rule: a member would vote for a candidate with log `theirs` when the
+/// candidate is a voter of the membership it knows (a removed member, never told, is refused),
+/// it does not lead, has not heard from a leader (nor voted) for a lease, and `theirs` is at
+/// least as new as its own: what openraft's vote would decide, without changing anything.
+pub(super) fn grants(me: &Standing, voter: bool, theirs: Option<LogId<u64>>) -> bool {
+    voter && !me.leads && me.heard.is_none_or(|d| d >= LEASE) && theirs >= me.last_log
 }
 
 /// Whether a member that refused `theirs` should ask for pre-votes itself at once: its own
@@ -101,6 +102,13 @@ pub(super) fn patience(committed: bool, drawn: Duration) -> Duration {
 /// every configuration of a (possibly joint) membership.
 pub(super) fn majority(configs: &[BTreeSet<u64>], granted: &BTreeSet<u64>) -> bool {
     !configs.is_empty() && configs.iter().all(|c| c.intersection(granted).count() * 2 > c.len())
+}
+
+/// Whether `member` is a voter of the membership `raft` knows.
+fn is_voter(raft: &openraft::Raft<ShardRaft>, member: u64) -> bool {
+    let m = raft.metrics();
+    let m = m.borrow();
+    m.membership_config.membership().voter_ids().any(|v| v == member)
 }
 
 fn draw() -> Duration {
@@ -190,9 +198,7 @@ impl Campaigner {
     }
 
     fn is_voter(&self) -> bool {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        m.membership_config.membership().voter_ids().any(|v| v == self.me)
+        is_voter(&self.raft, self.me)
     }
 
     /// Asks every other voter at once whether it would vote for `last_log` now.
@@ -226,7 +232,11 @@ impl Campaigner {
             group: self.group.load(Ordering::Relaxed),
             member,
         };
-        match admin_call(&peer, to, AdminRequest::PreVote { last_log }).await {
+        let ask = AdminRequest::PreVote {
+            candidate: self.me,
+            last_log,
+        };
+        match admin_call(&peer, to, ask).await {
             Ok(AdminReply::PreVote(yes)) => yes,
             // A kvd from before pre-votes cannot read the request: it would have campaigned
             // on its own timer, so it counts as willing (its real vote still decides).
@@ -239,14 +249,14 @@ impl Campaigner {
 impl super::shard::DurableShard {
     /// Answers another voter's pre-vote; when this member's own log is the newer and its
     /// lease is over, it asks for pre-votes itself at once.
-    pub(super) async fn answer_pre_vote(&self, theirs: Option<LogId<u64>>) -> AdminReply {
+    pub(super) async fn answer_pre_vote(&self, candidate: u64, theirs: Option<LogId<u64>>) -> AdminReply {
         let Some(me) = standing(&self.raft, &self.log).await else {
             return AdminReply::Failed("this member's raft has stopped".into());
         };
         if should_go_first(&me, theirs) {
             self.campaign.prod.notify_one();
         }
-        AdminReply::PreVote(grants(&me, theirs))
+        AdminReply::PreVote(grants(&me, is_voter(&self.raft, candidate), theirs))
     }
 }
 
@@ -269,25 +279,29 @@ mod tests {
     }
 
     #[test]
-    fn a_pre_vote_is_granted_only_past_the_lease_and_to_a_log_as_new() {
+    fn a_pre_vote_is_granted_only_to_a_voter_past_the_lease_with_a_log_as_new() {
         let lease = LEASE.as_millis() as u64;
         let me = standing(Some(lease), log(3, 10));
-        assert!(grants(&me, log(3, 10)), "same log, lease over");
-        assert!(grants(&me, log(3, 11)), "longer log");
-        assert!(grants(&me, log(4, 2)), "a later term beats a longer log");
-        assert!(!grants(&me, log(3, 9)), "a shorter log");
-        assert!(!grants(&me, log(2, 50)), "an older term, however long");
-        assert!(!grants(&me, None), "no log");
+        assert!(grants(&me, true, log(3, 10)), "same log, lease over");
+        assert!(grants(&me, true, log(3, 11)), "longer log");
+        assert!(grants(&me, true, log(4, 2)), "a later term beats a longer log");
+        assert!(!grants(&me, true, log(3, 9)), "a shorter log");
+        assert!(!grants(&me, true, log(2, 50)), "an older term, however long");
+        assert!(!grants(&me, true, None), "no log");
         assert!(
-            !grants(&standing(Some(lease - 1), log(3, 10)), log(3, 11)),
+            !grants(&me, false, log(3, 11)),
+            "not a voter (a removed member, never told)"
+        );
+        assert!(
+            !grants(&standing(Some(lease - 1), log(3, 10)), true, log(3, 11)),
             "heard from a leader within the lease"
         );
         assert!(
-            grants(&standing(None, None), None),
+            grants(&standing(None, None), true, None),
             "a member that never heard of anyone"
         );
         let leader = Standing { leads: true, ..me };
-        assert!(!grants(&leader, log(9, 99)), "a leader never grants");
+        assert!(!grants(&leader, true, log(9, 99)), "a leader never grants");
     }
 
     #[test]
