@@ -79,7 +79,8 @@ pub(super) struct Standing {
 }
 
 /// The pre-vote rule: a member would vote for a candidate with log `theirs` when the
-/// candidate is a voter of the membership it knows (a removed member, never told, is refused),
+/// candidate is a voter of the membership it knows, if it knows one (a removed member, never
+/// told, is refused),
 /// it does not lead, has not heard from a leader (nor voted) for a lease, and `theirs` is at
 /// least as new as its own: what openraft's vote would decide, without changing anything.
 pub(super) fn grants(me: &Standing, voter: bool, theirs: Option<LogId<u64>>) -> bool {
@@ -109,6 +110,16 @@ fn is_voter(raft: &openraft::Raft<ShardRaft>, member: u64) -> bool {
     let m = raft.metrics();
     let m = m.borrow();
     m.membership_config.membership().voter_ids().any(|v| v == member)
+}
+
+/// Whether a member asking for a pre-vote may be a voter as far as `raft` knows: it is one of
+/// its membership's voters, or `raft` knows no membership yet (a member whose group's first
+/// election failed must still be able to win once the others are up).
+fn may_be_voter(raft: &openraft::Raft<ShardRaft>, member: u64) -> bool {
+    let m = raft.metrics();
+    let m = m.borrow();
+    let mut voters = m.membership_config.membership().voter_ids().peekable();
+    voters.peek().is_none() || voters.any(|v| v == member)
 }
 
 fn draw() -> Duration {
@@ -256,7 +267,7 @@ impl super::shard::DurableShard {
         if should_go_first(&me, theirs) {
             self.campaign.prod.notify_one();
         }
-        AdminReply::PreVote(grants(&me, is_voter(&self.raft, candidate), theirs))
+        AdminReply::PreVote(grants(&me, may_be_voter(&self.raft, candidate), theirs))
     }
 }
 
