@@ -10,10 +10,6 @@
 //! same key in one batch take effect in the order the client wrote them.
 
 use std::collections::HashSet;
-
-/// Key hashes a batch writes: foldhash over them, seeded per set (SipHash cost 2% of a
-/// durable node's CPU here).
-pub(crate) type WrittenKeys = HashSet<u64, foldhash::fast::RandomState>;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam::utils::CachePadded;
@@ -91,6 +87,10 @@ impl ReplyRoom for CappedRoom {
         false
     }
 }
+
+/// Key hashes a batch writes: foldhash over them, seeded per set (SipHash cost 2% of a
+/// durable node's CPU here).
+pub(crate) type WrittenKeys = HashSet<u64, foldhash::fast::RandomState>;
 
 /// Reusable per-connection memory for grouping a batch by shard.
 #[derive(Default)]

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use openraft::{LogId, ServerState};
@@ -36,33 +36,44 @@ const ASK_LIMIT: Duration = Duration::from_millis(150);
 /// a member refuses votes; the election timeout's maximum.
 pub(super) const LEASE: Duration = Duration::from_millis(GROUP_ELECTION_MS.1);
 
-/// A reason not to campaign for now.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Hold {
-    /// A restarted member applies what it knew committed first (see `open::catch_up`).
-    CatchingUp = 1,
-    /// A snapshot is arriving (see `DurableShard::receiving_snapshot`).
-    Snapshot = 2,
-}
-
-/// What the campaign task and the pre-vote answers share.
-#[derive(Default)]
+/// What the campaign task and the pre-vote answers share: whether this member may campaign
+/// now, and the prod that makes the task look at once.
 pub(super) struct Campaign {
-    holds: AtomicU32,
+    /// A restarted member applies what it knew committed first (see `open::catch_up`).
+    catching_up: AtomicBool,
+    /// Until when (ms since `epoch`) a member receiving a snapshot holds back (see
+    /// `DurableShard::receiving_snapshot`).
+    quiet_until: AtomicU64,
+    epoch: std::time::Instant,
     prod: tokio::sync::Notify,
 }
 
+impl Default for Campaign {
+    fn default() -> Campaign {
+        Campaign {
+            catching_up: AtomicBool::new(false),
+            quiet_until: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            prod: tokio::sync::Notify::new(),
+        }
+    }
+}
+
 impl Campaign {
-    /// Sets or clears one reason not to campaign.
-    pub(super) fn hold(&self, why: Hold, on: bool) {
-        match on {
-            true => self.holds.fetch_or(why as u32, Ordering::Relaxed),
-            false => self.holds.fetch_and(!(why as u32), Ordering::Relaxed),
-        };
+    /// Holds campaigns back, or lets them go, while a restarted member catches up.
+    pub(super) fn catching_up(&self, on: bool) {
+        self.catching_up.store(on, Ordering::Relaxed);
+    }
+
+    /// Holds campaigns back for `d` from now (or longer, if already held longer).
+    pub(super) fn quiet_for(&self, d: Duration) {
+        let until = (self.epoch.elapsed() + d).as_millis() as u64;
+        self.quiet_until.fetch_max(until, Ordering::Relaxed);
     }
 
     fn held(&self) -> bool {
-        self.holds.load(Ordering::Relaxed) != 0
+        self.catching_up.load(Ordering::Relaxed)
+            || (self.epoch.elapsed().as_millis() as u64) < self.quiet_until.load(Ordering::Relaxed)
     }
 }
 
@@ -105,21 +116,13 @@ pub(super) fn majority(configs: &[BTreeSet<u64>], granted: &BTreeSet<u64>) -> bo
     !configs.is_empty() && configs.iter().all(|c| c.intersection(granted).count() * 2 > c.len())
 }
 
-/// Whether `member` is a voter of the membership `raft` knows.
-fn is_voter(raft: &openraft::Raft<ShardRaft>, member: u64) -> bool {
-    let m = raft.metrics();
-    let m = m.borrow();
-    m.membership_config.membership().voter_ids().any(|v| v == member)
-}
-
-/// Whether a member asking for a pre-vote may be a voter as far as `raft` knows: it is one of
-/// its membership's voters, or `raft` knows no membership yet (a member whose group's first
-/// election failed must still be able to win once the others are up).
-fn may_be_voter(raft: &openraft::Raft<ShardRaft>, member: u64) -> bool {
+/// Whether `member` is a voter of the membership `raft` knows; `None` while it knows none.
+fn voter_in(raft: &openraft::Raft<ShardRaft>, member: u64) -> Option<bool> {
     let m = raft.metrics();
     let m = m.borrow();
     let mut voters = m.membership_config.membership().voter_ids().peekable();
-    voters.peek().is_none() || voters.any(|v| v == member)
+    voters.peek()?;
+    Some(voters.any(|v| v == member))
 }
 
 fn draw() -> Duration {
@@ -176,13 +179,13 @@ impl Campaigner {
                 _ = tokio::time::sleep(TICK) => false,
                 _ = self.campaign.prod.notified() => true,
             };
-            if self.campaign.held() || !self.is_voter() {
+            if self.campaign.held() || Instant::now() < next_round || !self.is_voter() {
                 continue;
             }
             let Some(me) = standing(&self.raft, &self.log).await else {
                 return;
             };
-            if me.leads || Instant::now() < next_round {
+            if me.leads {
                 continue;
             }
             let silent = me.heard.unwrap_or(Duration::MAX);
@@ -209,7 +212,7 @@ impl Campaigner {
     }
 
     fn is_voter(&self) -> bool {
-        is_voter(&self.raft, self.me)
+        voter_in(&self.raft, self.me) == Some(true)
     }
 
     /// Asks every other voter at once whether it would vote for `last_log` now.
@@ -267,7 +270,10 @@ impl super::shard::DurableShard {
         if should_go_first(&me, theirs) {
             self.campaign.prod.notify_one();
         }
-        AdminReply::PreVote(grants(&me, may_be_voter(&self.raft, candidate), theirs))
+        // A member that knows no membership yet cannot rule the asker out (a group whose
+        // first election failed must still be able to start).
+        let voter = voter_in(&self.raft, candidate) != Some(false);
+        AdminReply::PreVote(grants(&me, voter, theirs))
     }
 }
 
@@ -327,6 +333,23 @@ mod tests {
             !should_go_first(&standing(Some(lease - 1), log(3, 10)), log(3, 9)),
             "its leader may live"
         );
+    }
+
+    #[test]
+    fn campaigns_are_held_while_catching_up_and_for_a_while_after_a_snapshot_chunk() {
+        let c = Campaign::default();
+        assert!(!c.held());
+        c.catching_up(true);
+        assert!(c.held());
+        c.catching_up(false);
+        assert!(!c.held());
+        c.quiet_for(Duration::from_secs(60));
+        c.quiet_for(Duration::from_millis(1));
+        assert!(c.held(), "a later chunk never shortens the quiet");
+        let short = Campaign::default();
+        short.quiet_for(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!short.held(), "the quiet ends");
     }
 
     #[test]

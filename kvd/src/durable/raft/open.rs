@@ -218,8 +218,6 @@ impl DurableShard {
             lease,
             changes: Default::default(),
             campaign,
-            snapshot_quiet: Arc::default(),
-            epoch: std::time::Instant::now(),
             tasks,
             health,
         }
@@ -251,15 +249,14 @@ impl DurableShard {
             return Ok(());
         }
         if let Some(committed) = committed_at_start {
-            use super::campaign::Hold;
-            self.campaign.hold(Hold::CatchingUp, true);
+            self.campaign.catching_up(true);
             let (campaign, raft) = (self.campaign.clone(), raft.clone());
             self.tasks.spawn(async move {
                 let _ = raft
                     .wait(Some(std::time::Duration::from_secs(60)))
                     .applied_index_at_least(Some(committed), "apply the log known committed")
                     .await;
-                campaign.hold(Hold::CatchingUp, false);
+                campaign.catching_up(false);
             });
         }
         let store = store.clone();

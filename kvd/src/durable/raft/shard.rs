@@ -11,7 +11,7 @@ use super::types::{LogAnswer, LogError, ShardRaft};
 use crate::durable::log::{FsyncPolicy, GroupCommit};
 
 /// How long after a snapshot chunk a follower holds its campaign back.
-pub(super) const SNAPSHOT_QUIET_MS: u64 = 1000;
+const SNAPSHOT_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A shard's raft group over `dir`, applying to `store`: of one voter, or of the members
 /// of `--group` (replica groups).
@@ -46,9 +46,6 @@ pub struct DurableShard {
     pub(super) lease: Arc<super::lease::Lease>,
     /// Whether this member may campaign now, and its pre-vote answers' prod (see `campaign`).
     pub(super) campaign: Arc<super::campaign::Campaign>,
-    /// While receiving a snapshot: until when (ms since `epoch`) not to campaign; 0 otherwise.
-    pub(super) snapshot_quiet: Arc<std::sync::atomic::AtomicU64>,
-    pub(super) epoch: std::time::Instant,
     /// This member's group id (0 while it belongs to none: a blank member), shared with the
     /// network so that every RPC names it.
     pub(super) group: Arc<std::sync::atomic::AtomicU64>,
@@ -163,31 +160,7 @@ impl DurableShard {
     /// catching up by a large snapshot timed out and started an election that deposed a
     /// working leader.)
     pub(super) fn receiving_snapshot(&self) {
-        let until = self.epoch.elapsed().as_millis() as u64 + SNAPSHOT_QUIET_MS;
-        if self.snapshot_quiet.swap(until, std::sync::atomic::Ordering::Relaxed) == 0 {
-            use super::campaign::Hold;
-            self.campaign.hold(Hold::Snapshot, true);
-            let (campaign, quiet, epoch) = (self.campaign.clone(), self.snapshot_quiet.clone(), self.epoch);
-            self.tasks.spawn(async move {
-                loop {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    let until = quiet.load(std::sync::atomic::Ordering::Relaxed);
-                    if epoch.elapsed().as_millis() as u64 >= until
-                        && quiet
-                            .compare_exchange(
-                                until,
-                                0,
-                                std::sync::atomic::Ordering::Relaxed,
-                                std::sync::atomic::Ordering::Relaxed,
-                            )
-                            .is_ok()
-                    {
-                        campaign.hold(Hold::Snapshot, false);
-                        return;
-                    }
-                }
-            });
-        }
+        self.campaign.quiet_for(SNAPSHOT_QUIET);
     }
 
     /// Notes the commit index a leader's append carried (this member's commit index, for
