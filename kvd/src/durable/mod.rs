@@ -11,6 +11,7 @@
 //! Serving with `--data-dir` goes through [`raft::DurableShard`] (see `Node::execute`).
 
 pub mod catalog;
+pub mod direct;
 pub mod health;
 pub mod log;
 pub mod meta;

@@ -7,8 +7,10 @@
 //! `NAME`, and the directory fsynced.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+
+use super::direct::DirectWriter;
 
 /// Bytes that open every snapshot file.
 pub const MAGIC: [u8; 8] = *b"KVDSNAP\0";
@@ -62,7 +64,7 @@ pub fn write(path: &Path, snapshot: &Snapshot) -> Result<u64, SnapshotError> {
 pub struct SnapshotWriter {
     path: PathBuf,
     tmp: PathBuf,
-    file: BufWriter<File>,
+    file: DirectWriter,
     hasher: crc32fast::Hasher,
     data_len: u64,
     written: u64,
@@ -72,7 +74,7 @@ impl SnapshotWriter {
     /// Starts `path` (as `path.tmp`) with its metadata.
     pub fn create(path: &Path, meta: &[u8]) -> Result<SnapshotWriter, SnapshotError> {
         let tmp = path.with_extension("tmp");
-        let file = File::create(&tmp).map_err(|source| SnapshotError::Io {
+        let file = DirectWriter::create(&tmp).map_err(|source| SnapshotError::Io {
             path: tmp.clone(),
             what: "create",
             source,
@@ -80,7 +82,7 @@ impl SnapshotWriter {
         let mut w = SnapshotWriter {
             path: path.to_path_buf(),
             tmp,
-            file: BufWriter::with_capacity(1 << 20, file),
+            file,
             hasher: crc32fast::Hasher::new(),
             data_len: 0,
             written: 0,
@@ -120,11 +122,7 @@ impl SnapshotWriter {
         self.put(&len)?;
         let crc = self.hasher.clone().finalize().to_le_bytes();
         self.put(&crc)?;
-        let file = self.file.into_inner().map_err(|e| SnapshotError::Io {
-            path: self.tmp.clone(),
-            what: "write",
-            source: e.into_error(),
-        })?;
+        let file = self.file.finish().map_err(fail(&self.tmp, "write"))?;
         file.sync_all().map_err(fail(&self.tmp, "fsync"))?;
         drop(file);
         std::fs::rename(&self.tmp, &self.path).map_err(fail(&self.path, "rename into place"))?;
