@@ -177,7 +177,7 @@ impl LogFiles {
             let info = SegmentFile { first, path, ends };
             expected = info.end_index();
             if last {
-                let active = Segment::open_at(&info.path, contents.valid_len)?;
+                let mut active = Segment::open_at(&info.path, contents.valid_len)?;
                 let synced_records = info.ends.len() as u64;
                 active.mark(synced_records, false)?;
                 active.sync()?;
