@@ -770,19 +770,38 @@ where
     buf.clear();
     buf.extend_from_slice(&[0u8; HEADER_LEN]);
     let mut buf = rkyv::api::high::to_bytes_in::<_, rancor::BoxedError>(value, buf).map_err(unencodable)?;
-    let len = u32::try_from(buf.len() - HEADER_LEN)
-        .ok()
-        .filter(|&len| len <= MAX_FRAME_LIMIT)
-        .ok_or_else(|| {
-            WireError::shape(format!(
-                "a body of {} bytes is over the frame limit",
-                buf.len() - HEADER_LEN
-            ))
-        })?;
-    let header = FrameHeader { kind, len, id };
-    buf.as_mut_slice()[..HEADER_LEN].copy_from_slice(&header.encode());
+    let header = header_for(kind, id, buf.len())?;
+    buf.as_mut_slice()[..HEADER_LEN].copy_from_slice(&header);
     *out = buf;
     Ok(())
+}
+
+/// Writes one whole frame into `out` (cleared first) whose body `body` appends in place, in
+/// whatever encoding the frame kind carries (the members' raft messages are postcard): no
+/// body buffer to copy from.
+pub fn encode_frame_with(
+    kind: FrameKind,
+    id: u64,
+    out: &mut AlignedVec,
+    body: impl FnOnce(&mut AlignedVec) -> Result<(), String>,
+) -> Result<(), WireError> {
+    out.clear();
+    out.extend_from_slice(&[0u8; HEADER_LEN]);
+    body(out).map_err(|why| WireError::shape(format!("the body could not be encoded: {why}")))?;
+    let header = header_for(kind, id, out.len())?;
+    out.as_mut_slice()[..HEADER_LEN].copy_from_slice(&header);
+    Ok(())
+}
+
+/// The header of a frame of `frame_len` bytes (header included), refusing a body over the
+/// frame limit.
+fn header_for(kind: FrameKind, id: u64, frame_len: usize) -> Result<[u8; HEADER_LEN], WireError> {
+    let body = frame_len.saturating_sub(HEADER_LEN);
+    let len = u32::try_from(body)
+        .ok()
+        .filter(|&len| len <= MAX_FRAME_LIMIT)
+        .ok_or_else(|| WireError::shape(format!("a body of {body} bytes is over the frame limit")))?;
+    Ok(FrameHeader { kind, len, id }.encode())
 }
 
 /// Serialises `value` as a frame body alone (no header) into `out`, reusing its memory: a
@@ -1098,6 +1117,28 @@ mod tests {
         assert!(b.reads_only());
         b.push(OpKind::SlotTrack, b"", &[]);
         assert!(!b.reads_only());
+    }
+
+    /// A frame whose body is written in place has the header of one whose body was
+    /// copied in, and a body past the frame limit or one that fails to encode is refused.
+    #[test]
+    fn a_body_written_in_place_gets_its_header() {
+        let mut frame = AlignedVec::new();
+        frame.extend_from_slice(b"old bytes, cleared first");
+        encode_frame_with(FrameKind::RaftRequest, 7, &mut frame, |b| {
+            b.extend_from_slice(b"hello");
+            Ok(())
+        })
+        .unwrap();
+        let head: [u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().unwrap();
+        let header = FrameHeader::decode(&head, MAX_FRAME_LIMIT).unwrap();
+        assert_eq!((header.kind, header.len, header.id), (FrameKind::RaftRequest, 5, 7));
+        assert_eq!(&frame[HEADER_LEN..], b"hello");
+        let failed = encode_frame_with(FrameKind::RaftRequest, 8, &mut frame, |_| Err("no".into()));
+        assert!(failed.unwrap_err().to_string().contains("could not be encoded: no"));
+        let over = header_for(FrameKind::RaftRequest, 9, HEADER_LEN + MAX_FRAME_LIMIT as usize + 1);
+        assert!(over.unwrap_err().to_string().contains("over the frame limit"));
+        assert!(header_for(FrameKind::RaftRequest, 9, HEADER_LEN + MAX_FRAME_LIMIT as usize).is_ok());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kvshared::client::{ClientConfig, ClientError, Cluster};
-use kvshared::frame::FrameKind;
+use kvshared::frame::{AlignedVec, FrameKind};
 use openraft::BasicNode;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -272,11 +272,17 @@ impl Peer {
             to: self.target,
             rpc,
         };
-        let body = postcard::to_allocvec(&message).map_err(|e| network(e.to_string()))?;
-        let reply = tokio::time::timeout(option.hard_ttl(), cluster.call(0, FrameKind::RaftRequest, &body))
+        // Serialised straight into the frame: an append of megabytes is copied once.
+        let call = cluster.call_with(0, FrameKind::RaftRequest, |buf| {
+            postcard::serialize_with_flavor(&message, FrameBody(buf)).map_err(|e| e.to_string())
+        });
+        let reply = tokio::time::timeout(option.hard_ttl(), call)
             .await
             .map_err(|_| network(format!("no answer within {:?}", option.hard_ttl())))?
-            .map_err(|e| unreachable(&e))?;
+            .map_err(|e| match e {
+                ClientError::Encode { reason } => network(reason),
+                e => unreachable(&e),
+            })?;
         if reply.kind != FrameKind::RaftResponse {
             return Err(network(reply.unexpected().to_string()));
         }
@@ -285,6 +291,27 @@ impl Peer {
 
     fn remote<E: std::error::Error>(&self, e: E) -> RPCError<u64, BasicNode, E> {
         RPCError::RemoteError(RemoteError::new(self.target, e))
+    }
+}
+
+/// postcard's output appended to a frame's buffer.
+struct FrameBody<'a>(&'a mut AlignedVec);
+
+impl postcard::ser_flavors::Flavor for FrameBody<'_> {
+    type Output = ();
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
     }
 }
 

@@ -1034,22 +1034,25 @@ impl Cluster {
     /// Sends a frame of `kind` with `body` as it is to member `node` (a single address) and
     /// returns the reply, whatever its kind (replica groups' raft messages use it).
     pub async fn call(&self, node: usize, kind: FrameKind, body: &[u8]) -> Result<Reply, ClientError> {
+        self.call_with(node, kind, |buf| {
+            buf.extend_from_slice(body);
+            Ok(())
+        })
+        .await
+    }
+
+    /// [`Cluster::call`] with a body that `body` writes straight into the frame's buffer
+    /// (a large raft append is serialised once, not serialised and then copied).
+    pub async fn call_with(
+        &self,
+        node: usize,
+        kind: FrameKind,
+        body: impl FnOnce(&mut AlignedVec) -> Result<(), String>,
+    ) -> Result<Reply, ClientError> {
         let conn = self.connection_in(node, self.next_slot(node)).await;
         self.observe(node, &conn);
         let reply = conn?
-            .start(|id, buf: &mut AlignedVec| {
-                buf.clear();
-                buf.extend_from_slice(
-                    &crate::frame::FrameHeader {
-                        kind,
-                        len: body.len() as u32,
-                        id,
-                    }
-                    .encode(),
-                );
-                buf.extend_from_slice(body);
-                Ok(())
-            })
+            .start(|id, buf: &mut AlignedVec| crate::wire::encode_frame_with(kind, id, buf, body))
             .await?
             .wait(self.config.request_timeout)
             .await;
