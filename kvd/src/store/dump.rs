@@ -19,7 +19,7 @@ use kvshared::routing::{key_hash, key_slot, map_shard};
 use kvshared::stats::Counts;
 use kvshared::wire::BatchResponse;
 
-use super::{Answers, Store, Unbounded};
+use super::{Answers, Store, Table, Unbounded};
 
 /// Bytes of a pair's header.
 const PAIR_HEADER: usize = 8;
@@ -49,33 +49,60 @@ impl Store {
             // From before slot maps: the even split of --shard.
             _ => self.reset_slots(),
         }
-        let (count, mut rest) = data
+        let (count, rest) = data
             .split_first_chunk::<4>()
             .ok_or_else(|| "the data is shorter than its header".to_string())?;
         let count = u32::from_le_bytes(*count) as usize;
         if count == 0 || count > 1 << 20 {
             return Err(format!("the data says {count} map shards"));
         }
-        let mut held = Vec::with_capacity(count.min(rest.len() / SHARD_HEADER + 1));
+        let sections = sections(rest, count)?;
+        let total = sections.iter().try_fold(0usize, |n, (shard, _, section)| {
+            let mut pairs = 0usize;
+            for pair in Pairs::new(section) {
+                pair.map_err(|e| format!("map shard {shard}: {e}"))?;
+                pairs += 1;
+            }
+            Ok::<_, String>(n + pairs)
+        })?;
+        self.reserve_for_import(total);
+        let mut held = Vec::with_capacity(sections.len());
         let mut pairs = 0u64;
-        for shard in 0..count {
-            let bad = |why: &str| format!("map shard {shard}: {why}");
-            let (header, body) = rest
-                .split_first_chunk::<SHARD_HEADER>()
-                .ok_or_else(|| bad("header cut short"))?;
-            let applied = u64::from_le_bytes(header[..8].try_into().unwrap_or_default());
-            let len = u64::from_le_bytes(header[8..].try_into().unwrap_or_default());
-            let len = usize::try_from(len).map_err(|_| bad("pairs length too large"))?;
-            let section = body.get(..len).ok_or_else(|| bad("pairs run past the end"))?;
-            pairs += self.import_pairs(section).map_err(|e| bad(&e))?;
+        for (shard, applied, section) in sections {
+            pairs += self
+                .import_pairs(section)
+                .map_err(|e| format!("map shard {shard}: {e}"))?;
             held.push(applied);
-            rest = &body[len..];
-        }
-        if !rest.is_empty() {
-            return Err(format!("{} bytes after the last map shard", rest.len()));
         }
         *self.replay.write() = Some(held);
         Ok(pairs)
+    }
+
+    /// Gives every (empty) map shard's table room for its share of `pairs` entries before
+    /// an import fills it. An export lists each table's pairs in slot order, which is hash
+    /// order; inserted in that order into a table that grows as it goes, a linear probe's
+    /// early keys all have homes in the first sliver of the slots and pile into one long
+    /// run (a million pairs took 17 s instead of 0.4 s: a follower's snapshot install,
+    /// REPLICATION.md). Under `--max-memory`, a reservation past the cap is not made.
+    fn reserve_for_import(&self, pairs: usize) {
+        let per_shard = pairs / self.shards.len();
+        let per_shard = per_shard + per_shard / 16 + 16;
+        for (i, shard) in self.shards.iter().enumerate() {
+            let mut s = shard.write();
+            let grow = Table::bytes_for(per_shard).saturating_sub(s.table.allocation_size());
+            let over_cap = self
+                .usage
+                .limit()
+                .is_some_and(|l| self.usage.used().saturating_add(grow) > l.max_bytes);
+            if grow == 0 || s.table.len() > 0 || over_cap {
+                continue;
+            }
+            if let Ok(table) = Table::with_capacity(per_shard) {
+                self.usage.add(grow);
+                s.table = table;
+                self.hints[i].publish(&s.table);
+            }
+        }
     }
 
     /// The log replay after a snapshot is over: entries are applied as they come.
@@ -95,36 +122,15 @@ impl Store {
             log_index: 0,
             slot_changes: self.slots.changes(),
         };
-        let mut rest = data;
         let mut pairs = 0u64;
-        while !rest.is_empty() {
-            let at = data.len() - rest.len();
+        for pair in Pairs::new(data) {
+            let Pair {
+                key,
+                value,
+                deadline,
+                at,
+            } = pair?;
             let bad = |why: &str| format!("pair {pairs} at byte {at}: {why}");
-            let (header, body) = rest
-                .split_first_chunk::<PAIR_HEADER>()
-                .ok_or_else(|| bad("header cut short"))?;
-            let key_len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-            let value_len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-            let has_deadline = value_len & HAS_DEADLINE != 0;
-            let value_len = (value_len & !HAS_DEADLINE) as usize;
-            let key = body.get(..key_len).ok_or_else(|| bad("key runs past the end"))?;
-            let value = body
-                .get(key_len..key_len + value_len)
-                .ok_or_else(|| bad("value runs past the end"))?;
-            let mut pair_len = key_len + value_len;
-            let deadline = if has_deadline {
-                let at = body
-                    .get(pair_len..pair_len + 8)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                    .ok_or_else(|| bad("deadline runs past the end"))?;
-                pair_len += 8;
-                Some(u64::from_le_bytes(at))
-            } else {
-                None
-            };
-            if key.is_empty() {
-                return Err(bad("empty key"));
-            }
             let hash = key_hash(key);
             if self.slots.get(key_slot(key)).state == kvshared::slots::SlotState::Gone {
                 return Err(bad(&format!("a key of a slot shard {} does not hold", self.me)));
@@ -139,9 +145,119 @@ impl Store {
             }
             drop(s);
             pairs += 1;
-            rest = body.get(pair_len..).unwrap_or_default();
         }
         Ok(pairs)
+    }
+}
+
+/// A map shard's section of an export: its index, the entry it was copied at, its pairs.
+type Section<'a> = (usize, u64, &'a [u8]);
+
+/// An export's map-shard sections, every length checked.
+fn sections(mut rest: &[u8], count: usize) -> Result<Vec<Section<'_>>, String> {
+    let mut out = Vec::with_capacity(count.min(rest.len() / SHARD_HEADER + 1));
+    for shard in 0..count {
+        let bad = |why: &str| format!("map shard {shard}: {why}");
+        let (header, body) = rest
+            .split_first_chunk::<SHARD_HEADER>()
+            .ok_or_else(|| bad("header cut short"))?;
+        let applied = u64::from_le_bytes(header[..8].try_into().unwrap_or_default());
+        let len = u64::from_le_bytes(header[8..].try_into().unwrap_or_default());
+        let len = usize::try_from(len).map_err(|_| bad("pairs length too large"))?;
+        let section = body.get(..len).ok_or_else(|| bad("pairs run past the end"))?;
+        out.push((shard, applied, section));
+        rest = body.get(len..).unwrap_or_default();
+    }
+    if !rest.is_empty() {
+        return Err(format!("{} bytes after the last map shard", rest.len()));
+    }
+    Ok(out)
+}
+
+/// One pair of an export section.
+struct Pair<'a> {
+    key: &'a [u8],
+    value: &'a [u8],
+    deadline: Option<u64>,
+    /// Where its header starts in the section.
+    at: usize,
+}
+
+/// The pairs of an export section in order; every length is checked against the data.
+struct Pairs<'a> {
+    data: &'a [u8],
+    rest: &'a [u8],
+    count: u64,
+}
+
+impl<'a> Pairs<'a> {
+    fn new(data: &'a [u8]) -> Pairs<'a> {
+        Pairs {
+            data,
+            rest: data,
+            count: 0,
+        }
+    }
+
+    fn parse(&self) -> Result<(Pair<'a>, usize), String> {
+        let (rest, pairs) = (self.rest, self.count);
+        let at = self.data.len() - rest.len();
+        let bad = |why: &str| format!("pair {pairs} at byte {at}: {why}");
+        let (header, body) = rest
+            .split_first_chunk::<PAIR_HEADER>()
+            .ok_or_else(|| bad("header cut short"))?;
+        let key_len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let value_len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        let has_deadline = value_len & HAS_DEADLINE != 0;
+        let value_len = (value_len & !HAS_DEADLINE) as usize;
+        let key = body.get(..key_len).ok_or_else(|| bad("key runs past the end"))?;
+        let value = body
+            .get(key_len..key_len + value_len)
+            .ok_or_else(|| bad("value runs past the end"))?;
+        let mut pair_len = key_len + value_len;
+        let deadline = if has_deadline {
+            let at = body
+                .get(pair_len..pair_len + 8)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .ok_or_else(|| bad("deadline runs past the end"))?;
+            pair_len += 8;
+            Some(u64::from_le_bytes(at))
+        } else {
+            None
+        };
+        if key.is_empty() {
+            return Err(bad("empty key"));
+        }
+        Ok((
+            Pair {
+                key,
+                value,
+                deadline,
+                at,
+            },
+            PAIR_HEADER + pair_len,
+        ))
+    }
+}
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = Result<Pair<'a>, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        match self.parse() {
+            Ok((pair, len)) => {
+                self.rest = self.rest.get(len..).unwrap_or_default();
+                self.count += 1;
+                Some(Ok(pair))
+            }
+            Err(e) => {
+                self.rest = &[];
+                Some(Err(e))
+            }
+        }
     }
 }
 
@@ -173,6 +289,27 @@ mod tests {
         let store = Store::new(ShardId::SOLO, 4, 0).unwrap();
         store.import(&one_shard(pairs)).unwrap();
         store
+    }
+
+    /// An import sizes each empty table once for its share of the pairs, so the pairs,
+    /// which come in slot (hash) order, never pile into the first slots of a small table
+    /// that grows as they arrive.
+    #[test]
+    fn an_import_sizes_each_table_before_filling_it() {
+        let pairs: Vec<_> = (0..20_000)
+            .map(|i| (format!("user{i}").into_bytes(), vec![7u8; 16]))
+            .collect();
+        let source = store_with(&pairs);
+        let store = Store::new(ShardId::SOLO, 4, 0).unwrap();
+        assert_eq!(store.import(&export(&source)).unwrap(), 20_000);
+        let per_shard = 20_000 / 4;
+        let reserved = Table::bytes_for(per_shard + per_shard / 16 + 16);
+        for shard in store.shards.iter() {
+            let s = shard.read();
+            assert!(s.table.len() > 0);
+            assert_eq!(s.table.allocation_size(), reserved, "a table grew during the import");
+        }
+        assert_eq!(store.memory_recount() as usize, store.usage.used());
     }
 
     fn export(store: &Store) -> Vec<u8> {

@@ -301,6 +301,9 @@ fn membership(dir: &Path, group: Option<crate::durable::GroupConfig>) -> Result<
     })
 }
 
+/// How long a snapshot chunk's RPC (the last one's install included) may take.
+const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 10_000;
+
 /// openraft's settings for a group of one or a replica group.
 fn raft_config(grouped: bool) -> Result<Arc<openraft::Config>, OpenError> {
     let (heartbeat, election) = match grouped {
@@ -316,6 +319,12 @@ fn raft_config(grouped: bool) -> Result<Arc<openraft::Config>, OpenError> {
         // within a heartbeat: a follower catching up gets a few entries per round trip.
         max_payload_entries: MAX_ENTRIES_PER_APPEND,
         max_in_snapshot_log_to_keep: 0,
+        // A snapshot chunk (3 MiB), and the last one's install (reading and loading the
+        // whole store: about a second for a million records), must not be given up on
+        // after openraft's 200 ms: each retry queues another chunk behind the one the
+        // member is still working on, and a connection silent that long is then held as
+        // stalled by the leader's client (REPLICATION.md, catch-up).
+        install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
         // A group's members campaign after a pre-vote (`campaign`), not on openraft's timer.
         enable_elect: !grouped,
         ..Default::default()

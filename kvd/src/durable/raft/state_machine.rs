@@ -342,6 +342,7 @@ impl RaftStateMachine<ShardRaft> for StateMachine {
         snapshot: Box<tokio::fs::File>,
     ) -> StorageResult<()> {
         // The leader sends its snapshot file as it is: check it like one read from disk.
+        let began = std::time::Instant::now();
         snapshot.sync_all().await.map_err(io_error)?;
         drop(snapshot);
         let index = meta.last_log_id.map_or(0, |l| l.index);
@@ -349,10 +350,11 @@ impl RaftStateMachine<ShardRaft> for StateMachine {
         std::fs::rename(self.dir.join("snap-receiving.tmp"), &path).map_err(io_error)?;
         crate::durable::sync_dir(&self.dir).map_err(io_error)?;
         let snap = snapshot::read(&path).map_err(io_error)?;
-        self.load(&path, &snap).map_err(io_error)?;
+        let pairs = self.load(&path, &snap).map_err(io_error)?;
         if let Ok(Some(oldest_kept)) = catalog::prune(&self.dir) {
             self.writer.purge_through(oldest_kept);
         }
+        tracing::info!(file = %path.display(), pairs, took_ms = began.elapsed().as_millis() as u64, "installed the leader's snapshot");
         Ok(())
     }
 
