@@ -11,6 +11,11 @@ op/s, kvd and kvbench CPU, update p50/p99, fsyncs per second and updates per fsy
 snapshots on (default --snapshot-every) vs off (a count of entries the run never reaches),
 reporting the per-second throughput's minimum and median and the snapshots taken.
 
+`--restart` measures how long a durable kvd takes to come back: 1,000,000 records loaded under
+--fsync always, a snapshot taken, then the node stopped and started `--rounds` times over the
+same data dir; each restart is timed from spawn until `kvd stats` answers (kvd listens once
+recovery is done) and its key count is checked.
+
 Talks only to 127.0.0.1; stops each kvd it started, by PID; every run is bounded by
 --duration. Needs the release binaries (cargo build --release).
 """
@@ -41,6 +46,7 @@ def parse_args():
     p.add_argument("--data-root", default=None, help="where the data dirs go (default: a temp dir)")
     p.add_argument("--out", default="target/durability-bench", help="directory for runs.csv")
     p.add_argument("--stall", action="store_true", help="measure the snapshot stall instead")
+    p.add_argument("--restart", action="store_true", help="time restarts from a snapshot instead")
     return p.parse_args()
 
 
@@ -163,6 +169,37 @@ def fsync_mean_us(d0, d1):
     return round((s1 - s0) / (n1 - n0) / 1000) if n1 > n0 else ""
 
 
+def restarts(a, data_root):
+    """Loads a durable node, waits for its snapshot, then times `a.rounds` restarts."""
+    data = os.path.join(data_root, "restart")
+    shutil.rmtree(data, ignore_errors=True)
+    args = [arg.replace("{data}", data) for arg in durable_args("always")]
+    kvd = Kvd(a, a.bin_dir, a.port, args)
+    try:
+        load(a.bin_dir, kvd.addr)
+        deadline = time.time() + 60
+        while (kvd.stats() or {}).get("durability", {}).get("snapshots_taken", 0) < 1:
+            if time.time() > deadline:
+                raise SystemExit("no snapshot within 60 s of the load")
+            time.sleep(0.5)
+        time.sleep(1)
+    finally:
+        kvd.stop()
+    took = []
+    for r in range(a.rounds):
+        t0 = time.time()
+        kvd = Kvd(a, a.bin_dir, a.port, args)
+        took.append(time.time() - t0)
+        keys = (kvd.stats() or {}).get("keys")
+        kvd.stop()
+        print(f"restart {r + 1}: serving after {took[-1]:.2f} s with {keys:,} keys", flush=True)
+        if keys != 1_000_000:
+            raise SystemExit(f"restart {r + 1} came back with {keys} keys, not 1,000,000")
+    shutil.rmtree(data, ignore_errors=True)
+    print(f"median restart {statistics.median(took):.2f} s over {a.rounds}")
+    return 0
+
+
 def durable_args(mode):
     if mode == "memory":
         return []
@@ -176,6 +213,12 @@ def main():
             raise SystemExit(f"{a.bin_dir}/{tool} is missing: run cargo build --release first")
     os.makedirs(a.out, exist_ok=True)
     data_root = a.data_root or tempfile.mkdtemp(prefix="kvd-durability-bench-")
+    if a.restart:
+        try:
+            return restarts(a, data_root)
+        finally:
+            if not a.data_root:
+                shutil.rmtree(data_root, ignore_errors=True)
     if a.stall:
         configs = [
             ("snapshots-off", durable_args("always") + ["--snapshot-every", "1000000000entries"]),
