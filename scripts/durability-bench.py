@@ -192,7 +192,7 @@ def restarts(a, data_root):
         took.append(time.time() - t0)
         keys = (kvd.stats() or {}).get("keys")
         kvd.stop()
-        print(f"restart {r + 1}: serving after {took[-1]:.2f} s with {keys:,} keys", flush=True)
+        print(f"restart {r + 1}: serving after {took[-1]:.2f} s with {keys} keys", flush=True)
         if keys != 1_000_000:
             raise SystemExit(f"restart {r + 1} came back with {keys} keys, not 1,000,000")
     shutil.rmtree(data, ignore_errors=True)

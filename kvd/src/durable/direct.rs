@@ -60,7 +60,8 @@ impl DirectWriter {
     }
 
     /// Whether whole blocks still go past the page cache.
-    pub fn is_direct(&self) -> bool {
+    #[cfg(test)]
+    fn is_direct(&self) -> bool {
         self.mode == Mode::Direct
     }
 

@@ -91,9 +91,9 @@ pub(super) struct Standing {
 
 /// The pre-vote rule: a member would vote for a candidate with log `theirs` when the
 /// candidate is a voter of the membership it knows, if it knows one (a removed member, never
-/// told, is refused),
-/// it does not lead, has not heard from a leader (nor voted) for a lease, and `theirs` is at
-/// least as new as its own: what openraft's vote would decide, without changing anything.
+/// told, is refused), it does not lead, has not heard from a leader (nor voted) for a lease,
+/// and `theirs` is at least as new as its own: what openraft's vote would decide, without
+/// changing anything.
 pub(super) fn grants(me: &Standing, voter: bool, theirs: Option<LogId<u64>>) -> bool {
     voter && !me.leads && me.heard.is_none_or(|d| d >= LEASE) && theirs >= me.last_log
 }
