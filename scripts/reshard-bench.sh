@@ -35,14 +35,8 @@ BIN=${KV_BIN:-$ROOT/target/release}
 KVD=$BIN/kvd KVBENCH=$BIN/kvbench
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/kvd-reshard.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
 ADDRS=()
 for i in 0 1 2 3; do
   addr=127.0.0.1:$(port)

@@ -884,6 +884,7 @@ impl Store {
             let old = s.table.find(hash, key).and_then(|at| s.table.at(at)).map(|e| e.cost());
             let grow = match old {
                 None if s.table.len() == s.table.capacity() => s.table.growth_bytes(),
+                None if s.table.must_grow() => self.spare_growth(s),
                 _ => 0,
             };
             (data_cost(key.len(), value.len()) + grow).saturating_sub(old.unwrap_or(0))
@@ -928,6 +929,19 @@ impl Store {
         }
         self.usage.give(shrank);
         stored
+    }
+
+    /// What a crowded table's early growth takes under a cap (see `Table::must_grow`): only
+    /// bytes to spare, as it is worth no eviction or refusal; without them the table stays.
+    fn spare_growth(&self, s: &mut Shard) -> usize {
+        let bytes = s.table.growth_bytes();
+        if self.usage.try_take(bytes) {
+            self.usage.give(bytes);
+            bytes
+        } else {
+            s.table.calm();
+            0
+        }
     }
 
     /// Takes `need` accounted bytes for a write of `keep` into `shard`, evicting first as

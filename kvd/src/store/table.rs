@@ -41,6 +41,12 @@ const LOAD_NUM: usize = 4;
 const LOAD_DEN: usize = 5;
 /// The fewest slots of a table that holds anything.
 const MIN_SLOTS: usize = 8;
+/// A probe past this many slots when placing a key marks the table crowded: its next
+/// insert grows it (see [`Table::must_grow`]).
+const CROWDED_PROBE: usize = 128;
+/// A crowded table grows early only while it has fewer than this many times the slots its
+/// entries need, so keys chosen to crowd it cost bounded memory.
+const MAX_SPREAD: usize = 8;
 
 /// One slot. Empty when `data` is `None`.
 #[repr(C, align(32))]
@@ -205,6 +211,8 @@ pub(super) struct NoMemory;
 pub(super) struct Table {
     slots: Box<[Slot]>,
     len: usize,
+    /// A key was placed more than [`CROWDED_PROBE`] slots past its home.
+    crowded: bool,
 }
 
 impl Table {
@@ -243,6 +251,19 @@ impl Table {
     /// Bytes of the slot array.
     pub(super) fn allocation_size(&self) -> usize {
         std::mem::size_of_val(&*self.slots)
+    }
+
+    /// Whether the next insert of a new key grows the table first: it is full, or crowded
+    /// (keys that arrive in the order of their homes, as a copy in scan order sends them,
+    /// pile into one run while the table is small for them; each insert and each lookup of
+    /// an absent key would walk it).
+    pub(super) fn must_grow(&self) -> bool {
+        self.len + 1 > self.capacity() || self.crowded
+    }
+
+    /// Forgets that the table is crowded (a capped store had no bytes to spare for it).
+    pub(super) fn calm(&mut self) {
+        self.crowded = false;
     }
 
     /// What the next growth adds, in bytes (an estimate for the memory cap).
@@ -349,7 +370,7 @@ impl Table {
     /// Stores a key known to be absent. Grows the table first if it is full. Returns the
     /// slot, or `NoMemory` (nothing changed).
     pub(super) fn insert_new(&mut self, hash: u64, key: &[u8], value: &[u8], now: u32) -> Result<usize, NoMemory> {
-        if self.len + 1 > self.capacity() {
+        if self.must_grow() {
             self.resize(self.grown_slots())?;
         }
         let long = key.len() > INLINE_KEY;
@@ -479,15 +500,21 @@ impl Table {
         })
     }
 
-    /// Puts `slot` in the first empty slot of its probe (the table has room).
+    /// Puts `slot` in the first empty slot of its probe (the table has room); a long probe
+    /// marks the table crowded.
     fn place(&mut self, placement: u64, slot: Slot) -> usize {
         let n = self.slots.len();
         let mut i = self.home(placement);
+        let mut probed = 0;
         while self.slots[i].data.is_some() {
             i += 1;
+            probed += 1;
             if i == n {
                 i = 0;
             }
+        }
+        if probed > CROWDED_PROBE && self.grown_slots() <= MAX_SPREAD.saturating_mul(slots_for(self.len + 1)) {
+            self.crowded = true;
         }
         self.slots[i] = slot;
         i
@@ -499,6 +526,7 @@ impl Table {
         fresh.try_reserve_exact(slots).map_err(|_| NoMemory)?;
         fresh.resize_with(slots, Slot::default);
         let old = std::mem::replace(&mut self.slots, fresh.into_boxed_slice());
+        self.crowded = false;
         for s in old.into_vec() {
             if let Some(p) = self.placement_of(&s) {
                 self.place(p, s);
@@ -654,6 +682,58 @@ mod tests {
             }
         }
         assert_eq!(t.len(), 0);
+    }
+
+    /// Keys that arrive in the order of their homes (a copy in scan order: a slot move's
+    /// pages, an import, a client copying another node's SCAN) do not pile into one run of a
+    /// small table that each insert walks: a long probe grows the table early.
+    #[test]
+    fn keys_in_scan_order_do_not_pile_into_one_run() {
+        let mut keys: Vec<(u64, Vec<u8>)> = (0..40_000)
+            .map(|i| format!("user{i}").into_bytes())
+            .map(|k| (key_hash(&k), k))
+            .collect();
+        keys.sort_by_key(|(h, _)| placement_position(placement(*h)));
+        let mut t = Table::new();
+        let mut walked = 0;
+        for (h, k) in &keys {
+            let at = t.insert_new(*h, k, b"v", 0).unwrap();
+            let home = t.home(placement(*h));
+            walked += (at + t.slot_count() - home) % t.slot_count();
+        }
+        let mean = walked as f64 / keys.len() as f64;
+        assert!(
+            mean < CROWDED_PROBE as f64,
+            "each insert walked {mean:.0} slots past its home on average"
+        );
+        assert!(t.slot_count() <= slots_for(2 * keys.len()), "{} slots", t.slot_count());
+        for (h, k) in &keys {
+            assert!(t.find(*h, k).is_some());
+        }
+    }
+
+    /// Keys chosen to crowd one home grow a table to at most `MAX_SPREAD` times the slots
+    /// they need, however long their run.
+    #[test]
+    fn keys_crowding_one_home_cost_bounded_slots() {
+        let mut t = Table::new();
+        let mut n = 0;
+        // About 1,000 keys whose homes are in the first 1/1024 of any table.
+        for i in 0..1_000_000u64 {
+            let k = i.to_le_bytes();
+            let h = key_hash(&k);
+            if placement_position(placement(h)) >= 1 << 22 {
+                continue;
+            }
+            t.insert_new(h, &k, b"", 0).unwrap();
+            n += 1;
+        }
+        assert!(n > 4 * CROWDED_PROBE, "{n} keys");
+        assert!(
+            t.slot_count() <= MAX_SPREAD * slots_for(n + 1),
+            "{} slots for {n} keys",
+            t.slot_count()
+        );
     }
 
     #[test]
