@@ -16,7 +16,7 @@ use kvshared::keyspace::MAX_SCAN_PAGE_BYTES;
 use kvshared::keyspace::ScanRequest;
 use kvshared::routing::{key_hash, key_slot};
 use kvshared::slot_copy::{Copied, Loaded, decode_load, decode_slot_scan, encode_copied};
-use kvshared::slots::{Slot, SlotChange, SlotState, Verdict};
+use kvshared::slots::{Slot, SlotBits, SlotChange, SlotState, Verdict};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus};
 
@@ -161,10 +161,9 @@ impl Store {
             self.slots.set(slot, entry);
         }
         self.count_taken(taken);
-        let dropped: std::collections::HashSet<u16> =
-            plan.iter().filter(|(_, _, drop)| *drop).map(|(s, _, _)| *s).collect();
+        let dropped: Vec<u16> = plan.iter().filter(|(_, _, drop)| *drop).map(|(s, _, _)| *s).collect();
         if !dropped.is_empty() {
-            self.drop_slots(&dropped, log_index);
+            self.drop_slots(&SlotBits::of(&kvshared::slots::ranges_of_slots(&dropped)), log_index);
         }
         if log_index > 0 {
             self.slots_applied
@@ -201,8 +200,9 @@ impl Store {
         }
     }
 
-    /// Removes every key of `slots` from every map shard (each under its write lock).
-    fn drop_slots(&self, slots: &std::collections::HashSet<u16>, log_index: u64) {
+    /// Removes every key of `slots` from every map shard (each under its write lock). Each
+    /// key's slot is asked of a bit set: this walk is in a move's write pause.
+    fn drop_slots(&self, slots: &SlotBits, log_index: u64) {
         self.forget_tracked(slots);
         for shard in self.shards.iter() {
             let mut s = shard.write();
@@ -216,7 +216,7 @@ impl Store {
                 .table
                 .iter()
                 .map(|e| e.key())
-                .filter(|k| slots.contains(&key_slot(k)))
+                .filter(|k| slots.has(key_slot(k)))
                 .map(<[u8]>::to_vec)
                 .collect();
             for key in doomed {

@@ -82,9 +82,9 @@ impl Written {
     }
 
     /// Lets go of the noted keys of `slots` (they left the node).
-    pub(super) fn forget(&mut self, slots: &HashSet<u16>) {
+    pub(super) fn forget(&mut self, slots: &SlotBits) {
         if let Noted::Keys(keys) = &mut self.noted {
-            keys.retain(|k| !slots.contains(&key_slot(k)));
+            keys.retain(|k| !slots.has(key_slot(k)));
         }
     }
 
@@ -208,9 +208,9 @@ impl Store {
     }
 
     /// Lets go of whatever the tracking holds of `slots` (they left the node).
-    pub(super) fn forget_tracked(&self, slots: &HashSet<u16>) {
+    pub(super) fn forget_tracked(&self, slots: &SlotBits) {
         if let Some(t) = self.tracking.lock().as_mut() {
-            t.changed.retain(|k| !slots.contains(&key_slot(k)));
+            t.changed.retain(|k| !slots.has(key_slot(k)));
         }
     }
 }
