@@ -46,7 +46,7 @@ const MIN_SLOTS: usize = 8;
 const CROWDED_PROBE: usize = 128;
 /// A crowded table grows early only while it has fewer than this many times the slots its
 /// entries need, so keys chosen to crowd it cost bounded memory.
-const MAX_SPREAD: usize = 8;
+const MAX_SPREAD: usize = 16;
 
 /// One slot. Empty when `data` is `None`.
 #[repr(C, align(32))]
