@@ -367,8 +367,8 @@ impl Table {
         true
     }
 
-    /// Stores a key known to be absent. Grows the table first if it is full. Returns the
-    /// slot, or `NoMemory` (nothing changed).
+    /// Stores a key known to be absent. Grows the table first if it is full or crowded
+    /// (see [`Table::must_grow`]). Returns the slot, or `NoMemory` (nothing changed).
     pub(super) fn insert_new(&mut self, hash: u64, key: &[u8], value: &[u8], now: u32) -> Result<usize, NoMemory> {
         if self.must_grow() {
             self.resize(self.grown_slots())?;
