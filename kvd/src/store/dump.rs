@@ -83,7 +83,9 @@ impl Store {
     /// order; inserted in that order into a table that grows as it goes, a linear probe's
     /// early keys all have homes in the first sliver of the slots and pile into one long
     /// run (a million pairs took 17 s instead of 0.4 s: a follower's snapshot install,
-    /// REPLICATION.md). Under `--max-memory`, a reservation past the cap is not made.
+    /// REPLICATION.md). The table's own early growth (`Table::must_grow`) bounds that
+    /// for every path; an import knows its count, so it sizes each table once instead of
+    /// growing it step by step. Under `--max-memory`, a reservation past the cap is not made.
     fn reserve_for_import(&self, pairs: usize) {
         let per_shard = pairs / self.shards.len();
         let per_shard = per_shard + per_shard / 16 + 16;

@@ -1314,6 +1314,45 @@ mod tests {
         assert!(evicted > 1000, "{evicted} evictions");
     }
 
+    /// Under a cap, a crowded table grows early only from bytes to spare, never by evicting:
+    /// keys chosen to crowd one home (uncapped, they grow the table towards 16 times its
+    /// need) under a cap of twice what their table needs evict nothing and are refused
+    /// nothing, and the accounting stays exact.
+    #[test]
+    fn early_growth_under_a_cap_takes_only_spare_bytes() {
+        let keys: Vec<[u8; 8]> = (0..2_000_000u64)
+            .map(u64::to_le_bytes)
+            .filter(|k| kvshared::keyspace::placement_position(key_hash(k) >> 8) < 1 << 22)
+            .collect();
+        let cap = keys.len() * table::entry_bytes(8, 16) + 2 * Table::bytes_for(keys.len());
+        let store = Store::with_limit(
+            ShardId::SOLO,
+            1,
+            0,
+            Some(MemoryLimit {
+                max_bytes: cap,
+                eviction: Eviction::Lru,
+            }),
+        )
+        .unwrap();
+        let mut req = BatchRequest::new();
+        for k in &keys {
+            req.push_put(k, &[7u8; 16]);
+        }
+        let (_, tally) = run(&store, &req);
+        assert!(keys.len() > 1000, "{} keys", keys.len());
+        assert_eq!(
+            (tally.evicted, tally.out_of_memory, tally.puts),
+            (0, 0, keys.len() as u64)
+        );
+        assert!(
+            store.memory_used() as usize <= cap,
+            "{} over {cap}",
+            store.memory_used()
+        );
+        assert_eq!(store.memory_used(), store.memory_recount());
+    }
+
     /// With `none`, writes past the cap are refused per op (reads and deletes go on), and
     /// succeed again once deletes made room.
     #[test]
