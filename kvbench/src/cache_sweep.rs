@@ -197,6 +197,7 @@ mod tests {
                 seed: 1,
                 cache_aside: true,
                 split_reads: false,
+                threads: 1,
             },
             workload: WorkloadSpec::new(
                 workload,
@@ -206,7 +207,6 @@ mod tests {
                     ..SpecOptions::default()
                 },
             ),
-            client_threads: 1,
             show_progress: false,
         }
     }

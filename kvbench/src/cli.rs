@@ -56,7 +56,10 @@ pub struct ClusterArgs {
     /// Batches in flight at once per connection.
     #[arg(long, default_value_t = 64)]
     pub pipeline: usize,
-    /// Tokio worker threads for the client [default: the number of CPUs].
+    /// Client threads [default: the number of CPUs]. `run` and `sweep` spread their tasks
+    /// over this many threads, each with its own runtime and its own share of the `--conns`
+    /// connections (so at most `--conns` threads); `load` and `check` run on this many
+    /// runtime workers.
     #[arg(long)]
     pub threads: Option<usize>,
     /// Send each node's reads and writes in separate batches, so that every batch of reads

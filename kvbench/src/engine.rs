@@ -44,6 +44,9 @@ pub struct EngineConfig {
     pub cache_aside: bool,
     /// Reads and writes in separate batches (`--split-reads`).
     pub split_reads: bool,
+    /// Threads the tasks run on (`--threads`), each with a runtime and connections of its
+    /// own (see [`run`]).
+    pub threads: usize,
 }
 
 /// Counters the engine updates as it goes, for progress displays. Cheap to read at any time.
@@ -324,6 +327,12 @@ impl TaskOutput {
 }
 
 /// Runs the load until the window ends (or the op count is reached), then merges results.
+///
+/// The tasks run on `cfg.threads` threads, each a single-threaded runtime with its own
+/// connections (a [`Cluster::sibling`] of `cluster`), as a thread-per-core server runs: a
+/// reply wakes its task on the thread that read it. On one multi-threaded runtime, every
+/// such wake-up also woke an idle worker to steal work (an `eventfd` write and a context
+/// switch, a fifth of kvbench's CPU at batch 64; docs/PERFORMANCE.md).
 pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, live: Arc<Live>) -> EngineOutput {
     let monitor = tokio::spawn(monitor(live.clone()));
     let stopper = {
@@ -333,15 +342,10 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
             live.stop.store(true, Ordering::Relaxed);
         })
     };
-    let mut handles = Vec::with_capacity(cfg.tasks);
-    for t in 0..cfg.tasks.max(1) {
-        let (cluster, shared, cfg, live) = (cluster.clone(), shared.clone(), cfg.clone(), live.clone());
-        handles.push(tokio::spawn(task_loop(t, cluster, shared, cfg, live)));
-    }
     let mut out = TaskOutput::new(cluster.node_count());
-    for h in handles {
-        // A task only fails by panicking; its figures are lost but the run still reports.
-        if let Ok(t) = h.await {
+    for part in run_threads(&cluster, &shared, &cfg, &live) {
+        // A thread fails only by panicking; its figures are lost but the run still reports.
+        if let Ok(t) = part.await {
             merge_task(&mut out, t);
         }
     }
@@ -372,6 +376,100 @@ pub async fn run(cluster: Arc<Cluster>, shared: Arc<Shared>, cfg: EngineConfig, 
         pauses: out.pauses,
         node_timeline: out.timeline.finish(),
     }
+}
+
+/// What one thread's tasks will have measured.
+type ThreadOutput = tokio::sync::oneshot::Receiver<TaskOutput>;
+
+/// Starts the tasks, task `t` on thread `t % threads`, and returns what each thread will
+/// have measured. A thread that cannot be started runs its tasks on the caller's runtime
+/// instead, with the caller's client.
+fn run_threads(
+    cluster: &Arc<Cluster>,
+    shared: &Arc<Shared>,
+    cfg: &EngineConfig,
+    live: &Arc<Live>,
+) -> Vec<ThreadOutput> {
+    thread_plan(cfg.tasks, cfg.threads, cluster.config().conns_per_node)
+        .into_iter()
+        .enumerate()
+        .map(|(thread, (mine, own_conns))| {
+            let part = (mine, shared.clone(), cfg.clone(), live.clone());
+            match spawn_load_thread(thread, cluster, own_conns, part.clone()) {
+                Ok(rx) => rx,
+                Err(e) => {
+                    tracing::warn!("load thread {thread} did not start ({e}); its tasks run on the main runtime");
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let (mine, shared, cfg, live) = part;
+                    let cluster = cluster.clone();
+                    tokio::spawn(async move {
+                        let _ = tx.send(run_tasks(mine, cluster, shared, cfg, live).await);
+                    });
+                    rx
+                }
+            }
+        })
+        .collect()
+}
+
+/// Which tasks each thread runs (task `t` on thread `t % threads`) and how many connections
+/// per node it has. Each thread has its own connections to every node, so there are no more
+/// threads than connections per node (nor than tasks), and the connections are split among
+/// them: `conns` in all.
+fn thread_plan(tasks: usize, threads: usize, conns: usize) -> Vec<(Vec<usize>, usize)> {
+    let (tasks, conns) = (tasks.max(1), conns.max(1));
+    let threads = threads.min(conns).clamp(1, tasks);
+    (0..threads)
+        .map(|thread| {
+            let mine = (thread..tasks).step_by(threads).collect();
+            (mine, conns / threads + usize::from(thread < conns % threads))
+        })
+        .collect()
+}
+
+/// The tasks one thread runs and what they share.
+type ThreadPart = (Vec<usize>, Arc<Shared>, EngineConfig, Arc<Live>);
+
+/// Starts thread `thread`: a single-threaded runtime running `part`'s tasks over a client
+/// of its own with `conns` connections per node.
+fn spawn_load_thread(
+    thread: usize,
+    cluster: &Cluster,
+    conns: usize,
+    part: ThreadPart,
+) -> std::io::Result<ThreadOutput> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let sibling = Arc::new(cluster.sibling(conns).map_err(std::io::Error::other)?);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("kvbench-load-{thread}"))
+        .spawn(move || {
+            let (mine, shared, cfg, live) = part;
+            let _ = tx.send(rt.block_on(run_tasks(mine, sibling, shared, cfg, live)));
+        })?;
+    Ok(rx)
+}
+
+/// Runs tasks `tasks` on the current runtime and merges what they measured.
+async fn run_tasks(
+    tasks: Vec<usize>,
+    cluster: Arc<Cluster>,
+    shared: Arc<Shared>,
+    cfg: EngineConfig,
+    live: Arc<Live>,
+) -> TaskOutput {
+    let handles: Vec<_> = tasks
+        .into_iter()
+        .map(|t| tokio::spawn(task_loop(t, cluster.clone(), shared.clone(), cfg.clone(), live.clone())))
+        .collect();
+    let mut out = TaskOutput::new(cluster.node_count());
+    for h in handles {
+        // A task only fails by panicking; its figures are lost but the run still reports.
+        if let Ok(t) = h.await {
+            merge_task(&mut out, t);
+        }
+    }
+    out
 }
 
 fn merge_task(into: &mut TaskOutput, t: TaskOutput) {
@@ -440,6 +538,7 @@ async fn task_loop(
     let mut fill = BatchRequest::new();
     let fill_value = vec![0x5a_u8; filler.value_size()];
     let mut parked: Vec<Option<Parked>> = (0..nodes).map(|_| None).collect();
+    let mut stall_timer = Box::pin(tokio::time::sleep(Duration::ZERO));
     while !live.stop.load(Ordering::Relaxed) {
         let lane = filler.fill(&prefix);
         let node = filler.node_of(lane);
@@ -472,9 +571,17 @@ async fn task_loop(
                     async move { cluster.finish_batch(node, flight).await }
                 };
                 let mut waiting = Box::pin(waiting);
+                // One timer per task, moved only when it would fire before this batch's
+                // stall threshold (to half a threshold past it): a stall is seen 1-1.5
+                // thresholds after the send, and most batches leave the timer wheel alone
+                // (a timer per batch was 3% of kvbench's CPU at batch 64).
+                let due = tokio::time::Instant::from_std(sent_at + stall_after);
+                if stall_timer.deadline() < due {
+                    stall_timer.as_mut().reset(due + stall_after / 2);
+                }
                 tokio::select! {
                     result = &mut waiting => result,
-                    _ = tokio::time::sleep(stall_after) => {
+                    _ = stall_timer.as_mut() => {
                         // Stalled node: park the batch (it waits for its timeout on its own)
                         // and go on with the other nodes.
                         let wire_ops = filler.request(lane).len() as u64;
@@ -751,5 +858,34 @@ fn pause_after(e: &ClientError, cluster: &Cluster) -> Option<Duration> {
         ClientError::Timeout { .. } => None,
         _ if cluster.any_up() => None,
         _ => Some(Duration::from_millis(20)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thread_plan;
+
+    /// Every task runs on exactly one thread, and the threads' connections add up to the
+    /// `--conns` asked for, each thread having at least one.
+    #[test]
+    fn threads_split_the_tasks_and_the_connections() {
+        assert_eq!(thread_plan(5, 2, 2), vec![(vec![0, 2, 4], 1), (vec![1, 3], 1)]);
+        assert_eq!(thread_plan(4, 2, 3), vec![(vec![0, 2], 2), (vec![1, 3], 1)]);
+        // No more threads than connections per node, nor than tasks.
+        assert_eq!(thread_plan(4, 8, 1), vec![(vec![0, 1, 2, 3], 1)]);
+        assert_eq!(thread_plan(2, 8, 16).len(), 2);
+        assert_eq!(thread_plan(0, 0, 0), vec![(vec![0], 1)]);
+        for tasks in 1..20 {
+            for threads in 1..6 {
+                for conns in 1..6 {
+                    let plan = thread_plan(tasks, threads, conns);
+                    let mut all: Vec<usize> = plan.iter().flat_map(|(t, _)| t.clone()).collect();
+                    all.sort_unstable();
+                    assert_eq!(all, (0..tasks).collect::<Vec<_>>());
+                    assert_eq!(plan.iter().map(|(_, c)| c).sum::<usize>(), conns.max(plan.len()));
+                    assert!(plan.iter().all(|(t, c)| !t.is_empty() && *c >= 1));
+                }
+            }
+        }
     }
 }

@@ -18,8 +18,14 @@ fn main() -> ExitCode {
     }
     .unwrap_or_else(kvbench::run::default_threads)
     .max(1);
+    // `run` and `sweep` drive their load from threads of their own (kvbench::engine::run):
+    // the main runtime only watches it.
+    let workers = match &cli.command {
+        Command::Run(_) | Command::Sweep(_) => 1,
+        _ => threads,
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+        .worker_threads(workers)
         .enable_all()
         .build()
     {

@@ -38,8 +38,6 @@ pub struct RunPlan {
     pub engine: EngineConfig,
     /// What the ops are.
     pub workload: WorkloadSpec,
-    /// Client worker threads (recorded in the result).
-    pub client_threads: usize,
     /// Show progress on stderr.
     pub show_progress: bool,
 }
@@ -59,9 +57,9 @@ impl RunPlan {
                 seed: timing.seed,
                 cache_aside: false,
                 split_reads: bench.cluster.split_reads,
+                threads: bench.cluster.threads.unwrap_or_else(default_threads),
             },
             workload: WorkloadSpec::new(bench.workload.workload, &bench.workload.spec_options()),
-            client_threads: bench.cluster.threads.unwrap_or_else(default_threads),
             show_progress,
         }
     }
@@ -154,7 +152,7 @@ pub async fn run_live(
         batch: cfg.batch,
         pipeline: cluster.config().pipeline,
         conns: cluster.config().conns_per_node,
-        threads: plan.client_threads,
+        threads: plan.engine.threads,
         duration_s: cfg.duration.as_secs_f64(),
         warmup_s: cfg.warmup.as_secs_f64(),
         ops_limit: cfg.ops_limit,

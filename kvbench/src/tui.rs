@@ -101,6 +101,7 @@ mod tests {
             seed: 1,
             cache_aside: false,
             split_reads: false,
+            threads: 1,
         });
         live.completed.store(1234, Ordering::Relaxed);
         live.measured.store(1000, Ordering::Relaxed);

@@ -187,6 +187,7 @@ async fn a_dead_node_does_not_stall_the_ops_for_live_nodes() {
         seed: 3,
         cache_aside: false,
         split_reads: false,
+        threads: 2,
     };
     let live = Live::new(&cfg);
     let out = engine::run(cluster, Shared::new(spec, 3), cfg, live).await;
@@ -481,6 +482,7 @@ async fn a_frozen_node_does_not_stop_the_other_nodes_ops() {
         seed: 5,
         cache_aside: false,
         split_reads: false,
+        threads: 2,
     };
     let live = Live::new(&cfg);
     let out = tokio::time::timeout(
@@ -621,6 +623,12 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
     kvbench::load::load(cluster.clone(), &load, Arc::new(AtomicU64::new(0)))
         .await
         .unwrap();
+    // Two connections per node: the load runs on two threads, each with a client of its own.
+    let two_conns = ClientConfig {
+        conns_per_node: 2,
+        ..ClientConfig::default()
+    };
+    let cluster = Arc::new(Cluster::connect(&addrs, two_conns).await.unwrap());
     let spec = WorkloadSpec::new(
         Workload::A,
         &SpecOptions {
@@ -639,6 +647,7 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
         seed: 7,
         cache_aside: false,
         split_reads: false,
+        threads: 2,
     };
     let live = Live::new(&cfg);
     let run = tokio::spawn(engine::run(cluster, Shared::new(spec, 7), cfg, live));

@@ -259,6 +259,28 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// Another client of the same cluster with its own `conns_per_node` connections per node
+    /// (made lazily, on the runtime that first uses them), sharing this client's slot table
+    /// and starting from what it knows of each group's members and leader. A load generator
+    /// that runs one runtime per thread gives each its own (see kvbench's engine).
+    pub fn sibling(&self, conns_per_node: usize) -> Result<Cluster, ClientError> {
+        let addrs: Vec<String> = self.nodes.iter().map(|n| n.addr.clone()).collect();
+        let config = ClientConfig {
+            conns_per_node: conns_per_node.max(1),
+            ..self.config.clone()
+        };
+        let mut sibling = Cluster::new(&addrs, config)?;
+        for (theirs, mine) in self.nodes.iter().zip(&sibling.nodes) {
+            mine.members.write().clone_from(&theirs.members.read());
+            mine.grouped
+                .store(theirs.grouped.load(Ordering::Relaxed), Ordering::Relaxed);
+            mine.current
+                .store(theirs.current.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        sibling.slots = self.slots.clone();
+        Ok(sibling)
+    }
+
     /// The client's slot table (shared: tools that route by themselves use it too).
     pub fn slots(&self) -> &Arc<SlotTable> {
         &self.slots
@@ -1120,5 +1142,38 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A load thread's client sees what the first client learned of slots and leaders, and
+    /// what either learns of slots later; its connections are its own.
+    #[test]
+    fn a_sibling_shares_the_slot_table_and_starts_from_the_known_leader() {
+        let config = ClientConfig {
+            conns_per_node: 4,
+            ..ClientConfig::default()
+        };
+        let first = Cluster::new(&["a:1|b:2|c:3".to_string(), "d:4".to_string()], config).unwrap();
+        first.nodes[0].current.store(2, Ordering::Relaxed);
+        first.nodes[0].members.write().push("e:5".to_string());
+        let sibling = first.sibling(1).unwrap();
+        assert_eq!(sibling.config().conns_per_node, 1);
+        assert_eq!(sibling.nodes[0].slots.len(), 1);
+        assert_eq!(first.nodes[0].slots.len(), 4);
+        assert_eq!(sibling.nodes[0].current.load(Ordering::Relaxed), 2);
+        assert_eq!(*sibling.nodes[0].members.read(), ["a:1", "b:2", "c:3", "e:5"]);
+        assert!(sibling.nodes[0].grouped.load(Ordering::Relaxed));
+        assert!(!sibling.nodes[1].grouped.load(Ordering::Relaxed));
+        // Slot 10 belongs to group 0 in the even split; a redirect either client follows
+        // moves it for both.
+        assert_eq!(sibling.slots().owner(10), 0);
+        first.learn_moved(10, 1, 1);
+        assert_eq!(sibling.slots().owner(10), 1);
+        sibling.learn_moved(11, 1, 1);
+        assert_eq!(first.slots().owner(11), 1);
     }
 }
