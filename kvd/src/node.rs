@@ -402,7 +402,7 @@ impl Node {
                 }
             }
         }
-        let answer = match owned_body(batch, logged.iter().copied()) {
+        let answer = match owned_body(batch, &logged) {
             Ok(body) => log.submit(body.to_vec()),
             Err(e) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
@@ -606,19 +606,21 @@ pub enum ReadMode {
 /// The ops at `positions` of `batch` as a log entry's batch: first a clock op with this
 /// node's time, which every member applying the entry (and every replay) uses to decide
 /// which keys have expired (see `store::expiry`); its result is not the client's.
-fn owned_body(batch: &BatchView<'_>, positions: impl Iterator<Item = u32>) -> Result<AlignedVec, String> {
-    let mut part = BatchRequest::new();
-    part.push(
-        OpKind::Clock,
-        &[],
-        &kvshared::expiry::clock_value(kvshared::expiry::now_ms()),
-    );
-    for i in positions {
-        if let Ok(op) = batch.op(i as usize) {
-            part.push(op.kind, op.key, op.value);
-        }
+///
+/// The batch and its encoding are sized once from the ops' lengths (grown by doubling, they
+/// were ~3% of a durable node's CPU under YCSB-A).
+fn owned_body(batch: &BatchView<'_>, positions: &[u32]) -> Result<AlignedVec, String> {
+    let ops = || positions.iter().filter_map(|&i| batch.op(i as usize).ok());
+    let (keys, values) = ops().fold((0, 0), |(k, v), op| (k + op.key.len(), v + op.value.len()));
+    let clock = kvshared::expiry::clock_value(kvshared::expiry::now_ms());
+    let n = positions.len() + 1;
+    let mut part = BatchRequest::with_capacity(n, keys, values + clock.len());
+    part.push(OpKind::Clock, &[], &clock);
+    for op in ops() {
+        part.push(op.kind, op.key, op.value);
     }
-    let mut body = AlignedVec::new();
+    // The archive: the bytes, a kind and two ends per op, and its root and padding.
+    let mut body = AlignedVec::with_capacity(keys + values + clock.len() + 9 * n + 128);
     encode_body(&part, &mut body).map_err(|e| e.to_string())?;
     Ok(body)
 }

@@ -318,6 +318,17 @@ impl BatchRequest {
         Self::default()
     }
 
+    /// An empty batch with room for `ops` ops of `key_bytes` and `value_bytes` in all.
+    pub fn with_capacity(ops: usize, key_bytes: usize, value_bytes: usize) -> Self {
+        BatchRequest {
+            kinds: Vec::with_capacity(ops),
+            key_ends: Vec::with_capacity(ops),
+            keys: Vec::with_capacity(key_bytes),
+            value_ends: Vec::with_capacity(ops),
+            values: Vec::with_capacity(value_bytes),
+        }
+    }
+
     /// Empties the batch, keeping its capacity.
     pub fn clear(&mut self) {
         self.kinds.clear();

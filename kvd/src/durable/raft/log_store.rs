@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{Entry, LogId, OptionalSend, RaftLogReader, Vote};
+use openraft::{Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, Vote};
 
 use super::entry_cache::{EntryCache, LOG_CACHE_BYTES};
-use super::types::{ShardRaft, StorageResult, io_error};
+use super::types::{ShardRaft, StorageResult, WriteBatch, io_error};
 use crate::durable::log::{FsyncPolicy, GroupCommit, LogError, LogFiles};
 use crate::durable::snapshot;
 use crate::durable::spans::RecordReader;
@@ -144,6 +144,18 @@ fn read_committed_hint(path: &Path) -> Option<LogId<u64>> {
             None
         }
     }
+}
+
+/// An entry as its log record, written into one allocation sized from its batches'
+/// bodies (postcard's own `Vec` grew by doubling and copying: ~3% of a durable node's CPU
+/// under YCSB-A).
+fn encode_entry(entry: &Entry<ShardRaft>) -> postcard::Result<Vec<u8>> {
+    // The bodies' bytes, a length of at most 10 bytes before each, and the entry's ids.
+    let size = match &entry.payload {
+        EntryPayload::Normal(WriteBatch(bodies)) => 64 + bodies.iter().map(|b| b.len() + 10).sum::<usize>(),
+        _ => 256,
+    };
+    postcard::to_extend(entry, Vec::with_capacity(size))
 }
 
 /// A log record's entry, refused (naming the directory) if it does not decode or holds
@@ -329,7 +341,7 @@ impl RaftLogStorage<ShardRaft> for LogStore {
         let mut first = None;
         for entry in entries {
             first.get_or_insert(entry.log_id.index);
-            let bytes = postcard::to_allocvec(&entry).map_err(io_error)?;
+            let bytes = encode_entry(&entry).map_err(io_error)?;
             inner.cache.push(entry, bytes.len());
             payloads.push(bytes);
         }
@@ -360,5 +372,28 @@ impl RaftLogStorage<ShardRaft> for LogStore {
         // the log on disk reaches back to the older kept snapshot.
         self.forget_through(log_id);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, Membership};
+
+    /// Sizing the encoding up front changes no byte of the log's records, whatever the
+    /// payload (and however far off the size guess is).
+    #[test]
+    fn entries_encode_as_postcard_alone_did() {
+        let log_id = LogId::new(CommittedLeaderId::new(3, 1), 42);
+        let payloads = [
+            EntryPayload::Blank,
+            EntryPayload::Normal(WriteBatch(Vec::new())),
+            EntryPayload::Normal(WriteBatch(vec![vec![7; 300], Vec::new(), vec![1; 70_000]])),
+            EntryPayload::Membership(Membership::new(vec![[1, 2, 3].into()], None)),
+        ];
+        for payload in payloads {
+            let entry = Entry::<ShardRaft> { log_id, payload };
+            assert_eq!(encode_entry(&entry).unwrap(), postcard::to_allocvec(&entry).unwrap());
+        }
     }
 }
