@@ -665,6 +665,10 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
     assert!(out.redirected > 0, "no op was redirected: {:?}", out.errors);
     assert_eq!(out.failed_ops, 0, "{:?}", out.errors);
     assert!(out.ops() > 0);
+    // The two threads' tasks shared their thread's histograms: each op counted once.
+    for (hist, &ops) in out.hists.iter().zip(&out.ops_by_type) {
+        assert_eq!(hist.len(), ops);
+    }
     // A load through a client that still believes the even split: the records of moved
     // slots are redirected, sent again and stored.
     let stale = Arc::new(Cluster::connect(&addrs, ClientConfig::default()).await.unwrap());
