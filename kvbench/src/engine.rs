@@ -454,13 +454,19 @@ fn run_threads(
 /// them: `conns` in all.
 fn thread_plan(tasks: usize, threads: usize, conns: usize) -> Vec<(Vec<usize>, usize)> {
     let (tasks, conns) = (tasks.max(1), conns.max(1));
-    let threads = threads.min(conns).clamp(1, tasks);
+    let threads = load_threads(tasks, threads, conns);
     (0..threads)
         .map(|thread| {
             let mine = (thread..tasks).step_by(threads).collect();
             (mine, conns / threads + usize::from(thread < conns % threads))
         })
         .collect()
+}
+
+/// How many load threads `tasks` tasks over `conns` connections per node run on when
+/// `threads` are asked for: no more than the connections, nor than the tasks.
+pub fn load_threads(tasks: usize, threads: usize, conns: usize) -> usize {
+    threads.min(conns.max(1)).clamp(1, tasks.max(1))
 }
 
 /// The tasks one thread runs and what they share.
@@ -932,6 +938,7 @@ mod tests {
             for threads in 1..6 {
                 for conns in 1..6 {
                     let plan = thread_plan(tasks, threads, conns);
+                    assert_eq!(plan.len(), super::load_threads(tasks, threads, conns));
                     let mut all: Vec<usize> = plan.iter().flat_map(|(t, _)| t.clone()).collect();
                     all.sort_unstable();
                     assert_eq!(all, (0..tasks).collect::<Vec<_>>());

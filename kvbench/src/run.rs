@@ -152,7 +152,8 @@ pub async fn run_live(
         batch: cfg.batch,
         pipeline: cluster.config().pipeline,
         conns: cluster.config().conns_per_node,
-        threads: plan.engine.threads,
+        // The load threads that ran (at most one per connection).
+        threads: engine::load_threads(cfg.tasks, cfg.threads, cluster.config().conns_per_node),
         duration_s: cfg.duration.as_secs_f64(),
         warmup_s: cfg.warmup.as_secs_f64(),
         ops_limit: cfg.ops_limit,
