@@ -221,6 +221,16 @@ impl BatchFiller {
     pub fn fill(&mut self, prefix: &str) -> usize {
         loop {
             let (op, index) = self.gen_.next_op();
+            if self.nodes == 1 && op == OpType::Read {
+                // One node and a get: its key is written into the batch, nothing else to do.
+                self.pending
+                    .batch_mut(0)
+                    .push_appending_key(OpKind::Get, |keys| write_key(keys, prefix, index), &[]);
+                if let Some(lane) = self.count(0, op) {
+                    return lane;
+                }
+                continue;
+            }
             self.key.clear();
             write_key(&mut self.key, prefix, index);
             let node = match self.nodes {
@@ -243,12 +253,18 @@ impl BatchFiller {
                     self.push_put(lane);
                 }
             };
-            self.counts[lane][op as usize] += 1;
-            self.generated += 1;
-            if self.pending.batch(lane).len() >= self.batch {
+            if let Some(lane) = self.count(lane, op) {
                 return lane;
             }
         }
+    }
+
+    /// Counts an op pushed to `lane`; the lane when its batch is now full.
+    #[inline]
+    fn count(&mut self, lane: usize, op: OpType) -> Option<usize> {
+        self.counts[lane][op as usize] += 1;
+        self.generated += 1;
+        (self.pending.batch(lane).len() >= self.batch).then_some(lane)
     }
 
     /// A put of a fresh value under the current key, with `--ttl`'s time to live if any.
@@ -922,7 +938,55 @@ fn pause_after(e: &ClientError, cluster: &Cluster) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
-    use super::thread_plan;
+    use super::{BatchFiller, thread_plan};
+    use crate::workload::{OpGen, OpType, Shared, SpecOptions, Workload, WorkloadSpec, write_key};
+    use kvshared::client::NodeBatches;
+    use kvshared::slots::SlotTable;
+    use kvshared::wire::OpKind;
+
+    /// A node's batches made with their gets' keys written in place hold what pushing each
+    /// op with its key from a buffer gives: the same ops, kinds, keys and values, in order.
+    #[test]
+    fn batches_with_keys_written_in_place_hold_the_ops_drawn() {
+        for (workload, prefix, split_reads) in [(Workload::B, "", false), (Workload::A, "user", true)] {
+            let opts = SpecOptions {
+                records: 1_000_000,
+                value_size: 16,
+                key_prefix: prefix.into(),
+                ..SpecOptions::default()
+            };
+            let shared = Shared::new(WorkloadSpec::new(workload, &opts), 1);
+            let slots = std::sync::Arc::new(SlotTable::for_client(1));
+            let mut filler = BatchFiller::new(shared.clone(), 9, (1, slots), 64, split_reads);
+            // The same draws, pushed one by one (the filler's first draw fills its value).
+            let mut ops = OpGen::new(shared, 9);
+            let mut value = vec![0u8; 16];
+            rand::Rng::fill_bytes(ops.rng(), &mut value);
+            let mut expected = NodeBatches::new(if split_reads { 2 } else { 1 });
+            for _ in 0..20 {
+                let lane = filler.fill(prefix);
+                loop {
+                    let (op, index) = ops.next_op();
+                    let mut key = Vec::new();
+                    write_key(&mut key, prefix, index);
+                    let lane_of = usize::from(split_reads && op != OpType::Read);
+                    match op {
+                        OpType::Read => expected.push_to(lane_of, OpKind::Get, &key, &[]),
+                        _ => {
+                            ops.fresh_value(&mut value);
+                            expected.push_to(lane_of, OpKind::Put, &key, &value);
+                        }
+                    }
+                    if lane_of == lane && expected.batch(lane).len() == 64 {
+                        break;
+                    }
+                }
+                assert_eq!(filler.request(lane), expected.batch(lane));
+                filler.take_counts(lane);
+                expected.clear(lane);
+            }
+        }
+    }
 
     /// Every task runs on exactly one thread, and the threads' connections add up to the
     /// `--conns` asked for, each thread having at least one.

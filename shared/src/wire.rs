@@ -354,6 +354,22 @@ impl BatchRequest {
         self.kinds.is_empty()
     }
 
+    /// Appends an op whose key `append_key` appends to the keys column in place (it must
+    /// only append), with no buffer of the caller's to copy it from: as
+    /// [`BatchRequest::push`] otherwise. A load generator's keys are made here.
+    #[inline]
+    pub fn push_appending_key(&mut self, kind: OpKind, append_key: impl FnOnce(&mut Vec<u8>), value: &[u8]) {
+        let start = self.keys.len();
+        append_key(&mut self.keys);
+        debug_assert!(self.keys.len() >= start, "a key is appended, nothing taken away");
+        self.kinds.push(kind);
+        self.key_ends.push(self.keys.len() as u32);
+        if kind.has_value() {
+            self.values.extend_from_slice(value);
+        }
+        self.value_ends.push(self.values.len() as u32);
+    }
+
     /// Appends an op; `value` is ignored (stored empty) for get and delete.
     pub fn push(&mut self, kind: OpKind, key: &[u8], value: &[u8]) {
         self.kinds.push(kind);

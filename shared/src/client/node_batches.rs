@@ -55,6 +55,11 @@ impl NodeBatches {
         self.batches[node].push(kind, key, value);
     }
 
+    /// Node `node`'s batch, to append to.
+    pub fn batch_mut(&mut self, node: usize) -> &mut BatchRequest {
+        &mut self.batches[node]
+    }
+
     /// Node `node`'s batch.
     pub fn batch(&self, node: usize) -> &BatchRequest {
         &self.batches[node]
