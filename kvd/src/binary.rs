@@ -583,3 +583,36 @@ fn raw_frame(out: &mut AlignedVec, kind: FrameKind, id: u64, body: &[u8]) {
     );
     out.extend_from_slice(body);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{SPARE_BYTES, Spares};
+    use kvshared::wire::BatchResponse;
+
+    fn response_of(value_bytes: usize) -> BatchResponse {
+        let mut r = BatchResponse::default();
+        r.reset(1);
+        r.set_found(0, &vec![7u8; value_bytes]);
+        r
+    }
+
+    /// Spares are handed out again (grown, not fresh), their bytes are counted as they come
+    /// and go, and no more than `SPARE_BYTES` are kept.
+    #[test]
+    fn spare_responses_are_reused_within_their_bound() {
+        let mut spares = Spares::default();
+        assert_eq!(spares.take().heap_bytes(), 0, "none kept: a fresh one");
+        spares.give(response_of(1000));
+        assert!(spares.bytes >= 1000);
+        let again = spares.take();
+        assert!(again.heap_bytes() >= 1000, "the kept one comes back");
+        assert_eq!(spares.bytes, 0);
+        for _ in 0..3 {
+            spares.give(response_of(SPARE_BYTES / 2));
+        }
+        assert_eq!(spares.kept.len(), 1, "a second half-bound response is over the bound");
+        assert!(spares.bytes <= SPARE_BYTES);
+        spares.clear();
+        assert_eq!((spares.kept.len(), spares.bytes), (0, 0));
+    }
+}
