@@ -19,7 +19,7 @@ pub fn client_config(args: &ClusterArgs) -> anyhow::Result<ClientConfig> {
 /// Most connections per node chosen automatically.
 const MAX_AUTO_CONNS: usize = 16;
 
-/// Connects to every node, or explains how to get a node running. Without `--conns`, opens
+/// Connects to every node, or explains how to get a node running. Without `--conns`, uses
 /// as many connections per node as the busiest node has worker threads (from its stats),
 /// at most 16.
 pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
@@ -57,8 +57,10 @@ pub async fn cluster(args: &ClusterArgs) -> anyhow::Result<Arc<Cluster>> {
     Ok(Arc::new(cluster))
 }
 
+/// Connects each node's first connection (the others open on first use: `run` and `sweep`
+/// send through their load threads' own, so the main client keeps one per node).
 async fn connect_with(args: &ClusterArgs, nodes: &[String], config: ClientConfig) -> anyhow::Result<Cluster> {
-    match Cluster::connect(nodes, config).await {
+    match Cluster::connect_first(nodes, config).await {
         Ok(c) => Ok(c),
         Err(e @ ClientError::Connect { .. }) if args.nodes.is_default() => Err(anyhow::anyhow!(
             "{e}\nNothing listens on the default node {DEFAULT_NODE}. Start one with\n  \

@@ -750,3 +750,40 @@ async fn rebalance_by_load_moves_hot_slots_to_the_idle_group() {
         assert_eq!(fresh.get(key.as_bytes()).await.unwrap().as_deref(), Some(&b"v"[..]));
     }
 }
+
+/// `--conns N` is the connections per node the load uses, and the run's own client adds one
+/// per node (stats, the slot map), not N more: the load threads send over connections of
+/// their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_opens_its_load_connections_and_one_more_per_node() {
+    let nodes = LocalCluster::start(1, |_| {}).await.unwrap();
+    let addr = nodes.addrs()[0].clone();
+    let watch = Cluster::connect(std::slice::from_ref(&addr), ClientConfig::default())
+        .await
+        .unwrap();
+    let before = watch.stats(0).await.unwrap().counts.conns_opened;
+    let r = run(&[
+        "--nodes",
+        &addr,
+        "--records",
+        "500",
+        "--conns",
+        "3",
+        "--threads",
+        "3",
+        "--tasks",
+        "6",
+        "--batch",
+        "8",
+        "--warmup",
+        "100ms",
+        "--duration",
+        "500ms",
+    ])
+    .await;
+    assert!(r.ops > 0);
+    assert_eq!(r.options.threads, 3);
+    let opened = watch.stats(0).await.unwrap().counts.conns_opened - before;
+    // The layout check's one (closed at once), the run's client's one, the load's three.
+    assert_eq!(opened, 1 + 1 + 3, "connections the run opened");
+}

@@ -205,6 +205,9 @@ pub struct Cluster {
     try_agains: AtomicU64,
 }
 
+/// The connection of a node's pool that control requests (stats, settings) use.
+const CONTROL_SLOT: usize = 0;
+
 impl Cluster {
     /// A cluster client that connects lazily, on first use of each node (and reconnects after
     /// a failure). Never fails on a node being down; calls to that node do.
@@ -255,6 +258,18 @@ impl Cluster {
             for slot in 0..cluster.nodes[node].slots.len() {
                 cluster.connection_in(node, slot).await?;
             }
+        }
+        Ok(cluster)
+    }
+
+    /// Connects each node's first connection now (reachable, and the token accepted); the
+    /// others open on first use. Control requests (stats, settings) always go over the first,
+    /// so a client that sends its batches through [`Cluster::sibling`]s (kvbench's load
+    /// threads) holds one connection per node of its own, not `conns_per_node`.
+    pub async fn connect_first(nodes: &[String], config: ClientConfig) -> Result<Cluster, ClientError> {
+        let cluster = Cluster::new(nodes, config)?;
+        for node in 0..cluster.nodes.len() {
+            cluster.connection_in(node, CONTROL_SLOT).await?;
         }
         Ok(cluster)
     }
@@ -1029,7 +1044,7 @@ impl Cluster {
     /// The statistics of node `node`. A stats request always tries the node, even while it
     /// is marked down: it is how a watcher finds out that the node is back.
     pub async fn stats(&self, node: usize) -> Result<NodeStats, ClientError> {
-        let result = self.stats_on(node, self.next_slot(node)).await;
+        let result = self.stats_on(node, CONTROL_SLOT).await;
         self.observe(node, &result);
         result
     }
@@ -1084,7 +1099,7 @@ impl Cluster {
 
     /// Changes node `node`'s settings at run time (see [`ConfigRequest`]).
     pub async fn configure(&self, node: usize, change: &ConfigRequest) -> Result<(), ClientError> {
-        let conn = self.connection_in(node, self.next_slot(node)).await?;
+        let conn = self.connection_in(node, CONTROL_SLOT).await?;
         let reply = conn
             .start(|id, buf| encode_frame(FrameKind::ConfigRequest, id, change, buf))
             .await?
