@@ -63,7 +63,7 @@ struct Spares {
 impl Spares {
     fn take(&mut self) -> BatchResponse {
         let response = self.kept.pop().unwrap_or_default();
-        self.bytes -= response.heap_bytes();
+        self.bytes = self.bytes.saturating_sub(response.heap_bytes());
         response
     }
 
