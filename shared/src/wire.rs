@@ -371,14 +371,9 @@ impl BatchRequest {
     }
 
     /// Appends an op; `value` is ignored (stored empty) for get and delete.
+    #[inline]
     pub fn push(&mut self, kind: OpKind, key: &[u8], value: &[u8]) {
-        self.kinds.push(kind);
-        self.keys.extend_from_slice(key);
-        self.key_ends.push(self.keys.len() as u32);
-        if kind.has_value() {
-            self.values.extend_from_slice(value);
-        }
-        self.value_ends.push(self.values.len() as u32);
+        self.push_appending_key(kind, |keys| keys.extend_from_slice(key), value);
     }
 
     /// The key of op `i`.

@@ -1044,13 +1044,13 @@ impl Cluster {
     /// The statistics of node `node`. A stats request always tries the node, even while it
     /// is marked down: it is how a watcher finds out that the node is back.
     pub async fn stats(&self, node: usize) -> Result<NodeStats, ClientError> {
-        let result = self.stats_on(node, CONTROL_SLOT).await;
+        let result = self.stats_on(node).await;
         self.observe(node, &result);
         result
     }
 
-    async fn stats_on(&self, node: usize, slot: usize) -> Result<NodeStats, ClientError> {
-        let conn = self.connection_in(node, slot).await?;
+    async fn stats_on(&self, node: usize) -> Result<NodeStats, ClientError> {
+        let conn = self.connection_in(node, CONTROL_SLOT).await?;
         let reply = conn
             .start(|id, buf: &mut AlignedVec| {
                 encode_empty_frame(FrameKind::StatsRequest, id, buf);
