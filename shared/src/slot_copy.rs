@@ -30,6 +30,11 @@ pub struct Copied<'a> {
 /// A value length that marks a key absent at the source in a page.
 const ABSENT: u32 = u32::MAX;
 
+/// The most bytes of keys and values a copy's page holds (a page stops past it). Larger
+/// than a `SCAN` page: a copy off a saturated source waits in its queue once per page, so
+/// fewer, fuller pages move the same keys in fewer waits.
+pub const MAX_COPY_PAGE_BYTES: usize = 4 << 20;
+
 /// A `SlotScan` op's value: a scan request (see [`crate::keyspace::ScanRequest`]) and the
 /// slots wanted.
 pub fn encode_slot_scan(req: ScanRequest, ranges: &[[u16; 2]]) -> Vec<u8> {

@@ -16,8 +16,9 @@ use kvshared::wire::{BatchRequest, OpKind, OpReply};
 
 use super::Groups;
 
-/// Keys asked for per page of a copy.
-const PAGE_KEYS: u32 = 2_000;
+/// Keys asked for per page of a copy (the most a scan request may ask; a page also stops at
+/// `MAX_COPY_PAGE_BYTES`).
+const PAGE_KEYS: u32 = kvshared::keyspace::MAX_SCAN_COUNT;
 /// Whole copies of a frozen chunk tried before the move stops (each cut short by a change
 /// of the source's leader).
 const WHOLE_COPY_TRIES: usize = 5;
@@ -47,16 +48,17 @@ impl Target {
         }
     }
 
-    fn takes(&self, key: &[u8]) -> bool {
-        self.takes.has(key_slot(key))
+    fn takes(&self, slot: u16) -> bool {
+        self.takes.has(slot)
     }
 }
 
 /// Copies every key of the slots each target takes that the source still owns outright
 /// into that target, which imports them at a new epoch (one for all the targets), while
-/// the source tracks the keys written meanwhile under one token; each target's pages are
-/// read and loaded side by side. `None` when there was nothing to copy so, or the source
-/// stopped tracking (each chunk is then copied whole, frozen).
+/// the source tracks the keys written meanwhile under one token; one stream of pages serves
+/// every target, each page's keys loaded into their targets side by side. `None` when
+/// there was nothing to copy so, or the source stopped tracking (each chunk is then copied
+/// whole, frozen).
 pub(super) async fn precopy(
     groups: &Groups,
     from: usize,
@@ -72,7 +74,7 @@ pub(super) async fn precopy(
     let ranges = slots::ranges_of_slots(&union);
     let began = Instant::now();
     let token = start_tracking(groups, from, &ranges).await?;
-    for (to, slots) in fresh.iter().filter(|(_, s)| !s.is_empty()) {
+    let imports = fresh.iter().filter(|(_, s)| !s.is_empty()).map(|(to, slots)| {
         let import = SlotChange {
             ranges: slots::ranges_of_slots(slots),
             to: SlotState::Importing,
@@ -80,28 +82,26 @@ pub(super) async fn precopy(
             owner: from as u16,
             epoch,
         };
-        groups.change(*to, &import).await?;
-    }
-    // One page stream per target, side by side, each page checked against its one target.
-    // (Measured against one stream split by target: no faster off a saturated 0.15-core
-    // source, whose CPU, not its queue, bounds the copy; docs/BENCHMARKS.md.)
-    let copies = fresh.iter().map(|(to, slots)| async move {
-        let ranges = slots::ranges_of_slots(slots);
-        let page = |cursor| {
-            let req = ScanRequest {
-                cursor,
-                count: PAGE_KEYS,
-            };
-            let ranges = ranges.clone();
-            (OpKind::SlotTrack, TrackRequest::Scan { token, req, ranges }.encode())
-        };
-        match slots.is_empty() {
-            true => Ok(Some(0)),
-            false => copy_pages(groups, from, &Target::new(*to, &ranges), page).await,
-        }
+        async move { groups.change(*to, &import).await }
     });
-    let copied: anyhow::Result<Option<Vec<u64>>> = futures::future::join_all(copies).await.into_iter().collect();
-    let Some(keys) = copied? else {
+    futures::future::try_join_all(imports).await?;
+    // One page stream for every target: the source walks its keys once, whatever the
+    // number of targets, and each page's keys are loaded into their targets side by side.
+    // (A stream per target walked every key once per target: five times the source's CPU
+    // for a hot group spread five ways.)
+    let takers: Vec<Target> = fresh
+        .iter()
+        .map(|(to, slots)| Target::new(*to, &slots::ranges_of_slots(slots)))
+        .collect();
+    let page = |cursor| {
+        let req = ScanRequest {
+            cursor,
+            count: PAGE_KEYS,
+        };
+        let ranges = ranges.clone();
+        (OpKind::SlotTrack, TrackRequest::Scan { token, req, ranges }.encode())
+    };
+    let Some(keys) = copy_pages(groups, from, &takers, page).await? else {
         eprintln!(
             "kvd: group {from} stopped tracking the slots' writes during the copy; each chunk is copied whole while frozen"
         );
@@ -128,10 +128,10 @@ async fn fresh_slots(
     targets: &[(usize, &[u16])],
 ) -> anyhow::Result<(Vec<(usize, Vec<u16>)>, u32)> {
     let src = groups.table(from).await?;
+    let dsts = futures::future::try_join_all(targets.iter().map(|&(to, _)| groups.table(to))).await?;
     let mut fresh: Vec<(usize, Vec<u16>)> = Vec::new();
     let mut epoch = src.iter().map(|s| s.epoch).max().unwrap_or(0);
-    for &(to, slots) in targets {
-        let dst = groups.table(to).await?;
+    for (&(to, slots), dst) in targets.iter().zip(dsts) {
         epoch = epoch.max(dst.iter().map(|s| s.epoch).max().unwrap_or(0));
         let takes = |s: &u16| {
             let (s, t) = (src.get(usize::from(*s)), dst.get(usize::from(*s)));
@@ -172,7 +172,8 @@ pub(super) async fn copy_changed(
         };
         (OpKind::SlotTrack, changed.encode())
     };
-    copy_pages(groups, from, &Target::new(to, ranges), page).await
+    let copied = copy_pages(groups, from, &[Target::new(to, ranges)], page).await?;
+    Ok(copied.map(|keys| keys.iter().sum()))
 }
 
 /// Copies every key of `ranges` from group `from` (frozen there) into group `to`
@@ -199,10 +200,10 @@ pub(super) async fn copy_whole(
             };
             (OpKind::SlotTrack, scan.encode())
         };
-        let copied = copy_pages(groups, from, &Target::new(to, ranges), page).await?;
+        let copied = copy_pages(groups, from, &[Target::new(to, ranges)], page).await?;
         stop_tracking(groups, from, token).await;
         if let Some(keys) = copied {
-            return Ok(keys);
+            return Ok(keys.iter().sum());
         }
     }
     bail!(
@@ -229,27 +230,28 @@ async fn start_tracking(groups: &Groups, from: usize, ranges: &[[u16; 2]]) -> an
     }
 }
 
-/// Reads pages from group `from` (`page` makes the op for a cursor) and loads their keys
-/// into `target`, until the source says it is done; the next page is read while the last
-/// one is loaded. Returns how many keys, or `None` when the source answered `NotFound` (no
-/// tracking under the token asked).
+/// Reads pages from group `from` (`page` makes the op for a cursor) and loads each key
+/// into the target that takes its slot (the targets of one page side by side), until the
+/// source says it is done; the next page is read while the last one is loaded. Returns how
+/// many keys each target took, or `None` when the source answered `NotFound` (no tracking
+/// under the token asked).
 async fn copy_pages(
     groups: &Groups,
     from: usize,
-    target: &Target,
+    targets: &[Target],
     page: impl Fn(u64) -> (OpKind, Vec<u8>),
-) -> anyhow::Result<Option<u64>> {
+) -> anyhow::Result<Option<Vec<u64>>> {
     let read = |cursor| {
         let (kind, request) = page(cursor);
         async move { groups.one(from, kind, &request).await }
     };
-    let mut keys = 0;
+    let mut keys = vec![0u64; targets.len()];
     let mut reply = read(0).await?;
     loop {
-        let Some((next, load)) = load_of_page(from, target, &reply)? else {
+        let Some((next, loads)) = loads_of_page(from, targets, &reply)? else {
             return Ok(None);
         };
-        let stored = store(groups, target.to, &load);
+        let stored = futures::future::join_all(targets.iter().zip(&loads).map(|(t, load)| store(groups, t.to, load)));
         let (following, stored) = match next {
             0 => (None, stored.await),
             next => {
@@ -257,7 +259,9 @@ async fn copy_pages(
                 (Some(following), stored)
             }
         };
-        keys += stored?;
+        for (k, s) in keys.iter_mut().zip(stored) {
+            *k += s?;
+        }
         match following {
             None => return Ok(Some(keys)),
             Some(following) => reply = following?,
@@ -265,9 +269,9 @@ async fn copy_pages(
     }
 }
 
-/// One page from the source as a `Load` batch for `target`, and the next cursor (0: done);
-/// `None` when the source answered `NotFound`.
-fn load_of_page(from: usize, target: &Target, reply: &Reply) -> anyhow::Result<Option<(u64, BatchRequest)>> {
+/// One page from the source as a `Load` batch for each target (in `targets`' order), and
+/// the next cursor (0: done); `None` when the source answered `NotFound`.
+fn loads_of_page(from: usize, targets: &[Target], reply: &Reply) -> anyhow::Result<Option<(u64, Vec<BatchRequest>)>> {
     let view = reply.batch()?;
     let bytes = match view.result(0) {
         OpReply::Found(bytes) => bytes,
@@ -275,20 +279,22 @@ fn load_of_page(from: usize, target: &Target, reply: &Reply) -> anyhow::Result<O
         other => bail!("group {from} did not answer a copy's page: {other:?}"),
     };
     let (next, copied) = decode_copied(bytes).context("a copy's page does not parse")?;
-    let mut load = BatchRequest::new();
+    let mut loads: Vec<BatchRequest> = targets.iter().map(|_| BatchRequest::new()).collect();
     let mut value = Vec::new();
     for c in &copied {
-        if !target.takes(c.key) {
-            bail!(
-                "group {from} sent a key of slot {}, which this copy does not move",
-                key_slot(c.key)
-            );
-        }
+        let slot = key_slot(c.key);
+        let Some(load) = targets
+            .iter()
+            .position(|t| t.takes(slot))
+            .and_then(|t| loads.get_mut(t))
+        else {
+            bail!("group {from} sent a key of slot {slot}, which this copy does not move");
+        };
         value.clear();
         encode_load(c.value, c.deadline, &mut value);
         load.push(OpKind::Load, c.key, &value);
     }
-    Ok(Some((next, load)))
+    Ok(Some((next, loads)))
 }
 
 /// Loads `load` into group `to`; how many keys it took.
@@ -322,9 +328,10 @@ mod tests {
                 .unwrap_or_default()
         };
         let t = Target::new(7, &[[300, 399], [1000, 1000]]);
-        assert!(t.takes(&key_in(300..=399)));
-        assert!(t.takes(&key_in(1000..=1000)));
-        assert!(!t.takes(&key_in(0..=299)));
-        assert!(!t.takes(&key_in(400..=999)));
+        let takes = |k: Vec<u8>| t.takes(key_slot(&k));
+        assert!(takes(key_in(300..=399)));
+        assert!(takes(key_in(1000..=1000)));
+        assert!(!takes(key_in(0..=299)));
+        assert!(!takes(key_in(400..=999)));
     }
 }

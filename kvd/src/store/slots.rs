@@ -12,10 +12,9 @@
 //! the middle of one, so a snapshot's table and its map shards agree; the table's last
 //! applied log entry is saved with it, and replaying the log skips changes it already holds.
 
-use kvshared::keyspace::MAX_SCAN_PAGE_BYTES;
 use kvshared::keyspace::ScanRequest;
 use kvshared::routing::{key_hash, key_slot};
-use kvshared::slot_copy::{Copied, Loaded, decode_load, decode_slot_scan, encode_copied};
+use kvshared::slot_copy::{Copied, Loaded, MAX_COPY_PAGE_BYTES, decode_load, decode_slot_scan, encode_copied};
 use kvshared::slots::{Slot, SlotBits, SlotChange, SlotState, Verdict};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus};
@@ -240,7 +239,7 @@ impl Store {
         ranges: &[[u16; 2]],
         clock: u64,
     ) -> Result<Vec<u8>, MalformedOp> {
-        let wanted = |slot: u16| ranges.iter().any(|[a, b]| (*a..=*b).contains(&slot));
+        let wanted = SlotBits::of(ranges);
         let (mut map, mut from) = ((req.cursor >> 32) as usize, req.cursor as u32);
         if map >= self.shards.len() {
             return Err(MalformedOp::BadKeyspace);
@@ -254,7 +253,7 @@ impl Store {
             let next = s.table.scan(from, want.saturating_sub(walked).max(1), |e| {
                 walked += 1;
                 let key = e.key();
-                if wanted(key_slot(key)) && !s.expires.is_due(key, clock) {
+                if wanted.has(key_slot(key)) && !s.expires.is_due(key, clock) {
                     let deadline = s.expires.get(key);
                     encode_copied(
                         &Copied {
@@ -271,7 +270,7 @@ impl Store {
                 Ok(at) => from = at,
                 Err(_) => (map, from) = (map + 1, 0),
             }
-            if map == self.shards.len() || walked >= want || page.len() >= MAX_SCAN_PAGE_BYTES {
+            if map == self.shards.len() || walked >= want || page.len() >= MAX_COPY_PAGE_BYTES {
                 break;
             }
         }

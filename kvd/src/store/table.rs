@@ -44,6 +44,10 @@ const MIN_SLOTS: usize = 8;
 /// A probe past this many slots when placing a key marks the table crowded: its next
 /// insert grows it (see [`Table::must_grow`]).
 const CROWDED_PROBE: usize = 128;
+/// How many slots ahead a walk over the table ([`Table::iter`], [`Table::scan`]) starts
+/// loading a long key: enough misses in flight to overlap, few enough that the
+/// lines are still cached when the walk gets there.
+const WALK_AHEAD: usize = 8;
 /// A crowded table grows early only while it has fewer than this many times the slots its
 /// entries need, so keys chosen to crowd it cost bounded memory.
 const MAX_SPREAD: usize = 16;
@@ -434,12 +438,25 @@ impl Table {
         freed
     }
 
-    /// Every entry.
+    /// Every entry. Each step starts loading the long key of the slot [`WALK_AHEAD`] on (a
+    /// walk that reads keys, to find their slots, would wait for each otherwise).
     pub(super) fn iter(&self) -> impl Iterator<Item = EntryRef<'_>> {
-        self.slots
-            .iter()
-            .filter(|s| s.data.is_some())
-            .map(|slot| EntryRef { slot })
+        self.slots.iter().enumerate().filter_map(|(i, slot)| {
+            self.prefetch_data(i + WALK_AHEAD);
+            slot.data.as_ref().map(|_| EntryRef { slot })
+        })
+    }
+
+    /// Starts loading the first line of slot `i`'s allocation if it holds a long key (a
+    /// walk reads the key; a short one is in the slot already).
+    #[inline]
+    fn prefetch_data(&self, i: usize) {
+        if let Some(s) = self.slots.get(i)
+            && s.tag[7] == LONG_KEY
+            && let Some(d) = s.data.as_deref()
+        {
+            prefetch_line(d.as_ptr());
+        }
     }
 
     /// One step of a scan in position order (see `kvshared::keyspace`): calls `visit` with
@@ -475,6 +492,7 @@ impl Table {
             _ => 0,
         };
         for j in (start..i).chain(0..wrapped) {
+            self.prefetch_data(j + WALK_AHEAD);
             if let Some(p) = self.position_at(j)
                 && u64::from(p) >= u64::from(from)
                 && u64::from(p) < next
