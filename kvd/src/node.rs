@@ -635,9 +635,10 @@ fn copied_body(batch: &BatchView<'_>) -> AlignedVec {
 
 thread_local! {
     /// The scratch of the deferred reads a worker thread runs, kept between batches: its
-    /// buffers, and its count of batches, by which one batch in `MAP_SHARD_SAMPLE_EVERY` is
-    /// sampled for the per-slot load (`SlotLoad`, which `kvd manager --move-slots` and
-    /// `rebalance --by load` go by) and the map shards' latency. (A fresh scratch per batch
+    /// buffers, and its counts of ops and batches, by which one op in
+    /// `SLOT_LOAD_SAMPLE_EVERY` is sampled for the per-slot load (`SlotLoad`, which `kvd
+    /// manager --move-slots` and `rebalance --by load` go by) and one batch in
+    /// `MAP_SHARD_SAMPLE_EVERY` for the map shards' latency. (A fresh scratch per batch
     /// sampled none: a replica group's reads, all deferred, went uncounted.)
     static DEFERRED_SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }

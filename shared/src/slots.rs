@@ -449,6 +449,13 @@ fn verdict_of(s: Slot, write: bool, load: bool, me: u16) -> Verdict {
     }
 }
 
+/// A node counts one op in this many in its per-slot load (`OpKind::SlotLoad`): every
+/// sixteenth op it runs, whatever batches they came in. (Counting every op of one batch in
+/// sixteen gave a group that gets few, full batches a handful of samples per interval, in
+/// steps of a batch: a data group serving 7% of the ops read as 2-10%, and a plan that
+/// took it for idle gave it more than the mean.)
+pub const SLOT_LOAD_SAMPLE_EVERY: u32 = 16;
+
 /// A node's per-slot load counters as `OpKind::SlotLoad` answers them (16,384
 /// little-endian `u32`s); `None` for bytes of any other length.
 pub fn decode_load_counts(bytes: &[u8]) -> Option<Vec<u32>> {

@@ -108,8 +108,8 @@ pub enum OpKind {
     /// The node's slot table ([`crate::slots::SlotTable::encode`]); node-wide, no key, a read.
     /// Answered `Found` with it.
     SlotMap = 23,
-    /// How many ops each slot has had here, sampled (one batch in
-    /// [`crate::latency::MAP_SHARD_SAMPLE_EVERY`] counted), since the node started: 16,384
+    /// How many ops each slot has had here, sampled (one op in
+    /// [`crate::slots::SLOT_LOAD_SAMPLE_EVERY`] counted), since the node started: 16,384
     /// little-endian `u32`s that wrap; node-wide, no key, a read. Answered `Found` with them.
     /// Two readings apart give each slot's load over the time between (`kvd admin
     /// rebalance --by load`).

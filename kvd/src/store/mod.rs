@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crossbeam::utils::CachePadded;
 use kvshared::latency::{Latency, MAP_SHARD_SAMPLE_EVERY};
 use kvshared::routing::{ShardId, key_hash, map_shard};
+use kvshared::slots::SLOT_LOAD_SAMPLE_EVERY;
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
 use parking_lot::RwLock;
@@ -109,6 +110,8 @@ pub struct Scratch {
     pub(crate) log_index: u64,
     /// Batches this scratch has run, to time one in `MAP_SHARD_SAMPLE_EVERY` per map shard.
     batches: u32,
+    /// Ops this scratch has run, to count one in `SLOT_LOAD_SAMPLE_EVERY` in the slot load.
+    ops: u32,
 }
 
 /// Where a batch's results go: the response, the reply's room, the counters.
@@ -177,7 +180,7 @@ pub struct Store {
     gate_passes: std::sync::atomic::AtomicU64,
     /// Per map shard: how long sampled batches spent on its ops, lock wait included.
     shard_latency: Box<[crate::latency::Buckets]>,
-    /// Per hash slot: the ops of sampled batches served here (see `OpKind::SlotLoad`).
+    /// Per hash slot: the sampled ops served here (see `OpKind::SlotLoad`).
     slot_load: Box<[std::sync::atomic::AtomicU32]>,
     /// A migration's tracking of the keys written in the slots it copies (see `tracking`).
     tracking: parking_lot::Mutex<Option<tracking::Tracking>>,
@@ -470,7 +473,6 @@ impl Store {
         let replay = replay_guard.as_deref().and_then(Option::as_ref);
         let prefetch_all = n <= PREFETCH_WHOLE_BATCH;
         let slot_changes = self.slots.changes();
-        let sampled = scratch.batches.wrapping_add(1).is_multiple_of(MAP_SHARD_SAMPLE_EVERY);
         for i in 0..n {
             if skip.next_if(|&&s| s as usize == i).is_some() {
                 continue;
@@ -509,10 +511,13 @@ impl Store {
             {
                 continue;
             }
-            if sampled && op.kind != OpKind::Load {
+            if op.kind != OpKind::Load {
                 // (A slot copy's loads are not its load: counted, a move's target would
                 // look busy for what it was given.)
-                self.count_slot_load(op.key);
+                scratch.ops = scratch.ops.wrapping_add(1);
+                if scratch.ops.is_multiple_of(SLOT_LOAD_SAMPLE_EVERY) {
+                    self.count_slot_load(op.key);
+                }
             }
             let hash = key_hash(op.key);
             if let Some(held) = replay {

@@ -494,6 +494,47 @@ pub(super) mod tests {
         run(store, &req)[0]
     }
 
+    /// The per-slot load is sampled by op, not by batch: a slot whose ops come in few full
+    /// batches and one whose ops come in many small ones, as many ops each, count alike.
+    /// (One whole batch in sixteen counted the first as nothing here: its batches fell
+    /// between the sampled ones.)
+    #[test]
+    fn the_slot_load_counts_ops_alike_in_full_batches_and_small_ones() {
+        let store = Store::new(ShardId { index: 0, count: 1 }, 4, 0).unwrap();
+        let mut scratch = Scratch::default();
+        let mut batch = |tag: &str, ops: usize| {
+            let mut req = BatchRequest::new();
+            for i in 0..ops {
+                req.push(OpKind::Get, format!("{{{tag}}}k{i}").as_bytes(), b"");
+            }
+            let mut frame = kvshared::frame::AlignedVec::new();
+            kvshared::wire::encode_frame(kvshared::frame::FrameKind::BatchRequest, 1, &req, &mut frame).unwrap();
+            let mut body: kvshared::frame::AlignedVec = kvshared::frame::AlignedVec::new();
+            body.extend_from_slice(&frame[kvshared::frame::HEADER_LEN..]);
+            let view = kvshared::wire::BatchView::parse(&body).unwrap();
+            let mut out = BatchResponse::default();
+            let mut tally = kvshared::stats::Counts::default();
+            store.execute(&view, &mut out, &mut Unbounded, &mut scratch, &mut tally);
+        };
+        for _ in 0..10 {
+            batch("full", 64);
+            for _ in 0..16 {
+                batch("small", 4);
+            }
+        }
+        let load = kvshared::slots::decode_load_counts(&store.slot_load_bytes()).unwrap();
+        let of = |tag: &str| load[usize::from(kvshared::routing::key_slot(tag.as_bytes()))];
+        let every = kvshared::slots::SLOT_LOAD_SAMPLE_EVERY;
+        let expected = 640 / every;
+        for tag in ["full", "small"] {
+            assert!(
+                of(tag).abs_diff(expected) <= 1,
+                "slot of {{{tag}}}: {} sampled, not about {expected}",
+                of(tag)
+            );
+        }
+    }
+
     /// The per-slot load the manager moves slots by counts what clients asked, not the keys
     /// a move copied in (else a move's target looks busy for what it was given).
     #[test]
