@@ -447,6 +447,13 @@ impl Table {
         })
     }
 
+    /// For a walk by slot index that reads keys: starts loading the long key of the slot
+    /// [`WALK_AHEAD`] past `i`.
+    #[inline]
+    pub(super) fn walk_hint(&self, i: usize) {
+        self.prefetch_data(i + WALK_AHEAD);
+    }
+
     /// Starts loading the first line of slot `i`'s allocation if it holds a long key (a
     /// walk reads the key; a short one is in the slot already).
     #[inline]
