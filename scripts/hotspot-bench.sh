@@ -8,7 +8,8 @@ usage() {
 Usage: scripts/hotspot-bench.sh [--cpu 0.15] [--shards 3] [--extra 3] [--tasks "32 128"]
                                 [--phase 12s] [--hot-ops 0.8] [--records 200000] [--rounds 1]
                                 [--setups "fixed1 fixedR fixedRall manager manager-slots ..."]
-                                [--check 20s] [--spread-above 1.6] [--up-after 2] [--snapshot-every 64mib]
+                                [--check 20s] [--spread-above 1.6] [--up-after 3] [--interval-ms 100]
+                                [--snapshot-every 64mib]
                                 [--out docs/data/manager]
 
 Hosts (network namespaces, scripts/local-cluster.sh), every one capped at --cpu cores (over
@@ -30,7 +31,9 @@ shard host. The extra hosts are used three ways:
            --move-slots moves a hot group's busiest slots to the idlest groups (every key
            keeps one copy: one replica per key, as fixed1); --spread-above is the
            manager's (how far above the mean load the busiest group may go), --up-after
-           its intervals (of 250 ms) in a row above it before it moves
+           its intervals (of --interval-ms, 100 by default) in a row above it before it
+           moves (one at twice --spread-above); it leaves 1 s alone after a move and evens
+           out what stays 1.25x the mean for 2 s
 
 Clients spread batches of reads over each group's members (--split-reads, --reads replicas:
 linearizable follower reads; a set-up named NAME-stale is NAME with --reads stale
@@ -51,7 +54,7 @@ a run). Root (namespaces, cgroups). About 2 minutes per run. KVD_BIN=DIR runs th
 kvbench of DIR (another build, for A B A B) instead of this checkout's.
 TXT
 }
-SNAPSHOT_EVERY=64mib SPREAD_ABOVE=1.6 UP_AFTER=2 CPU=0.15 SHARDS=3 EXTRA=3 TASKS="32 128" PHASE=12s HOT_OPS=0.8 RECORDS=200000 ROUNDS=1
+SNAPSHOT_EVERY=64mib SPREAD_ABOVE=1.6 UP_AFTER=3 INTERVAL_MS=100 CPU=0.15 SHARDS=3 EXTRA=3 TASKS="32 128" PHASE=12s HOT_OPS=0.8 RECORDS=200000 ROUNDS=1
 SETUPS="fixed1 fixedR fixedRall manager manager-slots fixedR-stale manager-slots-stale" CHECK="" OUT=docs/data/manager
 while (($#)); do
   case "$1" in
@@ -67,6 +70,7 @@ while (($#)); do
     --check) CHECK=$2; shift 2 ;;
     --spread-above) SPREAD_ABOVE=$2; shift 2 ;;
     --up-after) UP_AFTER=$2; shift 2 ;;
+    --interval-ms) INTERVAL_MS=$2; shift 2 ;;
     --snapshot-every) SNAPSHOT_EVERY=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -204,7 +208,8 @@ for round in $(seq 1 "$ROUNDS"); do
       fi
       if [[ $base == manager-slots ]]; then
         (spawn "$CLIENT" "$BIN/kvd" manager --nodes "$RUN_NODES" --move-slots --spread-above "$SPREAD_ABOVE" --chunk 1024 \
-          --interval 250ms --up-after "$UP_AFTER" --settle 4 --duration "$((RUN_SECS + 120))s" "${AUTH[@]}" \
+          --interval "${INTERVAL_MS}ms" --up-after "$UP_AFTER" --settle $((1000 / INTERVAL_MS)) \
+          --balance-after $((2000 / INTERVAL_MS)) --duration "$((RUN_SECS + 120))s" "${AUTH[@]}" \
           >"$OUT/$setup-t$tasks.log" 2>&1) &
         PIDS+=($!)
       fi

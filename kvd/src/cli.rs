@@ -530,6 +530,15 @@ pub struct ManagerArgs {
     /// With --move-slots: how many times the mean load the busiest group must serve.
     #[arg(long, default_value_t = 2.0, value_name = "RATIO")]
     pub spread_above: f64,
+    /// With --move-slots: a smaller imbalance is evened too when it lasts: the busiest group
+    /// serving this many times the mean load over --balance-after intervals (and in the
+    /// last) gives its excess to the groups under the mean, planned on those intervals'
+    /// load together.
+    #[arg(long, default_value_t = 1.25, value_name = "RATIO")]
+    pub balance_above: f64,
+    /// With --move-slots: intervals a smaller imbalance must last (0: never even one out).
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub balance_after: u32,
     /// With --move-slots: slots per hand-over (each pauses its slots' writes briefly).
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=16384))]
     pub chunk: u16,

@@ -57,11 +57,15 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
     }
     if args.move_slots {
         eprintln!(
-            "kvd manager: {} group(s), every {:?}: slots move when the busiest group serves {:.1}x the mean load for {} intervals, {} slots per hand-over",
+            "kvd manager: {} group(s), every {:?}: slots move when the busiest group serves {:.1}x the mean load for {} intervals, {}, {} slots per hand-over",
             entries.len(),
             args.interval,
             args.spread_above,
             args.up_after.max(1),
+            match args.balance_after {
+                0 => "no lasting imbalance evened".to_string(),
+                n => format!("or {:.2}x over {n} intervals", args.balance_above),
+            },
             args.chunk
         );
     }
@@ -122,6 +126,15 @@ fn check(args: &ManagerArgs) -> anyhow::Result<()> {
             args.spread_above
         );
     }
+    let least = 1.0 + spread::TOLERANCE;
+    if args.move_slots && args.balance_after > 0 && !(args.balance_above.is_finite() && args.balance_above > least) {
+        bail!(
+            "--balance-above {}: give more than {least:.2} (a group within {:.0}% of the mean gives nothing; \
+             --balance-after 0 turns the evening out off)",
+            args.balance_above,
+            100.0 * spread::TOLERANCE
+        );
+    }
     if args.max_replicas < 2 {
         bail!(
             "--max-replicas {}: a shard needs room for at least 2 members to gain one",
@@ -151,5 +164,7 @@ fn spread_policy(args: &ManagerArgs) -> spread::SpreadPolicy {
         up_after: args.up_after.max(1),
         settle: args.settle,
         min_sampled: spread::MIN_SAMPLED,
+        balance_above: args.balance_above,
+        balance_after: args.balance_after,
     }
 }

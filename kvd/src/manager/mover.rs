@@ -7,6 +7,7 @@
 //! move job at a time; the load is still read while it runs, so the next decision starts
 //! from fresh figures.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use anyhow::Context;
 use tokio::task::JoinHandle;
 
 use super::decision::{DecisionLine, decision, finished, print};
-use super::spread::{SpreadPolicy, SpreadState, group_loads, plan_spread, slots_load};
+use super::spread::{Lever, SpreadPolicy, SpreadState, group_loads, plan_spread, slots_load};
 use crate::move_slots::{Groups, move_from};
 use crate::reshard::{Planned, learn_map, owned_by_group, ranges, tables};
 
@@ -30,8 +31,9 @@ pub struct SlotMover {
     chunk: usize,
     /// How long one reading of every group's load may take.
     read_limit: Duration,
-    /// The counters read last interval (summed over the groups).
-    last: Option<Vec<u32>>,
+    /// The counters (summed over the groups) read at each interval since the last move
+    /// ended, the newest last: at most `balance_after` intervals' worth.
+    readings: VecDeque<Vec<u32>>,
     /// Each group's slots, read again after every move.
     owned: Option<Vec<Vec<u16>>>,
     job: Option<JoinHandle<Vec<DecisionLine>>>,
@@ -59,7 +61,7 @@ impl SlotMover {
             state: SpreadState::default(),
             chunk,
             read_limit,
-            last: None,
+            readings: VecDeque::new(),
             owned: Some(owned),
             job: None,
         })
@@ -75,23 +77,30 @@ impl SlotMover {
             }
             self.state.moved(self.policy.settle);
             self.owned = None;
+            // The load before the move no longer says where it goes.
+            self.readings.drain(..self.readings.len().saturating_sub(1));
         }
         let Ok(Some(now)) = tokio::time::timeout(self.read_limit, read_loads(&self.groups)).await else {
             tracing::debug!("a group's slot load did not come in time");
-            self.last = None;
+            self.readings.clear();
             return Ok(());
         };
-        let Some(before) = self.last.replace(now.clone()) else {
+        self.readings.push_back(now);
+        while self.readings.len() > self.policy.balance_after.max(1) as usize + 1 {
+            self.readings.pop_front();
+        }
+        let (Some(now), Some(before), Some(first)) = (
+            self.readings.back(),
+            self.readings.len().checked_sub(2).and_then(|i| self.readings.get(i)),
+            self.readings.front(),
+        ) else {
             return Ok(());
         };
         if self.job.is_some() {
             return Ok(());
         }
-        let load: Vec<u64> = now
-            .iter()
-            .zip(&before)
-            .map(|(a, b)| u64::from(Some(a.wrapping_sub(*b)).filter(|d| *d < MAX_COUNTER_STEP).unwrap_or(0)))
-            .collect();
+        let load = load_between(now, before);
+        let window = (self.readings.len() == self.policy.balance_after as usize + 1).then(|| load_between(now, first));
         if self.owned.is_none() {
             match tables(&self.groups).await.and_then(|t| owned_by_group(&t)) {
                 Ok(owned) => self.owned = Some(owned),
@@ -103,18 +112,23 @@ impl SlotMover {
         }
         let Some(owned) = &self.owned else { return Ok(()) };
         let sums = group_loads(owned, &load);
-        let Some(why) = self.policy.decide(&mut self.state, &sums) else {
+        let window_sums = window.as_ref().map(|w| group_loads(owned, w));
+        let Some((lever, why)) = self.policy.decide(&mut self.state, &sums, window_sums.as_deref()) else {
             return Ok(());
         };
-        let plan = plan_spread(owned, &load);
+        let load = match (lever, &window) {
+            (Lever::Balance, Some(w)) => w,
+            _ => &load,
+        };
+        let plan = plan_spread(owned, load);
         if plan.is_empty() {
             tracing::debug!(%why, "nothing worth moving");
             return Ok(());
         }
         let mut asked = Vec::new();
+        let total = load.iter().sum::<u64>().max(1);
         for p in &plan {
-            let moved = slots_load(&p.slots, &load);
-            let share = 100.0 * moved as f64 / sums.iter().sum::<u64>().max(1) as f64;
+            let share = 100.0 * slots_load(&p.slots, load) as f64 / total as f64;
             let what = format!(
                 "{} slots ({}) carrying {share:.0}% of the load: {why}",
                 p.slots.len(),
@@ -200,6 +214,15 @@ fn by_source(asked: Vec<(DecisionLine, Planned)>) -> Vec<(usize, Vec<TargetMove>
         }
     }
     out
+}
+
+/// Each slot's sampled ops between two readings of the counters (a counter that went back,
+/// a restarted node's, or jumped past `MAX_COUNTER_STEP` counts as none).
+fn load_between(now: &[u32], before: &[u32]) -> Vec<u64> {
+    now.iter()
+        .zip(before)
+        .map(|(a, b)| u64::from(Some(a.wrapping_sub(*b)).filter(|d| *d < MAX_COUNTER_STEP).unwrap_or(0)))
+        .collect()
 }
 
 /// Every slot's sampled load summed over the groups, asked of all groups at once (a busy

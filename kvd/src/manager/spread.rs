@@ -10,7 +10,7 @@ use crate::reshard::Planned;
 /// stay in few ranges (a sampled slot's count is noisy; a block's much less).
 const BLOCK: usize = 64;
 /// A group above the mean by less than this fraction of it gives nothing.
-const TOLERANCE: f64 = 0.15;
+pub const TOLERANCE: f64 = 0.15;
 /// A move smaller than this fraction of the mean load is not worth its copy.
 const SMALLEST_MOVE: f64 = 0.1;
 
@@ -33,6 +33,21 @@ pub struct SpreadPolicy {
     /// Sampled ops per interval, over all groups, below which nothing is judged (too few to
     /// tell a hot group from noise).
     pub min_sampled: u64,
+    /// A smaller imbalance that lasts: the busiest group serving at least this many times
+    /// the mean over the last `balance_after` intervals (and in the last one)...
+    pub balance_above: f64,
+    /// ...gives its excess too (0: never). Planned on those intervals' load together, so
+    /// the few percent it moves are not noise.
+    pub balance_after: u32,
+}
+
+/// Which load a move is planned on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lever {
+    /// A hot group, from the last interval's load.
+    Spread,
+    /// A lasting imbalance, from the load of the last `balance_after` intervals.
+    Balance,
 }
 
 /// The hysteresis between intervals.
@@ -53,41 +68,82 @@ impl SpreadState {
 }
 
 impl SpreadPolicy {
-    /// Updates `state` with this interval's load per group (sampled ops) and says why to
-    /// move now, or `None`.
-    pub fn decide(&self, state: &mut SpreadState, group_load: &[u64]) -> Option<String> {
+    /// Updates `state` with this interval's load per group (sampled ops) and, once
+    /// `balance_after` intervals have passed since the last move, their load per group
+    /// together (`window`); says which lever to move by now and why, or `None`.
+    pub fn decide(
+        &self,
+        state: &mut SpreadState,
+        group_load: &[u64],
+        window: Option<&[u64]>,
+    ) -> Option<(Lever, String)> {
         if state.settling > 0 {
             state.settling -= 1;
             return None;
         }
-        let total: u64 = group_load.iter().sum();
-        let mean = total as f64 / group_load.len().max(1) as f64;
-        let (busiest, most) = group_load
-            .iter()
-            .copied()
-            .enumerate()
-            .max_by_key(|&(_, l)| l)
-            .unwrap_or((0, 0));
-        let ratio = most as f64 / mean.max(1.0);
-        let hot = total >= self.min_sampled && group_load.len() > 1 && ratio >= self.above;
+        let (busiest, ratio) = peak(group_load);
+        let hot = judged(group_load, self.min_sampled) && ratio >= self.above;
         state.hot_streak = if hot { state.hot_streak + 1 } else { 0 };
         let plain = hot && ratio >= self.above * PLAIN_HOT;
-        if state.hot_streak < self.up_after.max(1) && !plain {
+        if state.hot_streak >= self.up_after.max(1) || plain {
+            let intervals = state.hot_streak;
+            state.hot_streak = 0;
+            let why = format!(
+                "group {busiest} served {ratio:.1}x the mean load for {intervals} interval{} (at least {:.1}x); shares of the sampled ops: {}",
+                if intervals == 1 { "" } else { "s" },
+                self.above,
+                shares(group_load)
+            );
+            return Some((Lever::Spread, why));
+        }
+        if hot {
+            // A hot group's streak is under way: the spread answers it.
             return None;
         }
-        let intervals = state.hot_streak;
-        state.hot_streak = 0;
-        let shares: Vec<String> = group_load
-            .iter()
-            .map(|&l| format!("{:.0}%", 100.0 * l as f64 / total.max(1) as f64))
-            .collect();
-        Some(format!(
-            "group {busiest} served {ratio:.1}x the mean load for {intervals} interval{} (at least {:.1}x); shares of the sampled ops: {}",
-            if intervals == 1 { "" } else { "s" },
-            self.above,
-            shares.join(" ")
-        ))
+        let window = window.filter(|w| self.balance_after > 0 && judged(w, self.min_sampled))?;
+        let (lasting, over) = peak(window);
+        let now = group_load.get(lasting).copied().unwrap_or(0) as f64 / mean(group_load).max(1.0);
+        if over < self.balance_above || now < self.balance_above {
+            return None;
+        }
+        let why = format!(
+            "group {lasting} served {over:.2}x the mean load over {} intervals (at least {:.2}x); shares of the sampled ops: {}",
+            self.balance_after,
+            self.balance_above,
+            shares(window)
+        );
+        Some((Lever::Balance, why))
     }
+}
+
+/// Whether a load per group is enough to judge by.
+fn judged(group_load: &[u64], min_sampled: u64) -> bool {
+    group_load.len() > 1 && group_load.iter().sum::<u64>() >= min_sampled
+}
+
+fn mean(group_load: &[u64]) -> f64 {
+    group_load.iter().sum::<u64>() as f64 / group_load.len().max(1) as f64
+}
+
+/// The busiest group and how many times the mean it serves.
+fn peak(group_load: &[u64]) -> (usize, f64) {
+    let (busiest, most) = group_load
+        .iter()
+        .copied()
+        .enumerate()
+        .max_by_key(|&(_, l)| l)
+        .unwrap_or((0, 0));
+    (busiest, most as f64 / mean(group_load).max(1.0))
+}
+
+/// Each group's share of the sampled ops, as printed.
+fn shares(group_load: &[u64]) -> String {
+    let total = group_load.iter().sum::<u64>().max(1) as f64;
+    let shares: Vec<String> = group_load
+        .iter()
+        .map(|&l| format!("{:.0}%", 100.0 * l as f64 / total))
+        .collect();
+    shares.join(" ")
 }
 
 /// The load `slots` carry (`load[s]`: slot `s`'s sampled ops; a slot past its end carries none).
@@ -234,22 +290,27 @@ mod tests {
             up_after: 2,
             settle: 2,
             min_sampled: 100,
+            balance_above: 1.25,
+            balance_after: 4,
         };
         let mut s = SpreadState::default();
         let hot = [900, 50, 50];
         let even = [300, 300, 300];
         let got: Vec<bool> = [&hot, &even, &hot, &hot, &hot, &hot]
             .iter()
-            .map(|l| p.decide(&mut s, &l[..]).is_some())
+            .map(|l| p.decide(&mut s, &l[..], None).is_some())
             .collect();
         assert_eq!(got, [false, false, false, true, false, true]);
         s.moved(2);
-        assert!(p.decide(&mut s, &hot).is_none() && p.decide(&mut s, &hot).is_none());
-        assert!(p.decide(&mut s, &hot).is_none(), "a new streak starts after settling");
-        assert!(p.decide(&mut s, &hot).is_some());
+        assert!(p.decide(&mut s, &hot, None).is_none() && p.decide(&mut s, &hot, None).is_none());
+        assert!(
+            p.decide(&mut s, &hot, None).is_none(),
+            "a new streak starts after settling"
+        );
+        assert!(p.decide(&mut s, &hot, None).is_some());
         // Too few sampled ops to judge.
         let mut s = SpreadState::default();
-        assert!((0..5).all(|_| p.decide(&mut s, &[90, 1, 1]).is_none()));
+        assert!((0..5).all(|_| p.decide(&mut s, &[90, 1, 1], None).is_none()));
     }
 
     #[test]
@@ -259,18 +320,60 @@ mod tests {
             up_after: 3,
             settle: 2,
             min_sampled: 100,
+            balance_above: 1.25,
+            balance_after: 4,
         };
         // 2.7x the mean (past twice the threshold): at once; 2.49x: after the streak.
         let mut s = SpreadState::default();
-        let why = p.decide(&mut s, &[900, 50, 50]).expect("moved after one interval");
+        let (_, why) = p
+            .decide(&mut s, &[900, 50, 50], None)
+            .expect("moved after one interval");
         assert!(why.contains("for 1 interval "), "{why}");
         let mut s = SpreadState::default();
-        let got: Vec<bool> = (0..3).map(|_| p.decide(&mut s, &[830, 85, 85]).is_some()).collect();
+        let got: Vec<bool> = (0..3)
+            .map(|_| p.decide(&mut s, &[830, 85, 85], None).is_some())
+            .collect();
         assert_eq!(got, [false, false, true]);
         // Settling still holds, however hot.
         s.moved(1);
-        assert!(p.decide(&mut s, &[1000, 0, 0]).is_none());
-        assert!(p.decide(&mut s, &[1000, 0, 0]).is_some());
+        assert!(p.decide(&mut s, &[1000, 0, 0], None).is_none());
+        assert!(p.decide(&mut s, &[1000, 0, 0], None).is_some());
+    }
+
+    #[test]
+    fn a_lasting_imbalance_is_evened_on_its_window_and_a_passing_one_is_not() {
+        let p = SpreadPolicy {
+            above: 1.6,
+            up_after: 2,
+            settle: 2,
+            min_sampled: 100,
+            balance_above: 1.25,
+            balance_after: 4,
+        };
+        let mut s = SpreadState::default();
+        // 1.3x the mean over the window and now: under the spread threshold, over balance's.
+        let now = [390, 300, 210];
+        let window = [1560, 1200, 840];
+        assert!(p.decide(&mut s, &now, None).is_none(), "no window yet");
+        let (lever, why) = p.decide(&mut s, &now, Some(&window)).expect("evened");
+        assert_eq!(lever, Lever::Balance);
+        assert!(why.contains("1.30x the mean load over 4 intervals"), "{why}");
+        // Over the window but not now (it passed), or now but not over the window: held.
+        assert!(p.decide(&mut s, &[300, 300, 300], Some(&window)).is_none());
+        assert!(p.decide(&mut s, &now, Some(&[1200, 1200, 1200])).is_none());
+        // Off with balance_after 0; a hot group still spreads, on the interval's load.
+        let off = SpreadPolicy {
+            balance_after: 0,
+            ..p.clone()
+        };
+        assert!(off.decide(&mut SpreadState::default(), &now, Some(&window)).is_none());
+        let mut s = SpreadState::default();
+        assert!(
+            p.decide(&mut s, &[800, 100, 100], Some(&window)).is_none(),
+            "a hot streak begins"
+        );
+        let (lever, _) = p.decide(&mut s, &[800, 100, 100], Some(&window)).expect("spread");
+        assert_eq!(lever, Lever::Spread);
     }
 
     proptest! {
