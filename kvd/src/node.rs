@@ -372,9 +372,10 @@ impl Node {
         // so its reads do not run on its store as it is now: a batch of reads only runs
         // once a read-index round that began after it arrived is done, which waits until
         // this leader has applied everything committed when the round began; in a batch
-        // with a write, its reads go through the log with the writes, in batch order.
-        let grouped = log.is_grouped();
-        self.store.ops_to_log(batch, &mut scratch.written, &mut logged, grouped);
+        // with a write, its reads go through the log with the writes, in batch order. (Not
+        // in a group with no other member: `DurableShard::shares_reads`.)
+        let shared = log.shares_reads();
+        self.store.ops_to_log(batch, &mut scratch.written, &mut logged, shared);
         if !logged.is_empty()
             && let Some(why) = log.write_refusal()
         {
@@ -382,10 +383,11 @@ impl Node {
             return Some(LogWait::refused(LogError::Refused(why)));
         }
         if logged.is_empty() {
-            if let Some(gate) = log.confirm_leadership() {
+            if shared && let Some(gate) = log.confirm_leadership() {
                 return Some(self.read_after(gate, batch, began));
             }
-            // A group of one: nobody else applies anything, its store holds every commit.
+            // No other member: nobody else serves reads, its store holds every write it
+            // acknowledged.
             self.store.execute(batch, out, room, scratch, tally);
             self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
             return None;

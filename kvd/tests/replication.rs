@@ -418,6 +418,57 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a voter"), "{out:?}");
 }
 
+/// A group whose only member is its leader runs its reads at once: nobody else can have
+/// served a write it has not applied, so no read-index round is needed (they waited for the
+/// leader's apply to catch up). A member added to the group makes the leader's reads and the
+/// member's ask for rounds again, and once it is removed they stop. (Reads across both
+/// changes stay linearizable: `the_manager_adds_and_removes_a_read_replica_and_reads_stay_linearizable`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_one_reads_without_rounds_until_a_member_joins() {
+    let group = Group::start_shaped("alone", 1, 1);
+    let (leader, spare) = (group.addrs[0].clone(), group.addrs[1].clone());
+    let config = ClientConfig {
+        request_timeout: Duration::from_secs(5),
+        ..ClientConfig::default()
+    };
+    let client = Cluster::new(std::slice::from_ref(&leader), config.clone()).unwrap();
+    for i in 0..100 {
+        client
+            .put(format!("k{i}").as_bytes(), format!("v{i}").as_bytes())
+            .await
+            .unwrap();
+    }
+    async fn rounds(at: &str) -> u64 {
+        let one = Cluster::new(&[at.to_string()], ClientConfig::default()).unwrap();
+        one.stats(0).await.unwrap().group.read_index_rounds
+    }
+    async fn read_all(c: &Cluster) {
+        for i in 0..100 {
+            let got = c.get(format!("k{i}").as_bytes()).await.unwrap();
+            assert_eq!(got, Some(format!("v{i}").into_bytes()), "k{i}");
+        }
+    }
+    read_all(&client).await;
+    assert_eq!(rounds(&leader).await, 0, "a group of one ran read-index rounds");
+
+    admin(&["add-replica", "--learner", "--nodes", &leader, &spare]);
+    let both = Cluster::new(&[format!("{leader}|{spare}")], config).unwrap();
+    read_all(&both).await;
+    let with_member = rounds(&leader).await;
+    assert!(with_member > 0, "reads with a learner in the group ran no round");
+
+    admin(&["remove-replica", "--nodes", &leader, &spare]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let one = Cluster::new(std::slice::from_ref(&leader), ClientConfig::default()).unwrap();
+    while !one.stats(0).await.unwrap().group.learners.is_empty() {
+        assert!(Instant::now() < deadline, "the learner was not removed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let alone_again = rounds(&leader).await;
+    read_all(&client).await;
+    assert_eq!(rounds(&leader).await, alone_again, "rounds ran after the member left");
+}
+
 /// The shard manager, under a recording load whose reads spread over the group's members
 /// (clients' default): a burst of reads makes the shard hot and the manager adds the spare
 /// as a learner, which serves reads; when the burst ends the shard cools and the manager

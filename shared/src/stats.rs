@@ -488,6 +488,11 @@ pub struct GroupFigures {
     /// one it knew; the first leader it learns is not a change).
     #[serde(default)]
     pub leader_changes: u64,
+    /// Read-index rounds this member's process ran as leader (one confirms leadership for
+    /// every read waiting then, its own and its members'; a group with no other member
+    /// runs none: its reads need no round).
+    #[serde(default)]
+    pub read_index_rounds: u64,
     /// On the leader: how many entries each follower is behind.
     #[serde(default)]
     pub lag: Vec<FollowerLag>,

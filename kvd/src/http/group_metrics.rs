@@ -73,6 +73,17 @@ pub fn render(out: &mut String, labels: &str, s: &NodeStats) {
         "Times this member saw its group's leader change to another member.",
     );
     let _ = writeln!(out, "kvd_raft_leader_changes_total{{{labels}}} {}", g.leader_changes);
+    family(
+        out,
+        "kvd_raft_read_index_rounds_total",
+        "counter",
+        "Read-index rounds this member ran as leader (none while its group has no other member).",
+    );
+    let _ = writeln!(
+        out,
+        "kvd_raft_read_index_rounds_total{{{labels}}} {}",
+        g.read_index_rounds
+    );
     if !g.lag.is_empty() {
         family(
             out,

@@ -165,14 +165,11 @@ impl DurableShard {
         if !known {
             return AdminReply::Failed("not a member of the group".into());
         }
-        match self.confirm_leadership() {
-            Some(round) => match round.await {
-                Ok(Ok(index)) => AdminReply::ReadIndex(index),
-                Ok(Err(LogError::NotLeader(leader))) => AdminReply::NotLeader(leader),
-                Ok(Err(LogError::Failed(why) | LogError::Refused(why))) => AdminReply::Failed(why),
-                Err(_) => AdminReply::NotLeader(None),
-            },
-            None => AdminReply::Failed("this node is not a member of a replica group".into()),
+        match self.read_index_round().await {
+            Ok(Ok(index)) => AdminReply::ReadIndex(index),
+            Ok(Err(LogError::NotLeader(leader))) => AdminReply::NotLeader(leader),
+            Ok(Err(LogError::Failed(why) | LogError::Refused(why))) => AdminReply::Failed(why),
+            Err(_) => AdminReply::NotLeader(None),
         }
     }
 

@@ -46,6 +46,7 @@ impl DurableShard {
             applied_index,
             elections: self.events.elections.load(std::sync::atomic::Ordering::Relaxed),
             leader_changes: self.events.leader_changes.load(std::sync::atomic::Ordering::Relaxed),
+            read_index_rounds: self.events.read_index_rounds.load(std::sync::atomic::Ordering::Relaxed),
             lag: m
                 .replication
                 .iter()

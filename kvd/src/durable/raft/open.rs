@@ -161,8 +161,9 @@ impl DurableShard {
         let (proposals, queue) = tokio::sync::mpsc::unbounded_channel();
         let handing_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
         tasks.spawn(propose(raft.clone(), queue, handing_over.clone(), tasks.clone()));
+        let events = Arc::new(RaftEvents::default());
         let (confirms, confirm_queue) = tokio::sync::mpsc::unbounded_channel();
-        tasks.spawn(confirm(raft.clone(), confirm_queue));
+        tasks.spawn(confirm(raft.clone(), confirm_queue, events.clone()));
         let (member_reads, member_read_queue) = tokio::sync::mpsc::unbounded_channel();
         let lease = Arc::new(super::lease::Lease::default());
         let campaign = Arc::new(super::campaign::Campaign::default());
@@ -194,7 +195,6 @@ impl DurableShard {
             };
             tasks.spawn(campaigner.run());
         }
-        let events = Arc::new(RaftEvents::default());
         tasks.spawn(count_events(raft.clone(), events.clone()));
         DurableShard {
             raft,
@@ -488,6 +488,8 @@ pub(super) struct RaftEvents {
     pub elections: std::sync::atomic::AtomicU64,
     /// Times a leader other than the last known one became known.
     pub leader_changes: std::sync::atomic::AtomicU64,
+    /// Read-index rounds run as leader (for its own reads and its members').
+    pub read_index_rounds: std::sync::atomic::AtomicU64,
 }
 
 /// Counts the terms that begin while this process runs and the changes of leader it sees.

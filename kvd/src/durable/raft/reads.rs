@@ -39,12 +39,16 @@ pub type ReadIndexWaiter = tokio::sync::oneshot::Sender<Result<u64, LogError>>;
 pub(super) async fn confirm(
     raft: openraft::Raft<ShardRaft>,
     mut queue: tokio::sync::mpsc::UnboundedReceiver<ReadIndexWaiter>,
+    events: Arc<super::open::RaftEvents>,
 ) {
     while let Some(first) = queue.recv().await {
         let mut waiting = vec![first];
         while let Ok(more) = queue.try_recv() {
             waiting.push(more);
         }
+        events
+            .read_index_rounds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Bounded: a round can wait for an entry to be applied that a change of leader has
         // taken away, and every later read of this member would queue behind it. Reads
         // change nothing, so a round that runs out answers "not the leader": asked again.

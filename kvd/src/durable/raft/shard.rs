@@ -106,12 +106,38 @@ impl DurableShard {
     /// For reads not yet run on this leader: answers the read index once a majority has
     /// confirmed, after they arrived, that this member still leads, and this member has
     /// applied everything committed when that round began (openraft's
-    /// `ensure_linearizable`); the reads may run then. `None` for a group of one.
+    /// `ensure_linearizable`); the reads may run then. `None` when no other member may
+    /// serve reads (see [`DurableShard::shares_reads`]): they run at once.
     pub fn confirm_leadership(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, LogError>>> {
-        if !self.grouped {
+        if !self.shares_reads() {
             return None;
         }
         Some(queue_for_read_index(&self.confirms))
+    }
+
+    /// Whether another member may serve this group's reads: a replica group whose
+    /// membership (as this member's log says now) lists a member other than this one.
+    /// Otherwise this leader's store holds every write it acknowledged (a write is answered
+    /// once applied here) and nobody else can have served a later one: its reads run at
+    /// once, as a lone durable node's do, and a batch's reads before its first write do not
+    /// go through the log. A member added later is in the membership before it holds
+    /// anything to serve (its first entries come after the change), and its reads ask this
+    /// leader for a read index, which a round answers (`read_index_for`), not this check.
+    pub fn shares_reads(&self) -> bool {
+        self.grouped
+            && self
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .nodes()
+                .any(|(id, _)| *id != self.me)
+    }
+
+    /// A read-index round for a member's reads, whatever [`DurableShard::shares_reads`] says.
+    pub(super) fn read_index_round(&self) -> tokio::sync::oneshot::Receiver<Result<u64, LogError>> {
+        queue_for_read_index(&self.confirms)
     }
 
     /// On a follower or learner, for reads not yet run: answers `Ok` once this member has
@@ -122,11 +148,6 @@ impl DurableShard {
             return None;
         }
         Some(queue_for_read_index(&self.member_reads))
-    }
-
-    /// Whether this shard's log has other members than this one (a replica group).
-    pub fn is_grouped(&self) -> bool {
-        self.grouped
     }
 
     /// Whether this node is a member (voter or learner) of its group as its log says now: a
