@@ -50,7 +50,8 @@ mean and p99, and the run's op/s), OUT/<setup>-t<T>.json (kvbench's results),
 OUT/<setup>-t<T>-timeline.png (each shard's p99 per second), OUT/<setup>-t<T>.log (the
 manager's decisions), and OUT/hotspot.png + .svg (hot shard read p99 and throughput per
 set-up). --snapshot-every is every kvd's (its default, 64mib, is kvd's; 4gib: no snapshot in
-a run). Root (namespaces, cgroups). About 2 minutes per run. KVD_BIN=DIR runs the kvd and
+a run). KEEP_LOGS=1 keeps each run's kvd logs in OUT/<setup>-t<T>-kvd-logs/. Root
+(namespaces, cgroups). About 2 minutes per run. KVD_BIN=DIR runs the kvd and
 kvbench of DIR (another build, for A B A B) instead of this checkout's.
 TXT
 }
@@ -281,6 +282,9 @@ for i, n in enumerate(d["per_node"]):
 PY
       tail -n "$SHARDS" "$CSV" >&2
       stop_all
+      if [[ -n ${KEEP_LOGS:-} ]]; then
+        mkdir -p "$stem-kvd-logs" && cp "$WORK"/kvd-*.log "$stem-kvd-logs/" 2>/dev/null || true
+      fi
       first=0
     done
   done
