@@ -191,3 +191,62 @@ async fn a_down_node_is_not_retried_on_every_request() {
     let tries = accepted.load(Ordering::Relaxed);
     assert!(tries <= 50, "the node was tried {tries} times for 2000 requests");
 }
+
+/// Ops answered "try again" (their slot is being handed over) are sent again for as long as
+/// the request's time lasts, not for a fixed count of retries: a hand-over off a saturated
+/// source pauses its slots' writes for a few hundred milliseconds (one of 400 ms here), and
+/// the writes go through once it ends. (Eight retries gave up after about 180 ms.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_answered_try_again_are_retried_while_the_request_lasts() {
+    use std::sync::{Arc, Mutex};
+
+    use kvshared::frame::{AlignedVec, FrameKind, read_frame};
+    use kvshared::wire::{BatchResponse, BatchView, OpStatus, encode_frame};
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let first: Arc<Mutex<Option<std::time::Instant>>> = Arc::default();
+    let pause = Duration::from_millis(400);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let first = first.clone();
+            tokio::spawn(async move {
+                let mut stream = tokio::io::BufReader::new(stream);
+                let (mut body, mut out, mut resp) = (AlignedVec::new(), AlignedVec::new(), BatchResponse::default());
+                while let Ok(Some(h)) = read_frame(&mut stream, &mut body, u32::MAX).await {
+                    let batch = BatchView::parse(&body).unwrap();
+                    let since = first
+                        .lock()
+                        .unwrap()
+                        .get_or_insert_with(std::time::Instant::now)
+                        .elapsed();
+                    resp.reset(batch.len());
+                    for i in 0..batch.len() {
+                        resp.set(
+                            i,
+                            if since < pause {
+                                OpStatus::TryAgain
+                            } else {
+                                OpStatus::Stored
+                            },
+                        );
+                    }
+                    encode_frame(FrameKind::BatchResponse, h.id, &resp, &mut out).unwrap();
+                    stream.get_mut().write_all(&out).await.unwrap();
+                }
+            });
+        }
+    });
+    let client = Cluster::new(
+        &[addr],
+        ClientConfig {
+            request_timeout: Duration::from_secs(3),
+            ..config()
+        },
+    )
+    .unwrap();
+    let began = std::time::Instant::now();
+    client.put(b"k", b"v").await.expect("stored once the hand-over ended");
+    assert!(began.elapsed() >= pause, "answered before the pause ended");
+    assert!(client.redirects().1 > 8, "retried {} times", client.redirects().1);
+}

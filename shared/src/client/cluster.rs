@@ -173,11 +173,15 @@ impl Reader {
     }
 }
 
-/// Rounds of redirects and retries one batch may go through (a slot moves once per round
-/// at most; more means the node list is not the cluster's).
+/// Rounds of redirects one batch may go through (a slot moves once per round at most; more
+/// means the node list is not the cluster's).
 const MAX_REDIRECT_ROUNDS: u32 = 8;
-/// The pause before sending again ops whose slot was being handed over (times the round).
+/// The pause before sending again ops whose slot is being handed over: this times the
+/// retry, at most [`MAX_TRY_AGAIN_PAUSE`]. They are sent again while the request's time
+/// lasts: a hand-over pauses its slots' writes for as long as its steps take (a few
+/// hundred milliseconds off a saturated source, seconds when a leader is paused in it).
 const TRY_AGAIN_PAUSE: Duration = Duration::from_millis(5);
+const MAX_TRY_AGAIN_PAUSE: Duration = Duration::from_millis(50);
 
 /// How often a client asks a shard which members its group has (for reads).
 const TOPOLOGY_EVERY: Duration = Duration::from_secs(2);
@@ -816,19 +820,32 @@ impl Cluster {
     pub async fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Outcome, ClientError>> {
         let began = tokio::time::Instant::now();
         let mut results = self.batch_once(ops).await;
-        for round in 0..MAX_REDIRECT_ROUNDS {
+        let (mut redirects, mut waits) = (0u32, 0u32);
+        loop {
             let left: Vec<usize> = (0..results.len())
                 .filter(|&i| self.worth_redirecting(&results[i]))
                 .collect();
-            if left.is_empty() || began.elapsed() >= self.config.request_timeout {
+            let elapsed = began.elapsed();
+            if left.is_empty() || elapsed >= self.config.request_timeout {
                 break;
+            }
+            let moved = left
+                .iter()
+                .any(|&i| matches!(results[i], Err(ClientError::Moved { .. })));
+            if moved {
+                redirects += 1;
+                if redirects > MAX_REDIRECT_ROUNDS {
+                    break;
+                }
             }
             if left
                 .iter()
                 .any(|&i| matches!(results[i], Err(ClientError::TryAgain { .. })))
             {
                 self.try_agains.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(TRY_AGAIN_PAUSE * (round + 1)).await;
+                waits += 1;
+                let pause = (TRY_AGAIN_PAUSE * waits).min(MAX_TRY_AGAIN_PAUSE);
+                tokio::time::sleep(pause.min(self.config.request_timeout - elapsed)).await;
             }
             let again: Vec<Op<'_>> = left.iter().map(|&i| ops[i]).collect();
             for (i, r) in left.into_iter().zip(self.batch_once(&again).await) {
