@@ -383,8 +383,8 @@ impl Node {
             return Some(LogWait::refused(LogError::Refused(why)));
         }
         if logged.is_empty() {
-            if shared && let Some(gate) = log.confirm_leadership() {
-                return Some(self.read_after(gate, batch, began));
+            if shared {
+                return Some(self.read_after(log.read_index_round(), batch, began));
             }
             // No other member: nobody else serves reads, its store holds every write it
             // acknowledged.

@@ -283,16 +283,22 @@ mod tests {
         assert!(plan_spread(&owned, &load).is_empty());
     }
 
-    #[test]
-    fn a_move_waits_for_a_streak_and_then_settles() {
-        let p = SpreadPolicy {
-            above: 1.5,
-            up_after: 2,
+    /// A policy spreading past `above` after `up_after` intervals; settle 2, at least 100
+    /// sampled ops, balance at 1.25x over 4 intervals.
+    fn policy(above: f64, up_after: u32) -> SpreadPolicy {
+        SpreadPolicy {
+            above,
+            up_after,
             settle: 2,
             min_sampled: 100,
             balance_above: 1.25,
             balance_after: 4,
-        };
+        }
+    }
+
+    #[test]
+    fn a_move_waits_for_a_streak_and_then_settles() {
+        let p = policy(1.5, 2);
         let mut s = SpreadState::default();
         let hot = [900, 50, 50];
         let even = [300, 300, 300];
@@ -315,14 +321,7 @@ mod tests {
 
     #[test]
     fn a_group_far_past_the_threshold_is_moved_from_after_one_interval() {
-        let p = SpreadPolicy {
-            above: 1.3,
-            up_after: 3,
-            settle: 2,
-            min_sampled: 100,
-            balance_above: 1.25,
-            balance_after: 4,
-        };
+        let p = policy(1.3, 3);
         // 2.7x the mean (past twice the threshold): at once; 2.49x: after the streak.
         let mut s = SpreadState::default();
         let (_, why) = p
@@ -342,14 +341,7 @@ mod tests {
 
     #[test]
     fn a_lasting_imbalance_is_evened_on_its_window_and_a_passing_one_is_not() {
-        let p = SpreadPolicy {
-            above: 1.6,
-            up_after: 2,
-            settle: 2,
-            min_sampled: 100,
-            balance_above: 1.25,
-            balance_after: 4,
-        };
+        let p = policy(1.6, 2);
         let mut s = SpreadState::default();
         // 1.3x the mean over the window and now: under the spread threshold, over balance's.
         let now = [390, 300, 210];

@@ -90,15 +90,7 @@ impl DurableShard {
         MemberIdentity {
             member: self.me,
             group: self.group_id(),
-            initialised: self
-                .raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .nodes()
-                .next()
-                .is_some(),
+            initialised: self.with_membership(|m| m.nodes().next().is_some()),
             peers: self.peers.clone(),
             shard: self.shard.clone(),
         }
@@ -154,14 +146,7 @@ impl DurableShard {
     /// A read index for a follower's reads (not a change: no log line). Shares the leader's
     /// own reads' rounds.
     async fn read_index_for(&self, member: u64) -> AdminReply {
-        let known = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&member)
-            .is_some();
+        let known = self.with_membership(|m| m.get_node(&member).is_some());
         if !known {
             return AdminReply::Failed("not a member of the group".into());
         }
@@ -207,13 +192,7 @@ impl DurableShard {
     }
 
     fn voters(&self) -> Vec<u64> {
-        self.raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .collect()
+        self.with_membership(|m| m.voter_ids().collect())
     }
 
     /// Asks the kvd at `addr` who it is, and makes it adopt this group.
@@ -317,14 +296,7 @@ impl DurableShard {
         };
         let voters = self.voters();
         if !voters.contains(&id) {
-            let learner = self
-                .raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .learner_ids()
-                .any(|l| l == id);
+            let learner = self.with_membership(|m| m.learner_ids().any(|l| l == id));
             if !learner {
                 return Ok(AdminReply::Done(format!("{addr} is not a member")));
             }

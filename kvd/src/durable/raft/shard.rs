@@ -74,7 +74,7 @@ impl DurableShard {
     }
 
     /// Whether this member may serve now: `Ok` when it leads its group (as far as it knows;
-    /// reads confirm it with [`DurableShard::confirm_leadership`]), else who does.
+    /// reads confirm it with [`DurableShard::read_index_round`]), else who does.
     pub fn leadership(&self) -> Result<(), LogError> {
         if !self.grouped {
             return Ok(());
@@ -103,18 +103,6 @@ impl DurableShard {
         Err(LogError::NotLeader(leader))
     }
 
-    /// For reads not yet run on this leader: answers the read index once a majority has
-    /// confirmed, after they arrived, that this member still leads, and this member has
-    /// applied everything committed when that round began (openraft's
-    /// `ensure_linearizable`); the reads may run then. `None` when no other member may
-    /// serve reads (see [`DurableShard::shares_reads`]): they run at once.
-    pub fn confirm_leadership(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, LogError>>> {
-        if !self.shares_reads() {
-            return None;
-        }
-        Some(queue_for_read_index(&self.confirms))
-    }
-
     /// Whether another member may serve this group's reads: a replica group whose
     /// membership (as this member's log says now) lists a member other than this one.
     /// Otherwise this leader's store holds every write it acknowledged (a write is answered
@@ -124,19 +112,19 @@ impl DurableShard {
     /// anything to serve (its first entries come after the change), and its reads ask this
     /// leader for a read index, which a round answers (`read_index_for`), not this check.
     pub fn shares_reads(&self) -> bool {
-        self.grouped
-            && self
-                .raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .nodes()
-                .any(|(id, _)| *id != self.me)
+        self.grouped && self.with_membership(|m| m.nodes().any(|(id, _)| *id != self.me))
     }
 
-    /// A read-index round for a member's reads, whatever [`DurableShard::shares_reads`] says.
-    pub(super) fn read_index_round(&self) -> tokio::sync::oneshot::Receiver<Result<u64, LogError>> {
+    /// `f` of the membership this member's log holds now.
+    pub(super) fn with_membership<R>(&self, f: impl FnOnce(&openraft::Membership<u64, openraft::BasicNode>) -> R) -> R {
+        f(self.raft.metrics().borrow().membership_config.membership())
+    }
+
+    /// For reads not yet run on this leader (when [`DurableShard::shares_reads`]) and for a
+    /// member's: answers the read index once a majority has confirmed, after they arrived,
+    /// that this member still leads, and this member has applied everything committed when
+    /// that round began (openraft's `ensure_linearizable`); the reads may run then.
+    pub fn read_index_round(&self) -> tokio::sync::oneshot::Receiver<Result<u64, LogError>> {
         queue_for_read_index(&self.confirms)
     }
 
@@ -153,15 +141,7 @@ impl DurableShard {
     /// Whether this node is a member (voter or learner) of its group as its log says now: a
     /// removed learner (the shard manager's) or one not yet added serves no reads.
     fn is_member(&self) -> bool {
-        self.grouped
-            && self
-                .raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .get_node(&self.me)
-                .is_some()
+        self.grouped && self.with_membership(|m| m.get_node(&self.me).is_some())
     }
 
     /// Whether this member may answer reads from its own store and stay within `bound` of
