@@ -145,7 +145,7 @@ impl Store {
             s.copying = Some(Box::default());
         }
         let slots = shard.read().table.slot_count();
-        let (mut at, mut resized) = (0, false);
+        let (mut at, mut resized, mut pairs) = (0, false, 0);
         while at < slots {
             let s = shard.read();
             if s.table.slot_count() != slots {
@@ -154,6 +154,7 @@ impl Store {
             }
             for e in (at..(at + STEP).min(slots)).filter_map(|i| s.table.at(i)) {
                 put_pair(out, &s, e.key(), e.value());
+                pairs += 1;
             }
             drop(s);
             at += STEP;
@@ -164,6 +165,7 @@ impl Store {
             Some(c) if !c.overflowed && !resized => c.keys,
             _ => return finish_whole(&s, out, header_at, body_at),
         };
+        // (In key order, so a snapshot's bytes do not depend on a hash seed.)
         let mut written: Vec<&[u8]> = noted.iter().map(|k| &k[..]).collect();
         written.sort_unstable();
         written.dedup();
@@ -171,23 +173,28 @@ impl Store {
         for key in &written {
             if let Some(e) = s.table.find(key_hash(key), key).and_then(|at| s.table.at(at)) {
                 put_pair(&mut last, &s, e.key(), e.value());
+                pairs += 1;
             }
         }
         let applied = s.applied;
         drop(s);
-        drop_pairs_of(out, body_at, &written);
+        pairs -= drop_pairs_of(out, body_at, &written.iter().copied().collect());
         out.extend_from_slice(&last);
-        write_header(out, header_at, applied)
+        write_header(out, header_at, applied);
+        pairs
     }
 }
 
 /// Copies the whole shard (locked) after `out[..body_at]`, over any stepped copy.
 fn finish_whole(s: &Shard, out: &mut Vec<u8>, header_at: usize, body_at: usize) -> u64 {
     out.truncate(body_at);
+    let mut pairs = 0;
     for e in s.table.iter() {
         put_pair(out, s, e.key(), e.value());
+        pairs += 1;
     }
-    write_header(out, header_at, s.applied)
+    write_header(out, header_at, s.applied);
+    pairs
 }
 
 /// Appends one pair (see `dump` for the layout).
@@ -203,35 +210,38 @@ fn put_pair(out: &mut Vec<u8>, s: &Shard, key: &[u8], value: &[u8]) {
     }
 }
 
-/// Fills in the section's header at `header_at` (its entry and its pairs' bytes); returns
-/// the pairs it holds.
-fn write_header(out: &mut [u8], header_at: usize, applied: u64) -> u64 {
+/// The keys written in a shard during its copy, each once. (A hash set: a sorted list's
+/// binary search for every pair of the shard was a sixth of a snapshot's time under YCSB-A.)
+type Noted<'a> = std::collections::HashSet<&'a [u8], foldhash::fast::RandomState>;
+
+/// Fills in the section's header at `header_at`: its entry and its pairs' bytes. (The
+/// pairs are counted as they are written: walking them again cost a tenth of a snapshot.)
+fn write_header(out: &mut [u8], header_at: usize, applied: u64) {
     let body_at = header_at + SHARD_HEADER;
     let len = (out.len() - body_at) as u64;
     out[header_at..header_at + 8].copy_from_slice(&applied.to_le_bytes());
     out[header_at + 8..body_at].copy_from_slice(&len.to_le_bytes());
-    let (mut at, mut pairs) = (body_at, 0);
-    while let Some((_, len)) = pair_at(out, at) {
-        (at, pairs) = (at + len, pairs + 1);
-    }
-    pairs
 }
 
 /// Removes from `out[body_at..]` (pairs this module wrote) every pair whose key is in
-/// `keys` (sorted), keeping the others in order.
-fn drop_pairs_of(out: &mut Vec<u8>, body_at: usize, keys: &[&[u8]]) {
+/// `keys`, keeping the others in order; returns how many it removed.
+fn drop_pairs_of(out: &mut Vec<u8>, body_at: usize, keys: &Noted<'_>) -> u64 {
     if keys.is_empty() {
-        return;
+        return 0;
     }
-    let (mut kept, mut at) = (body_at, body_at);
-    while let Some((keep, len)) = pair_at(out, at).map(|(k, len)| (keys.binary_search(&k).is_err(), len)) {
-        if keep {
-            out.copy_within(at..at + len, kept);
-            kept += len;
+    let (mut kept, mut at, mut dropped) = (body_at, body_at, 0);
+    while let Some((keep, len)) = pair_at(out, at).map(|(k, len)| (!keys.contains(k), len)) {
+        match keep {
+            true => {
+                out.copy_within(at..at + len, kept);
+                kept += len;
+            }
+            false => dropped += 1,
         }
         at += len;
     }
     out.truncate(kept);
+    dropped
 }
 
 /// The key and the length in bytes of the pair at `bytes[at..]` (written by this module:
