@@ -1,6 +1,6 @@
 #!/bin/bash
 # conc.sh BIN W MODE TASKS CONNS
-B=$1; W=$2; M=$3; T=$4; C=$5; P=17968; D=$(mktemp -d /work/pd.XXXX)
+B=$1; W=$2; M=$3; T=$4; C=$5; P=17968; D=$(mktemp -d)
 EXTRA=""; [ "$M" != memory ] && EXTRA="--data-dir $D --fsync $M"
 $B/kvd --listen 127.0.0.1:$P --capacity 1000000 $EXTRA >/dev/null 2>&1 & K=$!
 sleep 1.5; $B/kvbench load --nodes 127.0.0.1:$P --quiet >/dev/null

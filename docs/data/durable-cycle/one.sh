@@ -1,6 +1,6 @@
 #!/bin/bash
 # one.sh BIN WORKLOAD [kvd args...]: one durable-bench-like run, prints kvbench's throughput line
-B=$1; W=$2; shift 2; P=17966; D=$(mktemp -d /work/pd.XXXX)
+B=$1; W=$2; shift 2; P=17966; D=$(mktemp -d)
 ARGS="${@//\{data\}/$D}"
 $B/kvd --listen 127.0.0.1:$P --capacity 1000000 $ARGS >/dev/null 2>&1 & K=$!
 sleep 1.5; $B/kvbench load --nodes 127.0.0.1:$P --quiet >/dev/null

@@ -1,6 +1,6 @@
 #!/bin/bash
 # pin.sh BIN W MODE: kvd on CPU 0, kvbench on CPU 1
-B=$1; W=$2; M=$3; P=17970; D=$(mktemp -d /work/pd.XXXX)
+B=$1; W=$2; M=$3; P=17970; D=$(mktemp -d)
 EXTRA=""; [ "$M" != memory ] && EXTRA="--data-dir $D --fsync $M"
 taskset -c 0 $B/kvd --listen 127.0.0.1:$P --capacity 1000000 $EXTRA >/dev/null 2>&1 & K=$!
 sleep 1.5; taskset -c 1 $B/kvbench load --nodes 127.0.0.1:$P --quiet >/dev/null

@@ -1,6 +1,6 @@
 #!/bin/bash
 # prof.sh BIN OUT WORKLOAD MODE(memory|always) [graph]: perf record kvd 6 s under kvbench batch 64
-B=$1; OUT=$2; W=$3; M=$4; G=$5; P=17965; D=$(mktemp -d /work/pd.XXXX)
+B=$1; OUT=$2; W=$3; M=$4; G=$5; P=17965; D=$(mktemp -d)
 EXTRA=""; [ "$M" != memory ] && EXTRA="--data-dir $D --fsync $M"
 $B/kvd --listen 127.0.0.1:$P --capacity 1000000 $EXTRA >/dev/null 2>&1 & K=$!
 sleep 1.5; $B/kvbench load --nodes 127.0.0.1:$P --quiet >/dev/null

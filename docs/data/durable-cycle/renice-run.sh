@@ -1,6 +1,6 @@
 #!/bin/bash
 # renice-run.sh BIN W NICE: durable run with the log-writer thread at NICE (needs root)
-B=$1; W=$2; N=$3; P=17969; D=$(mktemp -d /work/pd.XXXX)
+B=$1; W=$2; N=$3; P=17969; D=$(mktemp -d)
 $B/kvd --listen 127.0.0.1:$P --capacity 1000000 --data-dir $D --fsync always 2>${TMPDIR:-/tmp}/renice-err.txt >/dev/null & K=$!
 sleep 1.5
 for t in /proc/$K/task/*; do [ "$(cat $t/comm)" = log-writer ] && renice -n $N -p $(basename $t) >/dev/null; done
