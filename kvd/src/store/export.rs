@@ -152,10 +152,7 @@ impl Store {
                 resized = true;
                 break;
             }
-            for e in (at..(at + STEP).min(slots)).filter_map(|i| s.table.at(i)) {
-                put_pair(out, &s, e.key(), e.value());
-                pairs += 1;
-            }
+            pairs += copy_slots(&s, at..(at + STEP).min(slots), out);
             drop(s);
             at += STEP;
             between();
@@ -188,12 +185,21 @@ impl Store {
 /// Copies the whole shard (locked) after `out[..body_at]`, over any stepped copy.
 fn finish_whole(s: &Shard, out: &mut Vec<u8>, header_at: usize, body_at: usize) -> u64 {
     out.truncate(body_at);
-    let mut pairs = 0;
-    for e in s.table.iter() {
-        put_pair(out, s, e.key(), e.value());
-        pairs += 1;
-    }
+    let pairs = copy_slots(s, 0..s.table.slot_count(), out);
     write_header(out, header_at, s.applied);
+    pairs
+}
+
+/// Appends the pairs in table slots `slots` of `s`; returns how many.
+fn copy_slots(s: &Shard, slots: std::ops::Range<usize>, out: &mut Vec<u8>) -> u64 {
+    let mut pairs = 0;
+    for i in slots {
+        s.table.copy_hint(i);
+        if let Some(e) = s.table.at(i) {
+            put_pair(out, s, e.key(), e.value());
+            pairs += 1;
+        }
+    }
     pairs
 }
 

@@ -48,6 +48,8 @@ const CROWDED_PROBE: usize = 128;
 /// loading a long key: enough misses in flight to overlap, few enough that the
 /// lines are still cached when the walk gets there.
 const WALK_AHEAD: usize = 8;
+/// How far ahead a walk that copies whole pairs starts loading them (see [`Table::copy_hint`]).
+const COPY_AHEAD: usize = 16;
 /// A crowded table grows early only while it has fewer than this many times the slots its
 /// entries need, so keys chosen to crowd it cost bounded memory.
 const MAX_SPREAD: usize = 16;
@@ -326,6 +328,23 @@ impl Table {
             let p = e.value_ptr();
             prefetch_line(p);
             prefetch_line(p.wrapping_add(64));
+        }
+    }
+
+    /// For a walk by slot index that copies whole pairs (a snapshot's export): starts
+    /// loading the first two lines of the allocation of the slot [`COPY_AHEAD`] past `i`
+    /// (its value, after a long key). Each pair is an allocation of its own, wherever the
+    /// allocator put it; the copy stalls on each all the same (the machine's memory is the
+    /// limit), but the steps under the shard's lock got shorter: docs/PERFORMANCE.md, "A
+    /// snapshot's walk prefetched".
+    #[inline]
+    pub(super) fn copy_hint(&self, i: usize) {
+        if let Some(d) = self.slots.get(i + COPY_AHEAD).and_then(|s| s.data.as_deref()) {
+            let p = d.as_ptr();
+            prefetch_line(p);
+            if d.len() > 64 {
+                prefetch_line(p.wrapping_add(64));
+            }
         }
     }
 
