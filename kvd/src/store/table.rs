@@ -332,20 +332,13 @@ impl Table {
     }
 
     /// For a walk by slot index that copies whole pairs (a snapshot's export): starts
-    /// loading the first two lines of the allocation of the slot [`COPY_AHEAD`] past `i`
-    /// (its value, after a long key). Each pair is an allocation of its own, wherever the
-    /// allocator put it; the copy stalls on each all the same (the machine's memory is the
-    /// limit), but the steps under the shard's lock got shorter: docs/PERFORMANCE.md, "A
-    /// snapshot's walk prefetched".
+    /// loading the value of the slot [`COPY_AHEAD`] past `i`. Each pair is an allocation of
+    /// its own, wherever the allocator put it; the copy stalls on each all the same (the
+    /// machine's memory is the limit), but the steps under the shard's lock got shorter:
+    /// docs/PERFORMANCE.md, "A snapshot's walk prefetched".
     #[inline]
     pub(super) fn copy_hint(&self, i: usize) {
-        if let Some(d) = self.slots.get(i + COPY_AHEAD).and_then(|s| s.data.as_deref()) {
-            let p = d.as_ptr();
-            prefetch_line(p);
-            if d.len() > 64 {
-                prefetch_line(p.wrapping_add(64));
-            }
-        }
+        self.prefetch_value(i + COPY_AHEAD);
     }
 
     /// The slot holding `key` (whose hash is `hash`), if any.
