@@ -153,8 +153,7 @@ mod tests {
 
     #[test]
     fn writes_non_empty_png_and_svg() {
-        let dir = std::env::temp_dir().join(format!("kvbench-chart-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = kvtestkit::scratch("kvbench-chart");
         for (log_x, log_y) in [(true, false), (true, true), (false, true), (false, false)] {
             let chart = LineChart {
                 title: "throughput vs batch".into(),
@@ -172,6 +171,5 @@ mod tests {
             assert!(std::fs::metadata(stem.with_extension("png")).unwrap().len() > 5_000);
             assert!(std::fs::metadata(stem.with_extension("svg")).unwrap().len() > 1_000);
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,9 +16,8 @@ async fn kvbench(args: &[&str]) -> std::process::Output {
 async fn check_records_saves_and_rechecks_a_history() {
     let nodes = LocalCluster::start(2, |_| {}).await.unwrap();
     let list = nodes.addrs().join(",");
-    let dir = std::env::temp_dir().join(format!("kvbench-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let saved = dir.join("history.json");
+    let dir = kvtestkit::temp_dir("kvbench-check");
+    let saved = dir.path().join("history.json");
     let saved = saved.to_str().unwrap();
 
     let out = kvbench(&[
@@ -62,7 +61,7 @@ async fn check_records_saves_and_rechecks_a_history() {
     get.ret = Return::Value {
         value: Some("never-written".into()),
     };
-    let tampered = dir.join("tampered.json");
+    let tampered = dir.path().join("tampered.json");
     std::fs::write(&tampered, serde_json::to_vec(&h).unwrap()).unwrap();
     let bad = kvbench(&["check", "--from", tampered.to_str().unwrap()]).await;
     let text = String::from_utf8_lossy(&bad.stdout);
@@ -76,14 +75,13 @@ async fn check_records_saves_and_rechecks_a_history() {
     let op = &mut h.operations[3];
     op.return_ns = op.call_ns.saturating_sub(1);
     op.call_ns = op.return_ns + 1;
-    let malformed = dir.join("malformed.json");
+    let malformed = dir.path().join("malformed.json");
     std::fs::write(&malformed, serde_json::to_vec(&h).unwrap()).unwrap();
     let refused = kvbench(&["check", "--from", malformed.to_str().unwrap()]).await;
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(err.contains("operation #3") && err.contains("before its call"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `kvbench check --ttl`: puts with times to live, reads held to them; a history where a
@@ -93,9 +91,8 @@ async fn check_records_saves_and_rechecks_a_history() {
 async fn check_with_times_to_live_holds_reads_to_them() {
     let nodes = LocalCluster::start(2, |_| {}).await.unwrap();
     let list = nodes.addrs().join(",");
-    let dir = std::env::temp_dir().join(format!("kvbench-check-ttl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let saved = dir.join("history.json");
+    let dir = kvtestkit::temp_dir("kvbench-check-ttl");
+    let saved = dir.path().join("history.json");
     let saved = saved.to_str().unwrap();
     let args = [
         "check",
@@ -141,7 +138,7 @@ async fn check_with_times_to_live_holds_reads_to_them() {
         call_ns: end.max(ends) + 1_000_000_000,
         return_ns: end.max(ends) + 1_000_001_000,
     });
-    let tampered = dir.join("tampered.json");
+    let tampered = dir.path().join("tampered.json");
     std::fs::write(&tampered, serde_json::to_vec(&h).unwrap()).unwrap();
     let bad = kvbench(&["check", "--from", tampered.to_str().unwrap()]).await;
     let text = String::from_utf8_lossy(&bad.stdout);
@@ -150,5 +147,4 @@ async fn check_with_times_to_live_holds_reads_to_them() {
         text.contains("NOT LINEARIZABLE") && text.contains(&format!("get→{value}")),
         "{text}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }

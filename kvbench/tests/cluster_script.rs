@@ -1,7 +1,8 @@
 //! The real multi-host flow, `scripts/run-cluster.sh`, on hosts made on this machine: four
 //! network-namespace hosts (three kvd, one client) linked by a bridge, a short benchmark and
-//! a short linearizability check across them, then everything torn down. Without root (no
-//! namespaces) the same flow runs on loopback ports instead, and the test says so.
+//! a short linearizability check across them, then everything torn down. Namespaces and
+//! cgroups need root: these tests are ignored without it (`.ci/run` runs them as root), and
+//! fail, saying why, when run without what they need.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,12 +24,28 @@ impl Drop for Teardown {
     }
 }
 
+/// Fails the test, saying why, unless this machine can make network-namespace hosts.
+fn require_namespaces() {
+    kvtestkit::tools::require_root("run-cluster.sh --local's hosts");
+    if let Err(why) = namespaces_available() {
+        panic!("network namespaces are needed: {why}");
+    }
+}
+
+/// The directory with kvd and kvbench (where `cargo test --workspace` built them).
+fn bin_dir() -> PathBuf {
+    kvtestkit::kvd::binary("kvd").parent().unwrap().to_path_buf()
+}
+
 fn namespaces_available() -> Result<(), String> {
     let uid = Command::new("id").arg("-u").output().map_err(|e| e.to_string())?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Err("not running as root".into());
     }
-    let probe = format!("kvprobe{}", std::process::id() % 100_000);
+    // (A name of its own per call: the tests of this file ask at the same time.)
+    static PROBES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = format!("kvprobe{}-{n}", std::process::id() % 100_000);
     let add = Command::new("ip")
         .args(["netns", "add", &probe])
         .output()
@@ -54,15 +71,10 @@ fn cpu_quota_available() -> bool {
 /// `local-cluster.sh up 1 --cpu 0.1`: what the host runs is held to its quota (the kernel
 /// throttles its cgroup), `status` shows the quota, and `down` removes the cgroup.
 #[test]
+#[ignore = "needs root: network namespaces and a cgroup CPU controller (.ci/run runs it, as root)"]
 fn a_host_with_a_cpu_quota_is_throttled_and_its_cgroup_removed() {
-    if let Err(why) = namespaces_available() {
-        eprintln!("SKIPPED: network namespaces unavailable ({why})");
-        return;
-    }
-    if !cpu_quota_available() {
-        eprintln!("SKIPPED: no cgroup CPU controller on this machine");
-        return;
-    }
+    require_namespaces();
+    assert!(cpu_quota_available(), "this test needs a cgroup CPU controller");
     let prefix = format!("kvq{}", std::process::id() % 10_000);
     let _teardown = Teardown { prefix: prefix.clone() };
     let script = repo_root().join("scripts/local-cluster.sh");
@@ -115,25 +127,15 @@ fn a_host_with_a_cpu_quota_is_throttled_and_its_cgroup_removed() {
 }
 
 #[test]
+#[ignore = "needs root: network-namespace hosts (.ci/run runs it, as root)"]
 fn run_cluster_across_hosts_merges_results_and_checks_linearizability() {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_kvbench")).parent().unwrap().to_path_buf();
-    if !bin_dir.join("kvd").exists() {
-        eprintln!(
-            "SKIPPED: no kvd binary beside kvbench in {}; `cargo test --workspace` builds both",
-            bin_dir.display()
-        );
-        return;
-    }
+    require_namespaces();
+    let bin_dir = bin_dir();
     let prefix = format!("kvt{}", std::process::id() % 10_000);
-    let mode = match namespaces_available() {
-        Ok(()) => "--local",
-        Err(why) => {
-            eprintln!("network namespaces unavailable ({why}): running the loopback variant of the flow instead");
-            "--loopback"
-        }
-    };
+    let mode = "--local";
     let _teardown = Teardown { prefix: prefix.clone() };
-    let logs = std::env::temp_dir().join(format!("kvd-run-cluster-{}", std::process::id()));
+    let scratch = kvtestkit::temp_dir("run-cluster");
+    let logs = scratch.path().to_path_buf();
     // Four hosts of half a core each (the machine's two cores), where quotas can be had.
     let cpu: &[&str] = if mode == "--local" && cpu_quota_available() {
         &["--cpu", "0.5"]
@@ -198,7 +200,6 @@ fn run_cluster_across_hosts_merges_results_and_checks_linearizability() {
         let text = String::from_utf8_lossy(&links.stdout);
         assert!(!text.contains(&format!("{prefix}v")), "veth links left: {text}");
     }
-    let _ = std::fs::remove_dir_all(&logs);
 }
 
 /// `run-cluster.sh --replicas 3` on namespace hosts: two shards, each a replica group of
@@ -209,24 +210,15 @@ fn run_cluster_across_hosts_merges_results_and_checks_linearizability() {
 /// fault kept its shard from answering. Where namespaces cannot be made, the same runs on
 /// loopback ports with kills and pauses (a partition needs links to cut).
 #[test]
+#[ignore = "needs root: network-namespace hosts (.ci/run runs it, as root)"]
 fn run_cluster_starts_replica_groups() {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_kvbench")).parent().unwrap().to_path_buf();
-    if !bin_dir.join("kvd").exists() {
-        eprintln!("SKIPPED: no kvd binary beside kvbench in {}", bin_dir.display());
-        return;
-    }
+    require_namespaces();
+    let bin_dir = bin_dir();
     let prefix = format!("kvg{}", std::process::id() % 10_000);
     let _teardown = Teardown { prefix: prefix.clone() };
-    let (mode, faults) = match namespaces_available() {
-        Ok(()) => ("--local", "kill,partition"),
-        Err(why) => {
-            eprintln!(
-                "network namespaces unavailable ({why}): replica groups on loopback ports, kills and pauses only"
-            );
-            ("--loopback", "kill,pause")
-        }
-    };
-    let logs = std::env::temp_dir().join(format!("kvd-run-cluster-groups-{}", std::process::id()));
+    let (mode, faults) = ("--local", "kill,partition");
+    let scratch = kvtestkit::temp_dir("run-cluster-groups");
+    let logs = scratch.path().to_path_buf();
     let out = Command::new(repo_root().join("scripts/run-cluster.sh"))
         .args([
             mode,
@@ -289,7 +281,6 @@ fn run_cluster_starts_replica_groups() {
             "member {h} has its data directory"
         );
     }
-    let _ = std::fs::remove_dir_all(&logs);
 }
 
 /// The stale-read bound under faults, as a user would check it: a replica group of three,
@@ -300,22 +291,15 @@ fn run_cluster_starts_replica_groups() {
 /// lease, a member frozen for a second served gets a second stale when it woke. Where
 /// namespaces cannot be made, pauses only, on loopback ports.
 #[test]
+#[ignore = "needs root: network-namespace hosts (.ci/run runs it, as root)"]
 fn run_cluster_stale_reads_keep_their_bound_under_pauses_and_isolation() {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_kvbench")).parent().unwrap().to_path_buf();
-    if !bin_dir.join("kvd").exists() {
-        eprintln!("SKIPPED: no kvd binary beside kvbench in {}", bin_dir.display());
-        return;
-    }
+    require_namespaces();
+    let bin_dir = bin_dir();
     let prefix = format!("kvs{}", std::process::id() % 10_000);
     let _teardown = Teardown { prefix: prefix.clone() };
-    let (mode, faults) = match namespaces_available() {
-        Ok(()) => ("--local", "pause,isolate"),
-        Err(why) => {
-            eprintln!("network namespaces unavailable ({why}): loopback ports, pauses only");
-            ("--loopback", "pause")
-        }
-    };
-    let logs = std::env::temp_dir().join(format!("kvd-run-cluster-stale-{}", std::process::id()));
+    let (mode, faults) = ("--local", "pause,isolate");
+    let scratch = kvtestkit::temp_dir("run-cluster-stale");
+    let logs = scratch.path().to_path_buf();
     let out = Command::new(repo_root().join("scripts/run-cluster.sh"))
         .args([
             mode,
@@ -358,5 +342,4 @@ fn run_cluster_stale_reads_keep_their_bound_under_pauses_and_isolation() {
             assert!(injected.contains(line), "no {fault} among the faults: {injected}");
         }
     }
-    let _ = std::fs::remove_dir_all(&logs);
 }

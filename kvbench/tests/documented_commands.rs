@@ -195,3 +195,54 @@ fn the_stated_default_extraction_reads_both_spellings() {
         ]
     );
 }
+
+/// Every `#[ignore]`d test of the workspace is in the README's table of tests that need
+/// root, with its file, and the table lists no test that is not ignored: the list of what
+/// a plain `cargo test` leaves out stays true.
+#[test]
+fn every_ignored_test_is_listed_in_the_readme() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let mut ignored = Vec::new();
+    for crate_dir in ["kvd", "kvbench", "kvtui", "shared"] {
+        let mut todo = vec![repo_root().join(crate_dir)];
+        while let Some(dir) = todo.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().filter_map(Result::ok) {
+                let path = entry.path();
+                if path.is_dir() {
+                    todo.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let mut lines = text.lines();
+                    while let Some(line) = lines.next() {
+                        if !line.trim_start().starts_with("#[ignore") {
+                            continue;
+                        }
+                        let name = lines
+                            .by_ref()
+                            .find_map(|l| l.trim().strip_prefix("fn ").or(l.trim().strip_prefix("async fn ")))
+                            .and_then(|l| l.split('(').next())
+                            .unwrap_or_default()
+                            .to_string();
+                        let file = path.strip_prefix(repo_root()).unwrap().display().to_string();
+                        ignored.push((file, name));
+                    }
+                }
+            }
+        }
+    }
+    for (file, name) in &ignored {
+        assert!(
+            readme.contains(&format!("| `{file}` `{name}` |")),
+            "{file}: {name} is ignored but not in the README's table"
+        );
+    }
+    let listed = readme
+        .lines()
+        .filter(|l| l.trim_start().starts_with("| `") && l.contains(".rs` `"))
+        .count();
+    assert_eq!(
+        listed,
+        ignored.len(),
+        "the README lists {listed} ignored tests, the code has {ignored:?}"
+    );
+}

@@ -8,8 +8,39 @@ use clap::Parser;
 use kvbench::cli::{Cli, Command};
 use kvbench::interrupt::Interrupt;
 use kvbench::run::{RunPlan, run_plan};
-use kvd::local::LocalCluster;
+use kvd::local::{LocalCluster, LocalNode};
+use kvd::node::NodeConfig;
 use kvshared::client::{ClientConfig, Cluster};
+use kvtestkit::{HANG, until_async};
+
+/// Waits until the engine has completed `n` more ops.
+async fn more(live: &kvbench::engine::Live, n: u64) {
+    let completed = || live.completed.load(std::sync::atomic::Ordering::Relaxed);
+    let target = completed() + n;
+    until_async(&format!("{target} ops completed"), HANG, || async {
+        let now = completed();
+        if now >= target { Ok(()) } else { Err(now) }
+    })
+    .await
+}
+
+/// `live` nodes in process, each serving shard i of `live + 1`, and the address of a last
+/// node that is down: a port held for the test that refuses every connection (a node
+/// stopped here would free its port for any other test to take).
+async fn with_a_node_down(live: u32) -> (Vec<LocalNode>, Vec<String>) {
+    let mut nodes = Vec::new();
+    for index in 0..live {
+        let config = NodeConfig {
+            shard: kvshared::routing::ShardId { index, count: live + 1 },
+            map_shards: 8,
+            ..NodeConfig::default()
+        };
+        nodes.push(LocalNode::start(config).await.unwrap());
+    }
+    let mut addrs: Vec<String> = nodes.iter().map(|n| n.addr.to_string()).collect();
+    addrs.push(kvtestkit::addr());
+    (nodes, addrs)
+}
 
 fn parse(args: &[&str]) -> Command {
     Cli::try_parse_from(std::iter::once("kvbench").chain(args.iter().copied()))
@@ -165,9 +196,7 @@ async fn a_dead_node_does_not_stall_the_ops_for_live_nodes() {
     use kvbench::engine::{self, EngineConfig, Live};
     use kvbench::workload::{Shared, SpecOptions, Workload, WorkloadSpec};
 
-    let mut nodes = LocalCluster::start(3, |_| {}).await.unwrap();
-    let addrs = nodes.addrs();
-    nodes.nodes.pop().unwrap().stop().await;
+    let (_nodes, addrs) = with_a_node_down(2).await;
     let cluster = Arc::new(Cluster::new(&addrs, ClientConfig::default()).unwrap());
     let spec = WorkloadSpec::new(
         Workload::B,
@@ -221,27 +250,45 @@ async fn a_node_dying_mid_run_fails_only_its_ops_and_the_run_ends() {
         "--warmup",
         "0s",
         "--duration",
-        "2s",
+        "1h",
         "--timeout",
         "1s",
     ]) else {
         unreachable!()
     };
     let cluster = kvbench::connect::cluster(&args.bench.cluster).await.unwrap();
+    let watch = Cluster::connect(&nodes.addrs(), ClientConfig::default()).await.unwrap();
+    let served = |node: usize| {
+        let watch = &watch;
+        async move { watch.stats(node).await.map(|s| s.counts.ops()).unwrap_or(0) }
+    };
     let dying = nodes.nodes.pop().unwrap();
-    let killer = tokio::spawn(async move {
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        dying.stop().await;
-    });
     let plan = RunPlan::from_args(&args);
-    let r = tokio::time::timeout(
-        std::time::Duration::from_secs(20),
-        run_plan(cluster, &plan, &Interrupt::default()),
-    )
-    .await
-    .expect("the run hung after a node died")
-    .unwrap();
-    killer.await.unwrap();
+    let interrupt = Interrupt::default();
+    let run = tokio::spawn({
+        let interrupt = interrupt.clone();
+        async move { run_plan(cluster, &plan, &interrupt).await }
+    });
+    // The node dies once the run is under way on both; the run is ended once the live node
+    // has served 1,000 more ops after the death (so the dead node's share has failed).
+    until_async("the run to be under way", HANG, || async {
+        let (a, b) = (served(0).await, served(1).await);
+        if a > 0 && b > 0 { Ok(()) } else { Err((a, b)) }
+    })
+    .await;
+    dying.stop().await;
+    let after_death = served(0).await;
+    until_async("the live node to serve on", HANG, || async {
+        let now = served(0).await;
+        if now >= after_death + 1000 { Ok(()) } else { Err(now) }
+    })
+    .await;
+    interrupt.trigger();
+    let r = tokio::time::timeout(HANG, run)
+        .await
+        .expect("the run hung after a node died")
+        .unwrap()
+        .unwrap();
     assert!(r.failed_ops > 0, "ops to the dead node are reported as failed");
     assert!(
         r.errors
@@ -267,9 +314,9 @@ async fn a_moving_hot_spot_follows_its_phases_in_the_timeline() {
         "-w",
         "hotkey",
         "--phases",
-        "0:1s,1:1s",
+        "0:2s,1:2s",
         "--duration",
-        "3500ms",
+        "5500ms",
         "--warmup",
         "0s",
         "--tasks",
@@ -281,10 +328,11 @@ async fn a_moving_hot_spot_follows_its_phases_in_the_timeline() {
     assert_eq!(r.failed_ops, 0, "{:?}", r.errors);
     assert_eq!(r.node_timeline.len(), 2);
     let batches = |node: usize, second: usize| r.node_timeline[node].get(second).map_or(0, |l| l.count());
-    // Only reads and writes of the hot node's keys: in second 0 and 2 node 0 is hot, in
-    // second 1 node 1. (A batch answered just after a phase changed may still belong to
-    // the phase before, hence "most", not "all".)
-    for (second, hot) in [(0, 0), (1, 1), (2, 0)] {
+    // Only reads and writes of the hot node's keys: in seconds 0-1 and 4-5 node 0 is hot, in
+    // seconds 2-3 node 1. Each phase's second second is looked at: a batch answered just
+    // after a phase changed may still belong to the phase before (a task reads the clock
+    // once per 256 ops), however slow the machine.
+    for (second, hot) in [(1, 0), (3, 1), (5, 0)] {
         let (on_hot, on_cold) = (batches(hot, second), batches(1 - hot, second));
         assert!(
             on_hot > 10 * on_cold.max(1),
@@ -292,20 +340,19 @@ async fn a_moving_hot_spot_follows_its_phases_in_the_timeline() {
         );
     }
     let wl = r.workload.as_ref().unwrap();
-    assert!(wl.describe().contains("0 for 1s, then 1 for 1s"), "{}", wl.describe());
-    let dir = std::env::temp_dir().join(format!("kvbench-timeline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let stem = dir.join("timeline");
+    assert!(wl.describe().contains("0 for 2s, then 1 for 2s"), "{}", wl.describe());
+    let dir = kvtestkit::temp_dir("kvbench-timeline");
+    let stem = dir.path().join("timeline");
     kvbench::timeline::chart(&r.node_timeline, &r.options.nodes, "test", &stem).unwrap();
     assert!(std::fs::metadata(stem.with_extension("png")).unwrap().len() > 5_000);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_by_two_sweep_writes_csv_and_charts() {
     let nodes = LocalCluster::start(1, |_| {}).await.unwrap();
     let list = nodes.addrs().join(",");
-    let out = std::env::temp_dir().join(format!("kvbench-sweep-test-{}", std::process::id()));
+    let scratch = kvtestkit::temp_dir("kvbench-sweep");
+    let out = scratch.path().join("out");
     let Command::Sweep(args) = parse(&[
         "sweep",
         "--nodes",
@@ -337,7 +384,6 @@ async fn a_two_by_two_sweep_writes_csv_and_charts() {
         assert!(out.join(format!("{chart}.svg")).exists());
     }
     assert!(out.join("point-t4-b32.json").exists());
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 /// A cache-size sweep flushes and caps the node at each size, runs cache-aside, and finds
@@ -347,7 +393,8 @@ async fn a_two_by_two_sweep_writes_csv_and_charts() {
 async fn a_cache_sweep_compares_hit_ratios_with_exact_lru() {
     let nodes = LocalCluster::start(1, |_| {}).await.unwrap();
     let list = nodes.addrs().join(",");
-    let out = std::env::temp_dir().join(format!("kvbench-cache-sweep-test-{}", std::process::id()));
+    let scratch = kvtestkit::temp_dir("kvbench-cache-sweep");
+    let out = scratch.path().join("out");
     let Command::Sweep(args) = parse(&[
         "sweep",
         "--nodes",
@@ -394,32 +441,31 @@ async fn a_cache_sweep_compares_hit_ratios_with_exact_lru() {
         .await
         .unwrap();
     assert_eq!(client.stats(0).await.unwrap().max_memory_bytes, 0);
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]
 fn the_binary_explains_an_unreachable_cluster() {
+    let dead = kvtestkit::addr();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
-        .args(["run", "--nodes", "127.0.0.1:1", "--duration", "1s"])
+        .args(["run", "--nodes", &dead, "--duration", "1s"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("cannot reach the cluster") && err.contains("127.0.0.1:1"),
-        "{err}"
-    );
+    assert!(err.contains("cannot reach the cluster") && err.contains(&dead), "{err}");
 
-    // With no --nodes at all and nothing on the default port, the hint says how to start kvd.
-    if std::net::TcpListener::bind("127.0.0.1:7070").is_ok() {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
-            .args(["run", "--duration", "1s"])
-            .env_remove("KV_NODES")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("kvd --listen 127.0.0.1:7070"), "{err}");
-    }
+    // With no --nodes at all and nothing on the default port (held here, never listened
+    // on), the hint says how to start kvd.
+    let _default = kvtestkit::port::hold("127.0.0.1:7070").unwrap_or_else(|e| {
+        panic!("port 7070 is in use on this machine ({e}): this test checks the hint kvbench gives when nothing listens there")
+    });
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args(["run", "--duration", "1s"])
+        .env_remove("KV_NODES")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("kvd --listen 127.0.0.1:7070"), "{err}");
 }
 
 #[test]
@@ -443,10 +489,11 @@ async fn a_frozen_node_does_not_stop_the_other_nodes_ops() {
     use kvbench::engine::{self, EngineConfig, Live};
     use kvbench::workload::{Shared, SpecOptions, Workload, WorkloadSpec};
 
-    let mut nodes = LocalCluster::start(3, |_| {}).await.unwrap();
-    let addrs = nodes.addrs();
-    nodes.nodes.pop().unwrap().stop().await;
-    let frozen = tokio::net::TcpListener::bind(&addrs[2]).await.unwrap();
+    let (_nodes, addrs) = with_a_node_down(2).await;
+    // The third node accepts and then answers nothing: a listening socket on its held port.
+    let frozen = kvtestkit::port::listener_for(&addrs[2]).unwrap().unwrap();
+    frozen.set_nonblocking(true).unwrap();
+    let frozen = tokio::net::TcpListener::from_std(frozen).unwrap();
     let holder = tokio::spawn(async move {
         let mut held = Vec::new();
         while let Ok((socket, _)) = frozen.accept().await {
@@ -587,18 +634,14 @@ async fn a_load_with_ttl_sets_times_to_live_and_the_keys_expire() {
         volatile += cluster.stats(node).await.unwrap().volatile_keys;
     }
     assert_eq!(volatile, 2000);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    until_async("every key to expire", HANG, || async {
         let mut keys = 0;
         for node in 0..2 {
             keys += cluster.stats(node).await.unwrap().keys;
         }
-        if keys == 0 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{keys} keys left");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        if keys == 0 { Ok(()) } else { Err(keys) }
+    })
+    .await;
 }
 
 /// Slots moved between the two nodes while the load runs: ops answered `Moved` (after a
@@ -641,7 +684,8 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
         tasks: 4,
         batch: 16,
         warmup: std::time::Duration::ZERO,
-        duration: std::time::Duration::from_secs(4),
+        // Ended below, after the moves (the duration only bounds a hang).
+        duration: HANG,
         ops_limit: None,
         rate: None,
         seed: 7,
@@ -650,18 +694,18 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
         threads: 2,
     };
     let live = Live::new(&cfg);
-    let run = tokio::spawn(engine::run(cluster, Shared::new(spec, 7), cfg, live));
+    let run = tokio::spawn(engine::run(cluster, Shared::new(spec, 7), cfg, live.clone()));
     let groups = kvd::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
     for (from, to) in [(0, 1), (1, 0), (0, 1)] {
-        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        // Ops before each move, whatever this machine's speed.
+        more(&live, 2_000).await;
         kvd::move_slots::move_slots(&groups, (from, to), &[[0, 4095]], 64)
             .await
             .unwrap();
     }
-    let out = tokio::time::timeout(std::time::Duration::from_secs(30), run)
-        .await
-        .expect("the run hung")
-        .unwrap();
+    more(&live, 2_000).await;
+    live.stop_early();
+    let out = tokio::time::timeout(HANG, run).await.expect("the run hung").unwrap();
     assert!(out.redirected > 0, "no op was redirected: {:?}", out.errors);
     assert_eq!(out.failed_ops, 0, "{:?}", out.errors);
     assert!(out.ops() > 0);
@@ -726,7 +770,7 @@ async fn rebalance_by_load_moves_hot_slots_to_the_idle_group() {
                 ops.extend(std::iter::repeat_n(Op::Get(key.as_bytes()), weight));
             }
             let began = std::time::Instant::now();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && began.elapsed().as_secs() < 30 {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && began.elapsed() < HANG {
                 for r in cluster.batch(&ops).await {
                     r.unwrap();
                 }

@@ -3,24 +3,17 @@
 //! runs. (It used to load 1M records into whatever listened there and exit 0.)
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn quickstart(bin_dir: &Path, port: u16) -> std::process::Output {
+fn quickstart(bin_dir: &Path, port: u16, logs: &Path) -> std::process::Output {
     Command::new(repo_root().join("scripts/quickstart.sh"))
         .env("KV_NO_BUILD", "1")
         .env("KV_BIN_DIR", bin_dir)
+        .env("KV_LOG_DIR", logs)
         .env("NODES", "1")
         .env("BASE_PORT", port.to_string())
         .env("RECORDS", "2000")
@@ -31,33 +24,14 @@ fn quickstart(bin_dir: &Path, port: u16) -> std::process::Output {
         .unwrap()
 }
 
-/// Kills a kvd this test started when the test ends, however it ends.
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn quickstart_refuses_a_cluster_it_did_not_start_and_runs_on_free_ports() {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_kvbench")).parent().unwrap().to_path_buf();
-    if !bin_dir.join("kvd").exists() {
-        eprintln!("SKIPPED: no kvd binary beside kvbench in {}", bin_dir.display());
-        return;
-    }
-    let kvd = bin_dir.join("kvd");
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let foreign = Guard(
-        Command::new(&kvd)
-            .args(["--shard", "0/1", "--listen", &addr])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let kvd = kvtestkit::kvd::binary("kvd");
+    let bin_dir = kvd.parent().unwrap().to_path_buf();
+    let logs = kvtestkit::temp_dir("quickstart");
+    let foreign = kvtestkit::kvd::start(&["--shard", "0/1", "--listen", &kvtestkit::addr()]);
+    let addr = foreign.addr.clone();
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
     let keys = || -> String {
         let out = Command::new(&kvd)
             .args(["stats", "--nodes", &addr, "--json"])
@@ -70,14 +44,8 @@ fn quickstart_refuses_a_cluster_it_did_not_start_and_runs_on_free_ports() {
             .trim()
             .to_string()
     };
-    for _ in 0..100 {
-        if keys() != "no keys line" {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
     assert_eq!(keys(), "\"keys\": 0,");
-    let refused = quickstart(&bin_dir, port);
+    let refused = quickstart(&bin_dir, port, logs.path());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert!(
@@ -91,7 +59,7 @@ fn quickstart_refuses_a_cluster_it_did_not_start_and_runs_on_free_ports() {
     );
     drop(foreign);
 
-    let ran = quickstart(&bin_dir, free_port());
+    let ran = quickstart(&bin_dir, 0, logs.path());
     let stdout = String::from_utf8_lossy(&ran.stdout);
     assert!(
         ran.status.success(),

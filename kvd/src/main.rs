@@ -41,6 +41,9 @@ fn main() -> ExitCode {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.validate().map_err(anyhow::Error::msg)?;
+    // Sockets passed by socket activation (systemd, or the test harness) are taken before
+    // anything binds; each front serves on the one bound to its address.
+    kvd::edge::inherited::adopt_from_env().context("cannot take the sockets passed in LISTEN_FDS")?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
@@ -119,6 +122,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 "serving TLS only, on every front, with the certificate in {}",
                 cert.display()
             );
+        }
+        for unused in kvd::edge::inherited::unused() {
+            tracing::warn!("an inherited socket on {unused} is not one of this kvd's addresses; it is not served");
         }
         tracing::info!("kvd shard {} listening on {addr}", args.shard);
         // On a signal every front drains (answers what it read, refuses the rest, within

@@ -904,9 +904,8 @@ mod tests {
     /// durable, and nothing of its batch runs.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_range_write_past_the_frame_limit_is_refused_whole() {
-        let dir = std::env::temp_dir().join(format!("kvd-node-range-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        for data_dir in [None, Some(dir.clone())] {
+        let dir = kvtestkit::scratch_file("node-range", "data");
+        for data_dir in [None, Some(dir.to_path_buf())] {
             let mut node = Node::new(NodeConfig {
                 data_dir,
                 max_frame: 1 << 20,
@@ -930,17 +929,15 @@ mod tests {
             );
             node.close().await;
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// With a data dir, reads run at once and writes through the log, yet every op sees
     /// the batch's earlier ops on its key, as in memory.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_durable_batch_keeps_batch_order_per_key() {
-        let dir = std::env::temp_dir().join(format!("kvd-node-split-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = kvtestkit::scratch_file("node-split", "data");
         let mut node = Node::new(NodeConfig {
-            data_dir: Some(dir.clone()),
+            data_dir: Some(dir.to_path_buf()),
             ..NodeConfig::default()
         })
         .unwrap();
@@ -968,6 +965,5 @@ mod tests {
         assert_eq!(run(&node, &read), ["v3"]);
         node.close().await;
         drop(node);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

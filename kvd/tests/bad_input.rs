@@ -3,7 +3,6 @@
 
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use kvd::local::LocalNode;
 use kvd::node::NodeConfig;
@@ -38,7 +37,7 @@ async fn exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<u8> {
     let _ = s.write_all(bytes).await;
     let _ = s.shutdown().await;
     let mut out = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    let read = tokio::time::timeout(kvtestkit::HANG, s.read_to_end(&mut out)).await;
     assert!(read.is_ok(), "server neither answered nor closed the connection");
     out
 }

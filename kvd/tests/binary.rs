@@ -5,7 +5,6 @@ mod common;
 use std::process::Command;
 
 use common::{kvd, start};
-use std::time::Duration;
 
 #[test]
 fn client_verbs_and_exit_codes() {
@@ -39,14 +38,16 @@ fn client_verbs_and_exit_codes() {
         "{}",
         String::from_utf8_lossy(&text.stdout)
     );
-    let partly_down = kvd(&["stats", "--nodes", &format!("{addr},127.0.0.1:1"), "--timeout", "500ms"]);
+    // A held port nothing listens on: a node that is down.
+    let dead = common::addr();
+    let partly_down = kvd(&["stats", "--nodes", &format!("{addr},{dead}"), "--timeout", "500ms"]);
     assert_eq!(
         partly_down.status.code(),
         Some(1),
         "a node down is a failure scripts can see"
     );
     assert!(String::from_utf8_lossy(&partly_down.stdout).contains("DOWN"));
-    let down = kvd(&["get", "--nodes", "127.0.0.1:1", "x", "--timeout", "500ms"]);
+    let down = kvd(&["get", "--nodes", &dead, "x", "--timeout", "500ms"]);
     assert_eq!(down.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&down.stderr).lines().count(),
@@ -83,20 +84,9 @@ fn client_verbs_name_a_node_list_in_the_wrong_order() {
 fn sigterm_stops_kvd_cleanly() {
     let (mut server, addr) = start(&[]);
     assert_eq!(kvd(&["put", "--nodes", &addr, "k", "v"]).status.code(), Some(0));
-    let term = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = server.try_wait().unwrap() {
-            assert!(status.success(), "kvd exited with {status}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "kvd did not stop after SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    server.signal(libc::SIGTERM);
+    let status = server.wait_exit(common::HANG);
+    assert!(status.success(), "kvd exited with {status}");
 }
 
 #[test]
@@ -144,7 +134,8 @@ fn get_and_put_are_binary_safe() {
         .unwrap();
     child.stdin.take().unwrap().write_all(&value).unwrap();
     assert!(child.wait().unwrap().success());
-    let file = std::env::temp_dir().join(format!("kvd-binary-value-{}", std::process::id()));
+    let scratch = common::temp_dir("binary-value");
+    let file = scratch.path().join("value");
     std::fs::write(&file, &value).unwrap();
     let put = kvd(&["put", "--nodes", &addr, "--file", file.to_str().unwrap(), "bin:file"]);
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Kvd, kvd, start, start_at};
-use kvshared::client::{ClientConfig, Cluster, RecordConfig, record};
+use common::{HANG, Kvd, Recorder, TempDir, addr, kvd, start, start_at, temp_dir, until_async};
+use kvshared::client::{ClientConfig, Cluster, RecordConfig};
 use kvshared::history::{CheckOptions, Return, Verdict, check, render_timeline};
 use parking_lot::Mutex;
 
@@ -24,10 +24,11 @@ struct Seen {
     tried: u64,
 }
 
+/// Starts a durable kvd on `dir`, on a port held for the test (so that it can be restarted
+/// at the same address).
 fn start_on(dir: &str) -> (Kvd, String) {
-    let mut args = vec!["--data-dir", dir];
-    args.extend(DURABLE);
-    start(&args)
+    let at = addr();
+    (restart_at(&at, dir), at)
 }
 
 /// Restarts a durable kvd on the address it had (clients reconnect to it).
@@ -37,10 +38,8 @@ fn restart_at(addr: &str, dir: &str) -> Kvd {
     start_at(addr, &args).0
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn scratch(name: &str) -> TempDir {
+    temp_dir(&format!("durability-{name}"))
 }
 
 fn snapshots_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -67,7 +66,7 @@ fn next(rng: &mut u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_kill_9() {
     let dir = scratch("crash");
-    let dir_s = dir.display().to_string();
+    let dir_s = dir.path().display().to_string();
     let seen: Arc<Mutex<HashMap<String, Seen>>> = Arc::default();
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let (mut server, mut addr) = start_on(&dir_s);
@@ -98,9 +97,16 @@ async fn acknowledged_writes_survive_kill_9() {
                 })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(30 + next(&mut rng) % 250)).await;
-        server.0.kill().unwrap();
-        server.0.wait().unwrap();
+        // Some writes acknowledged in this round, then a random moment.
+        let acked = |seen: &Mutex<HashMap<String, Seen>>| seen.lock().values().map(|s| s.acked).sum::<u64>();
+        let target = acked(&seen) + 5;
+        until_async("writes acknowledged before the kill", HANG, || async {
+            let now = acked(&seen);
+            if now >= target { Ok(()) } else { Err(now) }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(next(&mut rng) % 100)).await;
+        server.kill();
         for w in writers {
             w.await.unwrap();
         }
@@ -133,7 +139,7 @@ async fn acknowledged_writes_survive_kill_9() {
     let total: u64 = seen.lock().values().map(|s| s.acked).sum();
     assert!(total > 100, "only {total} writes acknowledged over 20 runs");
     assert!(
-        !snapshots_in(&dir).is_empty(),
+        !snapshots_in(dir.path()).is_empty(),
         "no snapshot was taken between the kills"
     );
     let stats = kvd(&["stats", "--nodes", &addr]);
@@ -144,22 +150,19 @@ async fn acknowledged_writes_survive_kill_9() {
         "{text}"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A data directory of another shard is refused, naming it.
 #[test]
 fn a_data_dir_of_another_shard_is_refused() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("shard-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let dir_s = dir.display().to_string();
+    let dir = scratch("shard");
+    let dir_s = dir.path().display().to_string();
     let (server, _) = start(&["--shard", "0/2", "--data-dir", &dir_s]);
     drop(server);
     let out = kvd(&["--shard", "1/2", "--listen", "127.0.0.1:0", "--data-dir", &dir_s]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("holds shard 0/2") && err.contains(&dir_s), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Clients record a history of gets, puts (unique values) and deletes while kvd is killed
@@ -169,7 +172,7 @@ fn a_data_dir_of_another_shard_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_across_kill_9_restarts_is_linearizable() {
     let dir = scratch("history");
-    let dir_s = dir.display().to_string();
+    let dir_s = dir.path().display().to_string();
     let (server, addr) = start_on(&dir_s);
     let cluster = Arc::new(
         Cluster::connect(
@@ -188,21 +191,22 @@ async fn the_history_across_kill_9_restarts_is_linearizable() {
         keys: 12,
         key_prefix: "crash-".into(),
         ttl_ms: None,
-        // The kills take about 5 s; the rest of the recording reads what they left.
-        duration: Duration::from_secs(9),
+        duration: HANG,
         max_ops_per_client: 1_000_000,
         seed: 12,
         get_percent: 50,
         put_percent: 40,
+        progress: None,
     };
-    let recording = tokio::spawn(async move { record(cluster, &config).await });
+    let recorder = Recorder::start(&cluster, config);
     let mut server = Some(server);
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(50 + next(&mut rng) % 200)).await;
+        // Ops served since the last restart, then a random moment.
+        recorder.more(40).await;
+        tokio::time::sleep(Duration::from_millis(next(&mut rng) % 100)).await;
         let mut killed = server.take().unwrap();
-        killed.0.kill().unwrap();
-        killed.0.wait().unwrap();
+        killed.kill();
         let (addr, dir_s) = (addr.clone(), dir_s.clone());
         server = Some(
             tokio::task::spawn_blocking(move || restart_at(&addr, &dir_s))
@@ -210,7 +214,9 @@ async fn the_history_across_kill_9_restarts_is_linearizable() {
                 .unwrap(),
         );
     }
-    let recording = recording.await.unwrap();
+    // Then the recording reads what the kills left.
+    recorder.more(300).await;
+    let recording = recorder.finish().await;
     let ops = &recording.history.operations;
     let acked_puts = ops.iter().filter(|o| o.ret == Return::Stored).count();
     let unknown = ops.iter().filter(|o| o.ret == Return::Unknown).count();
@@ -222,7 +228,7 @@ async fn the_history_across_kill_9_restarts_is_linearizable() {
     assert!(acked_puts > 200, "only {acked_puts} puts acknowledged");
     assert!(unknown > 0, "no op was cut by a kill: the kills missed the load");
     assert!(
-        !snapshots_in(&dir).is_empty(),
+        !snapshots_in(dir.path()).is_empty(),
         "no snapshot was taken between the kills"
     );
     let report = check(&recording.history, &CheckOptions::default());
@@ -236,7 +242,6 @@ async fn the_history_across_kill_9_restarts_is_linearizable() {
         other => panic!("check undecided: {other:?}"),
     }
     drop(server);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Puts `k0`, `k1`, ... (value `v<n>`) through a durable kvd on `dir` (a snapshot every 200
@@ -247,37 +252,32 @@ async fn fill(dir: &str, keys: u32, snapshots: usize) -> u32 {
     let cluster = Cluster::connect(std::slice::from_ref(&addr), ClientConfig::default())
         .await
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let mut n = 0;
     while n < keys || snapshots_in(std::path::Path::new(dir)).len() < snapshots {
-        assert!(std::time::Instant::now() < deadline, "{n} puts made too few snapshots");
+        // (Bounded: 200 entries make a snapshot.)
+        assert!(
+            n < keys + 200 * (snapshots as u32 + 2),
+            "{n} puts made too few snapshots"
+        );
         cluster
             .put(format!("k{n}").as_bytes(), format!("v{n}").as_bytes())
             .await
             .unwrap();
         n += 1;
     }
-    server.0.kill().unwrap();
-    server.0.wait().unwrap();
+    server.kill();
     n
 }
 
 /// Runs a durable kvd on `dir` that is expected to refuse to start; gives its exit code and
-/// stderr. One that starts serving instead is killed after 20 s (and the test fails).
+/// stderr. One that starts serving instead fails the test.
 fn start_failing(dir: &str) -> (Option<i32>, String) {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kvd"))
-        .args(["--listen", "127.0.0.1:0", "--data-dir", dir])
-        .args(DURABLE)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
+    let mut args = vec!["--data-dir", dir];
+    args.extend(DURABLE);
+    match kvtestkit::kvd::try_start(&args) {
+        Ok(kvd) => panic!("kvd started on {dir}; it printed:\n{}", kvd.log()),
+        Err(exited) => (exited.status.code(), exited.output),
     }
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// A flipped byte in the middle of the log (not a torn tail) stops kvd at start, with an
@@ -285,10 +285,10 @@ fn start_failing(dir: &str) -> (Option<i32>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_log_record_is_refused_naming_the_file() {
     let dir = scratch("corrupt-log");
-    let dir_s = dir.display().to_string();
+    let dir_s = dir.path().display().to_string();
     // Fewer writes than a snapshot needs: the whole history is in the log.
     fill(&dir_s, 100, 0).await;
-    let segment = std::fs::read_dir(dir.join("log"))
+    let segment = std::fs::read_dir(dir.path().join("log"))
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "seg"))
@@ -301,7 +301,6 @@ async fn a_corrupt_log_record_is_refused_naming_the_file() {
     assert_eq!(code, Some(2), "{err}");
     let name = segment.file_name().unwrap().to_string_lossy().into_owned();
     assert!(err.contains(&name) && err.contains("corrupt"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A damaged newest snapshot is passed over with a warning naming it; the older snapshot
@@ -309,10 +308,10 @@ async fn a_corrupt_log_record_is_refused_naming_the_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_newest_snapshot_falls_back_to_the_older_one() {
     let dir = scratch("corrupt-snap");
-    let dir_s = dir.display().to_string();
+    let dir_s = dir.path().display().to_string();
     // Single puts are one entry each; two snapshots are kept.
     let written = fill(&dir_s, 500, 2).await;
-    let snaps = snapshots_in(&dir);
+    let snaps = snapshots_in(dir.path());
     assert_eq!(snaps.len(), 2, "{snaps:?}");
     let newest = snaps.last().unwrap();
     let mut bytes = std::fs::read(newest).unwrap();
@@ -340,7 +339,7 @@ async fn a_corrupt_newest_snapshot_falls_back_to_the_older_one() {
     // start: `snapshots_cut_the_log_and_recovery_falls_back_when_one_is_damaged`.)
     // (Another byte than before: the restart may have rewritten the newest snapshot, or may
     // have been killed while doing so, and a second flip of the same byte would undo the first.)
-    for snap in snapshots_in(&dir) {
+    for snap in snapshots_in(dir.path()) {
         let mut bytes = std::fs::read(&snap).unwrap();
         let third = bytes.len() / 3;
         bytes[third] ^= 0x40;
@@ -356,14 +355,13 @@ async fn a_corrupt_newest_snapshot_falls_back_to_the_older_one() {
     }
     assert!(server.1.matches(".snap").count() >= 2, "{}", server.1);
     drop(server.0);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A durable node never drops acknowledged data: eviction and flush are refused.
 #[test]
 fn eviction_and_flush_are_refused_on_a_durable_node() {
     let dir = scratch("refusals");
-    let dir_s = dir.display().to_string();
+    let dir_s = dir.path().display().to_string();
     let out = kvd(&["--listen", "127.0.0.1:0", "--data-dir", &dir_s, "--max-memory", "100mb"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -375,5 +373,4 @@ fn eviction_and_flush_are_refused_on_a_durable_node() {
     assert!(!out.status.success(), "flush was accepted");
     assert!(err.contains("does not flush"), "{err}");
     drop(server);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

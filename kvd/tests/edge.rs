@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Kvd, Netns, free_port, kvd, rss_bytes, self_signed, start_at, start_command, token_file};
+use common::{HANG, Kvd, Netns, addr, kvd, rss_bytes, self_signed, start_at, start_command, token_file, until};
 use kvshared::frame::{FrameHeader, FrameKind};
 use kvshared::wire::BatchRequest;
 
@@ -26,8 +26,7 @@ struct Fronts {
 }
 
 fn start_fronts(extra: &[&str]) -> Fronts {
-    let resp = format!("127.0.0.1:{}", free_port());
-    let http = format!("127.0.0.1:{}", free_port());
+    let (resp, http) = (addr(), addr());
     let mut args = vec!["--resp", &resp, "--http", &http];
     args.extend(extra);
     let (server, binary) = start_at("127.0.0.1:0", &args);
@@ -52,14 +51,16 @@ fn counters(binary: &str, token: Option<&str>) -> serde_json::Value {
     json[0]["stats"].clone()
 }
 
-/// `redis-cli args` against `addr`: its stdout and stderr together.
+/// `redis-cli args` against `addr` (given up after [`HANG`]): its stdout and stderr together.
 fn redis_cli(addr: &str, args: &[&str]) -> String {
     let (host, port) = addr.rsplit_once(':').unwrap();
     let out = Command::new("timeout")
-        .args(["10", "redis-cli", "-h", host, "-p", port])
+        .arg(HANG.as_secs().to_string())
+        .arg(kvtestkit::tools::program("redis-cli"))
+        .args(["-h", host, "-p", port])
         .args(args)
         .output()
-        .expect("redis-cli (Debian's redis-tools) is needed");
+        .unwrap();
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -69,8 +70,8 @@ fn redis_cli(addr: &str, args: &[&str]) -> String {
 
 /// `curl -s` with `args`: the body, then the status code on a line of its own.
 fn curl(args: &[&str]) -> (String, u16) {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "10", "-w", "\n%{http_code}"])
+    let out = Command::new(kvtestkit::tools::program("curl"))
+        .args(["-s", "--max-time", &HANG.as_secs().to_string(), "-w", "\n%{http_code}"])
         .args(args)
         .output()
         .expect("curl is needed");
@@ -101,20 +102,20 @@ fn read_until_closed(s: &mut TcpStream, within: Duration) -> (Vec<u8>, bool) {
 /// RESP and HTTP: a peer on another host cannot run SET, GET or INFO, the refusals are
 /// counted, and kvd says so at start. A loopback client is served on every front.
 #[test]
+#[ignore = "needs root: a network namespace for the other host (.ci/run runs it, as root)"]
 fn protected_mode_holds_on_every_front_bound_beyond_loopback() {
+    kvtestkit::tools::require_root("protected mode's test");
     let ns = Netns::with_address("kvd-edge-protected", "10.77.0.2");
-    let command = ns.command(
-        KVD,
-        &[
-            "--listen",
-            "127.0.0.1:7311",
-            "--resp",
-            "0.0.0.0:7312",
-            "--http",
-            "0.0.0.0:7313",
-        ],
-    );
-    let (_server, _addr, before) = start_command(command, false);
+    // (Fixed ports: the namespace has a port space of its own.)
+    let args = [
+        "--listen",
+        "127.0.0.1:7311",
+        "--resp",
+        "0.0.0.0:7312",
+        "--http",
+        "0.0.0.0:7313",
+    ];
+    let (_server, _addr, before) = start_command(ns.command(KVD, &args), &args, false);
     assert!(before.contains("protected mode on the resp port"), "{before}");
     assert!(before.contains("protected mode on the http port"), "{before}");
     assert!(!before.contains("protected mode on the binary port"), "{before}");
@@ -193,7 +194,7 @@ fn tls_is_spoken_on_every_front() {
 fn without_the_token_a_connection_holds_almost_nothing_on_every_front() {
     let token = token_file("edge-preauth-token", "0123456789abcdef0123456789abcdef");
     let f = start_fronts(&["--auth-token-file", &token, "--max-buffer-memory", "256mib"]);
-    let before = rss_bytes(f.server.id());
+    let before = rss_bytes(f.server.pid());
     let megabyte = vec![b'x'; 1 << 20];
     let binary_header = FrameHeader {
         kind: FrameKind::BatchRequest,
@@ -218,8 +219,21 @@ fn without_the_token_a_connection_holds_almost_nothing_on_every_front() {
             conns.push(s);
         }
     }
-    std::thread::sleep(Duration::from_millis(500));
-    let during = rss_bytes(f.server.id());
+    // Once the node has taken all 72 and dealt with each (refused and closed it: only the
+    // stats request's own connection is open)...
+    until("the 72 connections to be refused and closed", HANG, || {
+        let stats = counters(&f.binary, Some(&token));
+        let (opened, closed) = (
+            stats["conns_opened"].as_u64().unwrap_or(0),
+            stats["conns_closed"].as_u64().unwrap_or(0),
+        );
+        if opened >= 72 && opened - closed <= 1 {
+            Ok(())
+        } else {
+            Err((opened, closed))
+        }
+    });
+    let during = rss_bytes(f.server.pid());
     assert!(
         during < before + (48 << 20),
         "72 unauthenticated 64 MiB announcements hold {} MiB",
@@ -228,7 +242,7 @@ fn without_the_token_a_connection_holds_almost_nothing_on_every_front() {
     // Each was answered with a refusal, in its protocol.
     let mut answers = String::new();
     for s in conns.iter_mut().skip(24).step_by(24) {
-        let (said, _) = read_until_closed(s, Duration::from_secs(3));
+        let (said, _) = read_until_closed(s, HANG);
         answers.push_str(&String::from_utf8_lossy(&said));
     }
     assert!(answers.contains("-ERR Protocol error"), "{answers}");
@@ -249,26 +263,36 @@ fn without_the_token_a_connection_holds_almost_nothing_on_every_front() {
 fn a_trickled_resp_command_is_closed_at_the_read_deadline() {
     let f = start_fronts(&["--read-timeout", "1s"]);
     let mut s = TcpStream::connect(&f.resp).unwrap();
-    let mut writer = s.try_clone().unwrap();
-    let finished = Arc::new(AtomicBool::new(false));
-    let done = finished.clone();
-    let trickle = std::thread::spawn(move || {
-        for b in b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n" {
-            if writer.write_all(&[*b]).is_err() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        done.store(true, Ordering::SeqCst);
-    });
-    let (said, closed) = read_until_closed(&mut s, Duration::from_secs(10));
+    let writer = s.try_clone().unwrap();
+    // A SET of a 500-byte value, a byte every 100 ms: 50 s to arrive whole, against a 1 s
+    // deadline.
+    let command = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$500\r\n{}\r\n", "v".repeat(500));
+    let (trickle, finished) = trickle(writer, command.into_bytes(), Duration::from_millis(100));
+    let (said, closed) = read_until_closed(&mut s, HANG);
     assert!(closed, "the trickling connection was never closed");
     assert!(
         !finished.load(Ordering::SeqCst),
-        "the whole command trickled in (4.5 s) before the 1 s deadline closed it: {said:?}"
+        "the whole command trickled in (50 s) before the 1 s deadline closed it: {said:?}"
     );
     let _ = trickle.join();
     assert!(counters(&f.binary, None)["conns_read_timeout"].as_u64().unwrap() >= 1);
+}
+
+/// Writes `bytes` to `writer` one at a time, `every` apart, until done or the write fails;
+/// the flag says whether all were written.
+fn trickle(mut writer: TcpStream, bytes: Vec<u8>, every: Duration) -> (std::thread::JoinHandle<()>, Arc<AtomicBool>) {
+    let finished = Arc::new(AtomicBool::new(false));
+    let done = finished.clone();
+    let thread = std::thread::spawn(move || {
+        for b in bytes {
+            if writer.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(every);
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+    (thread, finished)
 }
 
 /// Finding 5a: HTTP bodies are paid from the buffer budget as they arrive and must arrive
@@ -294,7 +318,7 @@ fn stalled_http_uploads_are_bounded_and_then_freed() {
         &format!("http://{}/kv/over", f.http),
     ]);
     assert_eq!(code, 413, "a body over --max-frame is refused from its length: {body}");
-    let before = rss_bytes(f.server.id());
+    let before = rss_bytes(f.server.pid());
     let header = b"PUT /kv/up HTTP/1.1\r\nhost: a\r\ncontent-length: 62914560\r\n\r\n";
     let chunk = vec![b'u'; 8 << 20];
     let mut uploads = Vec::new();
@@ -305,8 +329,9 @@ fn stalled_http_uploads_are_bounded_and_then_freed() {
         let _ = s.write_all(&chunk);
         uploads.push(s);
     }
+    // (An upper bound: whatever the node has read of them by now.)
     std::thread::sleep(Duration::from_millis(800));
-    let during = rss_bytes(f.server.id());
+    let during = rss_bytes(f.server.pid());
     assert!(
         during < before + (110 << 20),
         "12 stalled 60 MiB uploads hold {} MiB with a 64 MiB budget",
@@ -314,7 +339,7 @@ fn stalled_http_uploads_are_bounded_and_then_freed() {
     );
     let mut codes = Vec::new();
     for s in &mut uploads {
-        let (said, _) = read_until_closed(s, Duration::from_secs(6));
+        let (said, _) = read_until_closed(s, HANG);
         let text = String::from_utf8_lossy(&said);
         codes.push(text.split(' ').nth(1).unwrap_or("none").to_string());
     }
@@ -324,7 +349,8 @@ fn stalled_http_uploads_are_bounded_and_then_freed() {
     );
     drop(uploads);
     let big = vec![b'v'; 30 << 20];
-    let path = std::env::temp_dir().join(format!("kvd-edge-upload-{}", std::process::id()));
+    let scratch = common::temp_dir("edge-upload");
+    let path = scratch.path().join("upload");
     std::fs::write(&path, &big).unwrap();
     let (body, code) = curl(&[
         "-X",
@@ -333,7 +359,6 @@ fn stalled_http_uploads_are_bounded_and_then_freed() {
         &format!("@{}", path.display()),
         &format!("http://{}/kv/up", f.http),
     ]);
-    std::fs::remove_file(&path).unwrap();
     assert_eq!(code, 204, "the budget is free again: {body}");
 }
 
@@ -342,11 +367,13 @@ fn stalled_http_uploads_are_bounded_and_then_freed() {
 /// new clients are served.
 #[test]
 fn http_connections_are_limited_and_slow_ones_closed() {
-    let f = start_fronts(&["--max-conns", "8", "--read-timeout", "1s"]);
+    let f = start_fronts(&["--max-conns", "8", "--read-timeout", "5s"]);
     let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&f.http).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(200));
-    let (body, code) = curl(&[&format!("http://{}/healthz", f.http)]);
-    assert_eq!(code, 503, "{body}");
+    // Once kvd has taken all eight (within their 5 s), a ninth is refused with a reason.
+    let body = until("a ninth connection to be refused", HANG, || {
+        let (body, code) = curl(&[&format!("http://{}/healthz", f.http)]);
+        if code == 503 { Ok(body) } else { Err((code, body)) }
+    });
     assert!(body.contains("max connections"), "{body}");
     let said = redis_cli(&f.resp, &["ping"]);
     assert!(
@@ -355,7 +382,7 @@ fn http_connections_are_limited_and_slow_ones_closed() {
     );
     // The silent ones are closed after --read-timeout; then clients are served again.
     for mut s in idle {
-        let (_, closed) = read_until_closed(&mut s, Duration::from_secs(5));
+        let (_, closed) = read_until_closed(&mut s, HANG);
         assert!(closed, "an idle HTTP connection was kept");
     }
     let (_, code) = curl(&[&format!("http://{}/healthz", f.http)]);
@@ -363,23 +390,14 @@ fn http_connections_are_limited_and_slow_ones_closed() {
     // A keep-alive connection that goes quiet after a request is closed too.
     let mut s = TcpStream::connect(&f.http).unwrap();
     s.write_all(b"GET /healthz HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
-    let (said, closed) = read_until_closed(&mut s, Duration::from_secs(5));
+    let (said, closed) = read_until_closed(&mut s, HANG);
     assert!(closed && String::from_utf8_lossy(&said).contains("200 OK"), "{said:?}");
-    // Headers sent a byte at a time do not keep a connection.
+    // Headers sent a byte at a time (a header of 600 bytes, one every 100 ms: a minute to
+    // arrive whole) do not keep a connection.
     let mut s = TcpStream::connect(&f.http).unwrap();
-    let mut writer = s.try_clone().unwrap();
-    let finished = Arc::new(AtomicBool::new(false));
-    let done = finished.clone();
-    let slow = std::thread::spawn(move || {
-        for b in b"GET /healthz HTTP/1.1\r\nx-slow: aaaaaaaaaaaaaaaaaa\r\n\r\n" {
-            if writer.write_all(&[*b]).is_err() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(150));
-        }
-        done.store(true, Ordering::SeqCst);
-    });
-    let (_, closed) = read_until_closed(&mut s, Duration::from_secs(10));
+    let headers = format!("GET /healthz HTTP/1.1\r\nx-slow: {}\r\n\r\n", "a".repeat(600));
+    let (slow, finished) = trickle(s.try_clone().unwrap(), headers.into_bytes(), Duration::from_millis(100));
+    let (_, closed) = read_until_closed(&mut s, HANG);
     assert!(
         closed && !finished.load(Ordering::SeqCst),
         "slowloris headers kept the connection"
@@ -396,7 +414,7 @@ fn clients_that_never_read_are_disconnected_on_every_front() {
     let value = "v".repeat(4096);
     assert_eq!(redis_cli(&f.resp, &["set", "big", &value]).trim(), "OK");
     let huge = "h".repeat(24 << 20);
-    let mut put = Command::new("redis-cli")
+    let mut put = Command::new(kvtestkit::tools::program("redis-cli"))
         .args([
             "-h",
             "127.0.0.1",
@@ -439,18 +457,14 @@ fn clients_that_never_read_are_disconnected_on_every_front() {
     s.write_all(&b"GET /kv/huge HTTP/1.1\r\nhost: a\r\n\r\n".repeat(2))
         .unwrap();
     hogs.push(s);
-    let until = Instant::now() + Duration::from_secs(15);
-    loop {
+    until("every reader-less client to be closed", HANG, || {
         let stats = counters(&f.binary, None);
         if stats["conns_write_timeout"].as_u64().unwrap_or(0) >= 21 {
-            break;
+            Ok(())
+        } else {
+            Err(stats)
         }
-        assert!(
-            Instant::now() < until,
-            "not every reader-less client was closed: {stats}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
     assert_eq!(redis_cli(&f.resp, &["ping"]).trim(), "PONG");
     let put = kvd(&["put", "--nodes", &f.binary, "k", "v"]);
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
@@ -479,21 +493,16 @@ fn shutdown_is_bounded_whatever_the_clients_do() {
     for _ in 0..10 {
         let _ = binary_hog.write_all(&common::batch_frame(1, &gets));
     }
-    std::thread::sleep(Duration::from_millis(300));
-    let term = Command::new("kill")
-        .args(["-TERM", &f.server.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = f.server.try_wait().unwrap() {
-            assert!(status.success(), "kvd exited with {status}");
-            break;
-        }
-        assert!(Instant::now() < until, "kvd was still running 20 s after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Once kvd has all three (and the stats request's own) open, SIGTERM.
+    until("the three clients to be taken", HANG, || {
+        let stats = counters(&f.binary, None);
+        let open = stats["conns_opened"].as_u64().unwrap_or(0) - stats["conns_closed"].as_u64().unwrap_or(0);
+        if open >= 4 { Ok(()) } else { Err(stats) }
+    });
+    f.server.signal(libc::SIGTERM);
+    // It exits by itself (within its grace period; a hang fails here).
+    let status = f.server.wait_exit(HANG);
+    assert!(status.success(), "kvd exited with {status}");
     drop((hog, upload, binary_hog));
 }
 
@@ -513,7 +522,7 @@ fn shutdown_under_resp_load_answers_every_command_read() {
                     .flat_map(|i| format!("*3\r\n$3\r\nSET\r\n$6\r\nk{c}-{i:03}\r\n$3\r\nval\r\n").into_bytes())
                     .collect();
                 let (mut served, mut refused) = (0u64, 0u64);
-                let until = Instant::now() + Duration::from_secs(20);
+                let until = Instant::now() + HANG;
                 while Instant::now() < until {
                     if s.write_all(&batch).is_err() {
                         return (served, refused, "the write failed before any refusal".to_string());
@@ -535,14 +544,11 @@ fn shutdown_under_resp_load_answers_every_command_read() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &f.server.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    until("1,000 commands served", HANG, || {
+        let puts = counters(&f.binary, None)["puts"].as_u64().unwrap_or(0);
+        if puts > 1000 { Ok(()) } else { Err(puts) }
+    });
+    f.server.signal(libc::SIGTERM);
     let mut total = 0;
     for c in clients {
         let (served, refused, problem) = c.join().unwrap();
@@ -550,7 +556,7 @@ fn shutdown_under_resp_load_answers_every_command_read() {
         total += served;
     }
     assert!(total > 1000, "only {total} commands served before the shutdown");
-    assert!(f.server.wait().unwrap().success());
+    assert!(f.server.wait_exit(HANG).success());
 }
 
 /// Finding 8: start-up flags that pass parsing but cannot work are refused at once, in one
@@ -572,7 +578,7 @@ fn impossible_settings_are_refused_at_start() {
         (&["--max-memory", "1b"][..], "--max-memory"),
     ] {
         let out = Command::new("timeout")
-            .args(["20", KVD, "--listen", "127.0.0.1:0"])
+            .args([&HANG.as_secs().to_string(), KVD, "--listen", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::null())
             .output()
@@ -589,11 +595,10 @@ fn impossible_settings_are_refused_at_start() {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     let path = path.display().to_string();
+    let args = ["--listen", "127.0.0.1:0", "--auth-token-file", &path];
     let mut command = Command::new(KVD);
-    command
-        .args(["--listen", "127.0.0.1:0", "--auth-token-file", &path])
-        .env("RUST_LOG", "info");
-    let (_server, _, before) = start_command(command, false);
+    command.args(args).env("RUST_LOG", "info");
+    let (_server, _, before) = start_command(command, &args, false);
     assert!(
         before.contains("may be read by other users") && before.contains(&path),
         "{before}"
@@ -642,17 +647,18 @@ fn failed_authentication_is_counted_per_front() {
 }
 
 /// Finding 10: a client on the wrong port is told at once, in its own protocol, where its
-/// protocol is served (it used to wait 5-10 s for a reply).
+/// protocol is served (it used to wait 5-10 s for a reply). Each tool here waits as long as
+/// the test does ([`HANG`]) before giving up on its own, so each answer below came from kvd,
+/// unasked: a kvd that waited for the client would hang the test.
 #[test]
 fn the_wrong_port_names_the_right_one_at_once() {
     let f = start_fronts(&[]);
-    let asked = Instant::now();
     let said = redis_cli(&f.binary, &["get", "k"]);
     assert!(
         said.contains(&format!("RESP (Redis) is served on {}", f.resp)),
         "{said}"
     );
-    let out = kvd(&["get", "--nodes", &f.resp, "--timeout", "60s", "k"]);
+    let out = kvd(&["get", "--nodes", &f.resp, "--timeout", "1h", "k"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!("binary protocol is served on {}", f.binary)),
@@ -665,12 +671,6 @@ fn the_wrong_port_names_the_right_one_at_once() {
     assert!(said.contains("this is kvd's http port"), "{said}");
     let (body, code) = curl(&[&format!("http://{}/healthz", f.resp)]);
     assert_eq!(code, 400, "{body}");
-    // Each tool would otherwise wait for its own timeout (redis-cli 10 s, kvd 60 s here).
-    assert!(
-        asked.elapsed() < Duration::from_secs(25),
-        "five wrong-port tries took {:?}: someone waited for a timeout",
-        asked.elapsed()
-    );
     let stats = counters(&f.binary, None);
     assert!(stats["wrong_protocol"].as_u64().unwrap() >= 5, "{stats}");
     // A kvd without an HTTP front says how to start one.
@@ -694,7 +694,7 @@ fn idle_connections_are_closed_on_every_front() {
         ("resp", &mut resp, "+PONG"),
         ("http", &mut http, "200 OK"),
     ] {
-        let (said, closed) = read_until_closed(s, Duration::from_secs(8));
+        let (said, closed) = read_until_closed(s, HANG);
         assert!(closed, "the idle {name} connection was kept");
         assert!(String::from_utf8_lossy(&said).contains(says), "{name}: {said:?}");
     }
@@ -714,13 +714,13 @@ fn peers_cannot_flood_the_log_through_resp_or_http() {
     http.write_all(&b"GET /stats HTTP/1.1\r\nhost: a\r\nauthorization: Bearer wrong\r\n\r\n".repeat(300))
         .unwrap();
     for (s, answers) in [(&mut resp, "WRONGPASS"), (&mut http, "401 Unauthorized")] {
-        let until = Instant::now() + Duration::from_secs(10);
         let mut said = Vec::new();
-        while String::from_utf8_lossy(&said).matches(answers).count() < 300 {
-            assert!(Instant::now() < until, "not every wrong token was answered");
+        until("every wrong token to be answered", HANG, || {
             let (more, _) = read_until_closed(s, Duration::from_millis(200));
             said.extend(more);
-        }
+            let n = String::from_utf8_lossy(&said).matches(answers).count();
+            if n >= 300 { Ok(()) } else { Err(n) }
+        });
     }
     let stats = counters(&f.binary, Some(&token));
     assert_eq!(stats["auth_failed"], 600, "{stats}");

@@ -6,13 +6,12 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use common::{Kvd, free_port, start_at};
+use common::{Kvd, addr, start_at};
 /// Two nodes with HTTP fronts that forward each other's keys; the guards and HTTP addresses.
 fn cluster() -> (Vec<Kvd>, Vec<String>) {
-    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let http: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let bin: Vec<String> = (0..2).map(|_| addr()).collect();
+    let http: Vec<String> = (0..2).map(|_| addr()).collect();
     let nodes = bin.join(",");
     let guards = (0..2)
         .map(|i| {
@@ -31,7 +30,7 @@ fn request(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) 
 /// As [`request`], with extra header lines (each ending in CRLF).
 fn request_with(addr: &str, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_read_timeout(Some(common::HANG)).unwrap();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -114,7 +113,7 @@ fn stats_healthz_and_metrics_that_promtool_accepts() {
     let text = String::from_utf8(body).unwrap();
     assert!(text.contains("kvd_puts_total{shard=\"0\",shards=\"2\"}"), "{text}");
     assert!(text.contains("# TYPE kvd_keys gauge"), "{text}");
-    let mut promtool = Command::new("promtool")
+    let mut promtool = Command::new(kvtestkit::tools::program("promtool"))
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -153,13 +152,12 @@ fn unknown_paths_and_methods_are_refused() {
 /// With a token, everything but /healthz wants `Authorization: Bearer TOKEN`.
 #[test]
 fn a_token_guards_everything_but_healthz() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("http-token-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let token_file = dir.join("token");
+    let dir = common::temp_dir("http-token");
+    let token_file = dir.path().join("token");
     let token = "0123456789abcdef0123456789abcdef";
     std::fs::write(&token_file, token).unwrap();
-    let http = format!("127.0.0.1:{}", free_port());
-    let listen = format!("127.0.0.1:{}", free_port());
+    let http = addr();
+    let listen = addr();
     let _node = start_at(
         &listen,
         &["--http", &http, "--auth-token-file", token_file.to_str().unwrap()],
@@ -171,7 +169,6 @@ fn a_token_guards_everything_but_healthz() {
     let with = |method: &str, path: &str, body: &[u8]| request_with(&http, method, path, &bearer, body).0;
     assert_eq!(with("PUT", "/kv/a", b"1"), 204);
     assert_eq!(with("GET", "/kv/a", b""), 200);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A slot frozen for a hand-over: its writes are answered "try again" on every front (binary
@@ -182,11 +179,7 @@ fn a_slot_being_moved_answers_try_again_on_every_front() {
     use kvshared::slots::SlotState;
     use kvshared::wire::{BatchRequest, OpStatus};
 
-    let (bin, resp, http) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
+    let (bin, resp, http) = (addr(), addr(), addr());
     let _node = start_at(&bin, &["--resp", &resp, "--http", &http]).0;
     assert_eq!(request(&http, "PUT", "/kv/moving", b"v1").0, 204);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -224,11 +217,8 @@ fn a_slot_importing_at_a_node_is_served_by_its_source_through_that_node() {
     use kvshared::slots::SlotState;
     use kvshared::wire::{BatchRequest, OpReply};
 
-    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let (http, resp) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
+    let bin: Vec<String> = (0..2).map(|_| addr()).collect();
+    let (http, resp) = (addr(), addr());
     let nodes = bin.join(",");
     let _a = start_at(&bin[0], &["--shard", "0/2", "--nodes", &nodes]).0;
     let _b = start_at(

@@ -10,9 +10,9 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{free_port, resp_cluster, start_at, token_file};
+use common::{addr, resp_cluster, start_at, token_file};
 use redis::Value;
 
 const TOKEN: &str = "keyspace-secret-token";
@@ -186,17 +186,12 @@ fn rename_object_encoding_and_memory_usage_answer_as_redis() {
         cmd(&mut c, &["CLUSTER", "KEYSLOT", "user1000"])
     );
     // Both nodes' ranges once the node's view of the cluster has been refreshed (each second).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    common::until("both nodes' ranges in CLUSTER SLOTS", common::HANG, || {
         let Value::Array(ranges) = cmd(&mut c, &["CLUSTER", "SLOTS"]) else {
             panic!("CLUSTER SLOTS answers the slot ranges")
         };
-        if ranges.len() == 2 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{ranges:?}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+        if ranges.len() == 2 { Ok(()) } else { Err(ranges) }
+    });
     assert_eq!(cmd(&mut c, &["UNLINK", "enc", "nope"]), Value::Int(1));
 }
 
@@ -236,11 +231,10 @@ fn redis_cli_scan_bigkeys_and_memkeys_run() {
 
 #[test]
 fn a_durable_flush_wants_its_mode_said_and_goes_through_the_log() {
-    let dir = std::env::temp_dir().join(format!("kvd-flush-durable-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let d = dir.display().to_string();
-    let bin = format!("127.0.0.1:{}", free_port());
-    let resp = format!("127.0.0.1:{}", free_port());
+    let dir = common::temp_dir("flush-durable");
+    let d = dir.path().display().to_string();
+    let bin = addr();
+    let resp = addr();
     let (mut node, _) = start_at(&bin, &["--data-dir", &d, "--resp", &resp]);
     let mut c = con(&resp, None);
     for i in 0..50 {
@@ -250,8 +244,7 @@ fn a_durable_flush_wants_its_mode_said_and_goes_through_the_log() {
     assert_eq!(cmd(&mut c, &["DBSIZE"]), Value::Int(50));
     assert_eq!(cmd(&mut c, &["FLUSHALL", "SYNC"]), Value::Okay);
     cmd(&mut c, &["SET", "after", "1"]);
-    node.0.kill().unwrap();
-    node.0.wait().unwrap();
+    node.kill();
     let (_node, _) = start_at(&bin, &["--data-dir", &d, "--resp", &resp]);
     let mut c = con(&resp, None);
     assert_eq!(
@@ -260,7 +253,6 @@ fn a_durable_flush_wants_its_mode_said_and_goes_through_the_log() {
         "the flush was replayed, the later write kept"
     );
     assert_eq!(cmd(&mut c, &["GET", "after"]), Value::BulkString(b"1".to_vec()));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -280,12 +272,11 @@ fn a_group_flush_reaches_every_member_and_a_follower_scans() {
         "{refused}"
     );
     assert_eq!(cmd(&mut c, &["FLUSHALL", "SYNC"]), Value::Okay);
-    let deadline = Instant::now() + Duration::from_secs(10);
     for addr in &resp {
         let mut m = con(addr, None);
-        while cmd(&mut m, &["DBSIZE"]) != Value::Int(0) {
-            assert!(Instant::now() < deadline, "{addr} kept its keys");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::until(&format!("{addr} to drop its keys"), common::HANG, || {
+            let size = cmd(&mut m, &["DBSIZE"]);
+            if size == Value::Int(0) { Ok(()) } else { Err(size) }
+        });
     }
 }

@@ -14,7 +14,7 @@ fn stats(addr: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cap_holds_and_none_refuses_until_the_cap_is_raised() {
     let (server, addr) = start(&["--max-memory", "8mb", "--eviction", "none"]);
-    let before = rss_bytes(server.id());
+    let before = rss_bytes(server.pid());
     let cluster = Cluster::connect(std::slice::from_ref(&addr), ClientConfig::default())
         .await
         .unwrap();
@@ -40,9 +40,9 @@ async fn the_cap_holds_and_none_refuses_until_the_cap_is_raised() {
     assert_eq!(s["out_of_memory"], refused);
     assert_eq!(s["evicted"], 0);
     assert!(
-        rss_bytes(server.id()) < before + 8_000_000 + (40 << 20),
+        rss_bytes(server.pid()) < before + 8_000_000 + (40 << 20),
         "RSS {} MB",
-        rss_bytes(server.id()) >> 20
+        rss_bytes(server.pid()) >> 20
     );
     // Reads and deletes still work at the cap.
     assert!(cluster.get(b"key0").await.unwrap().is_some());

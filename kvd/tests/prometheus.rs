@@ -9,17 +9,9 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::{Kvd, free_port, kvd, start_at};
-
-fn prometheus_binary() -> PathBuf {
-    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tools/usr/bin/prometheus");
-    if tools.exists() {
-        return tools;
-    }
-    PathBuf::from("prometheus")
-}
+use common::{AfterReady, HANG, Kvd, addr, kvd, start_at, temp_dir, until};
 
 /// The PromQL lines of docs/HTTP.md's `promql` block (comments left out).
 fn documented_queries() -> Vec<String> {
@@ -57,7 +49,7 @@ fn dashboard_queries() -> Vec<String> {
 
 /// Runs `query` through Prometheus's HTTP API; the JSON answer.
 fn query(web: &str, q: &str) -> serde_json::Value {
-    let out = Command::new("curl")
+    let out = Command::new(kvtestkit::tools::program("curl"))
         .args(["-s", "-G", &format!("http://{web}/api/v1/query"), "--data-urlencode"])
         .arg(format!("query={q}"))
         .output()
@@ -65,49 +57,9 @@ fn query(web: &str, q: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_default()
 }
 
-/// Kills Prometheus when the test ends.
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-#[test]
-fn every_documented_query_returns_data_from_a_real_prometheus() {
-    let scratch = std::env::temp_dir().join(format!("kvd-prometheus-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
-    std::fs::create_dir_all(&scratch).unwrap();
-    let mut nodes: Vec<Kvd> = Vec::new();
-    let mut targets = Vec::new();
-    // A 2-node cluster in memory.
-    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    for (i, addr) in bin.iter().enumerate() {
-        let http = format!("127.0.0.1:{}", free_port());
-        let shard = format!("{i}/2");
-        nodes.push(start_at(addr, &["--shard", &shard, "--http", &http]).0);
-        targets.push(http);
-    }
-    // A replica group of three, durable.
-    let members: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    for (i, addr) in members.iter().enumerate() {
-        let http = format!("127.0.0.1:{}", free_port());
-        let dir = scratch.join(format!("member-{i}")).display().to_string();
-        nodes.push(
-            start_at(
-                addr,
-                &["--data-dir", &dir, "--group", &members.join(","), "--http", &http],
-            )
-            .0,
-        );
-        targets.push(http);
-    }
-    let init = kvd(&["admin", "init-group", "--nodes", &members.join("|")]);
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
-
-    let web = format!("127.0.0.1:{}", free_port());
+/// A real Prometheus scraping `targets` every second, on a port of its own choosing (read
+/// from its "Listening on" line): the process and its web address.
+fn prometheus(scratch: &std::path::Path, targets: &[String]) -> (kvtestkit::Server, String) {
     let config = scratch.join("prometheus.yml");
     let list: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
     std::fs::write(
@@ -118,30 +70,74 @@ fn every_documented_query_returns_data_from_a_real_prometheus() {
         ),
     )
     .unwrap();
-    let prometheus = Command::new(prometheus_binary())
+    let mut command = Command::new(kvtestkit::tools::program("prometheus"));
+    command
         .arg(format!("--config.file={}", config.display()))
         .arg(format!("--storage.tsdb.path={}", scratch.join("tsdb").display()))
-        .arg(format!("--web.listen-address={web}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus is missing: .ci/run takes it out of Debian's prometheus package into target/tools/usr/bin");
-    let _prometheus = Guard(prometheus);
+        .arg("--web.listen-address=127.0.0.1:0")
+        .stdout(Stdio::null());
+    let listening = |l: &str| l.contains("msg=\"Listening on\"");
+    let (server, ready) = kvtestkit::Server::start("prometheus", command, Vec::new(), listening, AfterReady::Read);
+    let web = ready
+        .line
+        .rsplit("address=")
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    (server, web)
+}
 
-    // Load for a few scrapes: puts and gets (hits) on both the cluster and the group.
-    let cluster = bin.join(",");
-    let group = members.join("|");
-    let until = Instant::now() + Duration::from_secs(8);
-    let mut round = 0;
-    while Instant::now() < until && round < 200 {
-        for nodes in [&cluster, &group] {
-            let key = format!("k{}", round % 10);
-            assert!(kvd(&["put", "--nodes", nodes, &key, "v"]).status.success());
-            let _ = kvd(&["get", "--nodes", nodes, &key]);
-        }
-        round += 1;
+#[test]
+fn every_documented_query_returns_data_from_a_real_prometheus() {
+    let scratch = temp_dir("prometheus");
+    let mut nodes: Vec<Kvd> = Vec::new();
+    let mut targets = Vec::new();
+    // A 2-node cluster in memory.
+    let bin: Vec<String> = (0..2).map(|_| addr()).collect();
+    for (i, at) in bin.iter().enumerate() {
+        let http = addr();
+        let shard = format!("{i}/2");
+        nodes.push(start_at(at, &["--shard", &shard, "--http", &http]).0);
+        targets.push(http);
     }
-    // Every query: valid, and with data once the scrapes are in (waiting up to 20 s more).
+    // A replica group of three, durable.
+    let members: Vec<String> = (0..3).map(|_| addr()).collect();
+    for (i, at) in members.iter().enumerate() {
+        let http = addr();
+        let dir = scratch.path().join(format!("member-{i}")).display().to_string();
+        nodes.push(
+            start_at(
+                at,
+                &["--data-dir", &dir, "--group", &members.join(","), "--http", &http],
+            )
+            .0,
+        );
+        targets.push(http);
+    }
+    let init = kvd(&["admin", "init-group", "--nodes", &members.join("|")]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let (_prometheus, web) = prometheus(scratch.path(), &targets);
+
+    // Load, until every query has data: puts and gets (hits) on both the cluster and the
+    // group (bounded by HANG).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (cluster, group, stop) = (bin.join(","), members.join("|"), stop.clone());
+        std::thread::spawn(move || {
+            let until = Instant::now() + HANG;
+            let mut round = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                for nodes in [&cluster, &group] {
+                    let key = format!("k{}", round % 10);
+                    assert!(kvd(&["put", "--nodes", nodes, &key, "v"]).status.success());
+                    let _ = kvd(&["get", "--nodes", nodes, &key]);
+                }
+                round += 1;
+            }
+        })
+    };
+    // Every query: valid, and with data once the scrapes are in.
     let documented = documented_queries();
     assert!(
         documented.len() >= 10,
@@ -150,18 +146,18 @@ fn every_documented_query_returns_data_from_a_real_prometheus() {
     let dashboard = dashboard_queries();
     assert!(dashboard.len() >= 15, "the dashboard's queries: {dashboard:?}");
     for q in documented.into_iter().chain(dashboard) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        until(&format!("{q} to return data"), HANG, || {
             let answer = query(&web, &q);
             let rows = answer["data"]["result"].as_array().map_or(0, Vec::len);
-            if answer["status"] == "success" && rows > 0 {
-                break;
-            }
             assert!(answer["status"] != "error", "{q}: {answer}");
-            assert!(Instant::now() < deadline, "{q} returned no data: {answer}");
-            std::thread::sleep(Duration::from_millis(500));
-        }
+            if answer["status"] == "success" && rows > 0 {
+                Ok(())
+            } else {
+                Err(answer)
+            }
+        });
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.join().unwrap();
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -8,9 +8,8 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
-use common::{free_port, python, raw, resp_cluster as cluster, run_client_check, start_at, token_file};
+use common::{addr, python, raw, resp_cluster as cluster, run_client_check, start_at, token_file};
 
 #[test]
 fn hello_3_switches_to_resp3_and_hello_2_back() {
@@ -74,11 +73,7 @@ fn role_and_info_replication_tell_a_plain_node_is_a_master() {
 }
 
 fn redis_py(addr: &str, token: Option<&str>) {
-    let Some(python) = python() else {
-        // CI always has it (.ci/run makes the venv); say so loudly anywhere else.
-        eprintln!("SKIPPED: no target/pyvenv (run .ci/run, or set KV_PYTHON to a Python with redis-py)");
-        return;
-    };
+    let python = python();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/redis_py_check.py");
     let mut cmd = Command::new(python);
     cmd.arg(script);
@@ -113,15 +108,14 @@ fn redis_py_with_a_token_works_through_one_node() {
 /// `-READONLY` (nothing ran) and serves reads.
 #[test]
 fn a_group_shows_true_roles_and_a_follower_refuses_writes_as_a_redis_replica() {
-    let bin: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let resp: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let http: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let bin: Vec<String> = (0..3).map(|_| addr()).collect();
+    let resp: Vec<String> = (0..3).map(|_| addr()).collect();
+    let http: Vec<String> = (0..3).map(|_| addr()).collect();
     let group = bin.join(",");
+    let dirs: Vec<common::TempDir> = (0..3).map(|i| common::temp_dir(&format!("redis-roles-{i}"))).collect();
     let mut guards = Vec::new();
-    for i in 0..3 {
-        let dir = std::env::temp_dir().join(format!("kvd-redis-roles-{}-{i}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let d = dir.display().to_string();
+    for (i, dir) in dirs.iter().enumerate() {
+        let d = dir.path().display().to_string();
         let args = [
             "--data-dir",
             &d,
@@ -137,15 +131,9 @@ fn a_group_shows_true_roles_and_a_follower_refuses_writes_as_a_redis_replica() {
     let init = common::kvd(&["admin", "init-group", "--nodes", &bin.join("|")]);
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
     let role = |i: usize| raw(&resp[i], b"INFO replication\r\nQUIT\r\n");
-    let mut leader = None;
-    for _ in 0..100 {
-        leader = (0..3).find(|&i| role(i).contains("role:master"));
-        if leader.is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let leader = leader.expect("a master among the members");
+    let leader = common::until("a master among the members", common::HANG, || {
+        (0..3).find(|&i| role(i).contains("role:master")).ok_or("none yet")
+    });
     let info = role(leader);
     assert!(info.contains("connected_slaves:2"), "{info}");
     let follower = (leader + 1) % 3;
@@ -165,7 +153,7 @@ fn a_group_shows_true_roles_and_a_follower_refuses_writes_as_a_redis_replica() {
     assert!(got.starts_with("$1\r\nv\r\n*5\r\n$5\r\nslave\r\n"), "{got:?}");
     // /healthz tells the same roles (it said "standalone" for every node).
     let health = |i: usize| {
-        let out = Command::new("curl")
+        let out = Command::new(kvtestkit::tools::program("curl"))
             .args(["-s", &format!("http://{}/healthz", http[i])])
             .output()
             .unwrap();
@@ -183,12 +171,7 @@ fn a_group_shows_true_roles_and_a_follower_refuses_writes_as_a_redis_replica() {
 /// go-redis v9's checks (`kvd/tests/clients/goredis`), built by `.ci/run` into
 /// target/goredis-check.
 fn go_redis(addr: &str, token: Option<&str>) {
-    let binary = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/goredis-check");
-    if !binary.exists() {
-        eprintln!("SKIPPED: no target/goredis-check (run .ci/run, which builds kvd/tests/clients/goredis)");
-        return;
-    }
-    run_check(Command::new(binary), "go-redis", addr, token);
+    run_check(Command::new(kvtestkit::tools::goredis()), "go-redis", addr, token);
 }
 
 #[test]
@@ -317,11 +300,10 @@ fn setrange_answers_as_redis() {
 /// log gives the same values.
 #[test]
 fn counters_survive_kill_9_through_the_log() {
-    let dir = std::env::temp_dir().join(format!("kvd-redis-counters-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let d = dir.display().to_string();
-    let bin = format!("127.0.0.1:{}", free_port());
-    let resp = format!("127.0.0.1:{}", free_port());
+    let dir = common::temp_dir("redis-counters");
+    let d = dir.path().display().to_string();
+    let bin = addr();
+    let resp = addr();
     let (mut node, _) = start_at(&bin, &["--data-dir", &d, "--resp", &resp]);
     let mut pipeline = Vec::new();
     for _ in 0..500 {
@@ -335,8 +317,7 @@ fn counters_survive_kill_9_through_the_log() {
         "{}",
         &got[got.len().saturating_sub(60)..]
     );
-    node.0.kill().unwrap();
-    node.0.wait().unwrap();
+    node.kill();
     let (_node, _) = start_at(&bin, &["--data-dir", &d, "--resp", &resp]);
     let got = raw(
         &resp,
@@ -346,7 +327,6 @@ fn counters_survive_kill_9_through_the_log() {
         got,
         "$3\r\n500\r\n$4\r\n1500\r\n:501\r\n:1000\r\n$6\r\naXYbab\r\n+OK\r\n"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The string reads and GETDEL, as Redis answers them, for a local and a forwarded key.

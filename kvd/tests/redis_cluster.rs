@@ -80,12 +80,12 @@ fn three_nodes_describe_the_cluster_and_redirect_as_redis_cluster() {
     // redis-cli -c follows the redirects.
     for shard in 0..3 {
         let k = key_of(shard, 3, "cli-");
-        let set = Command::new("redis-cli")
+        let set = Command::new(kvtestkit::tools::program("redis-cli"))
             .args(["-c", "-p", port_of(&resp[0][0]), "set", &k, "v1"])
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&set.stdout).trim(), "OK", "{set:?}");
-        let get = Command::new("redis-cli")
+        let get = Command::new(kvtestkit::tools::program("redis-cli"))
             .args(["-c", "-p", port_of(&resp[1][0]), "get", &k])
             .output()
             .unwrap();
@@ -119,27 +119,16 @@ fn port_of(addr: &str) -> &str {
 /// they met: none, since each learns the slots before its first command.
 fn cluster_clients(nodes: &str, addr: &str, replicas: bool) {
     let before = moved(nodes);
-    match python() {
-        Some(py) => {
-            let mut cmd = Command::new(py);
-            let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/redis_py_cluster_check.py");
-            cmd.arg(script).arg(addr);
-            if replicas {
-                cmd.arg("--replicas");
-            }
-            run_client_check(cmd, "redis-py RedisCluster");
-        }
-        None => eprintln!("SKIPPED redis-py: no target/pyvenv (run .ci/run)"),
+    let mut cmd = Command::new(python());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/redis_py_cluster_check.py");
+    cmd.arg(script).arg(addr);
+    if replicas {
+        cmd.arg("--replicas");
     }
-    let go = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/goredis-check");
-    match go.exists() {
-        true => {
-            let mut cmd = Command::new(go);
-            cmd.arg(if replicas { "cluster-readonly" } else { "cluster" }).arg(addr);
-            run_client_check(cmd, "go-redis ClusterClient");
-        }
-        false => eprintln!("SKIPPED go-redis: no target/goredis-check (run .ci/run)"),
-    }
+    run_client_check(cmd, "redis-py RedisCluster");
+    let mut cmd = Command::new(kvtestkit::tools::goredis());
+    cmd.arg(if replicas { "cluster-readonly" } else { "cluster" }).arg(addr);
+    run_client_check(cmd, "go-redis ClusterClient");
     assert_eq!(
         moved(nodes),
         before,

@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Kvd, free_port, kvd, start_at};
+use common::{HANG, Kvd, Recorder, TempDir, addr, kvd, start_at, temp_dir, until_async};
 use kvshared::client::{ClientConfig, ClientError, Cluster, RecordConfig, Recording, record};
 use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
 
@@ -20,8 +20,9 @@ struct Group {
     /// Members started with `--group` (the first ones); the rest with `--join`.
     voters: usize,
     addrs: Vec<String>,
-    dirs: Vec<std::path::PathBuf>,
     members: Vec<Option<Kvd>>,
+    /// Each member's data directory (removed when the group is dropped, after its members).
+    dirs: Vec<TempDir>,
 }
 
 impl Group {
@@ -35,18 +36,11 @@ impl Group {
 
     fn start_shaped(name: &str, voters: usize, joiners: usize) -> Group {
         let n = voters + joiners;
-        let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-        let dirs: Vec<_> = (0..n)
-            .map(|i| std::env::temp_dir().join(format!("kvd-group-{name}-{}-{i}", std::process::id())))
-            .collect();
-        for d in &dirs {
-            let _ = std::fs::remove_dir_all(d);
-        }
         let mut g = Group {
             voters,
-            addrs,
-            dirs,
+            addrs: (0..n).map(|_| addr()).collect(),
             members: (0..n).map(|_| None).collect(),
+            dirs: (0..n).map(|i| temp_dir(&format!("group-{name}-{i}"))).collect(),
         };
         for i in 0..n {
             g.restart(i);
@@ -59,7 +53,7 @@ impl Group {
 
     fn restart(&mut self, i: usize) {
         let group = self.addrs[..self.voters].join(",");
-        let dir = self.dirs[i].display().to_string();
+        let dir = self.dirs[i].path().display().to_string();
         let mut args = vec!["--shard", "0/1", "--data-dir", &dir];
         match i < self.voters {
             true => args.extend(["--group", &group]),
@@ -71,9 +65,13 @@ impl Group {
 
     fn kill(&mut self, i: usize) {
         if let Some(mut m) = self.members[i].take() {
-            m.0.kill().unwrap();
-            m.0.wait().unwrap();
+            m.kill();
         }
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGSTOP`) to member `i`.
+    fn signal(&self, i: usize, signal: i32) {
+        self.members[i].as_ref().expect("a running member").signal(signal);
     }
 
     /// The client of the first three members, as `--nodes "A|B|C"` gives it.
@@ -88,17 +86,22 @@ impl Group {
         .unwrap()
     }
 
+    /// A client of member `i` alone.
+    fn one(&self, i: usize) -> Cluster {
+        Cluster::new(std::slice::from_ref(&self.addrs[i]), ClientConfig::default()).unwrap()
+    }
+
     /// Each running member's (role, applied index), asked directly.
     async fn roles(&self) -> Vec<Option<(String, u64)>> {
         let mut out = Vec::new();
-        for (i, addr) in self.addrs.iter().enumerate() {
-            if self.members[i].is_none() {
+        for (i, m) in self.members.iter().enumerate() {
+            if m.is_none() {
                 out.push(None);
                 continue;
             }
-            let one = Cluster::new(std::slice::from_ref(addr), ClientConfig::default()).unwrap();
             out.push(
-                one.stats(0)
+                self.one(i)
+                    .stats(0)
                     .await
                     .ok()
                     .map(|s| (s.group.role.as_str().to_string(), s.group.applied_index)),
@@ -109,29 +112,31 @@ impl Group {
 
     /// Waits until exactly one running member says it leads; returns it.
     async fn leader(&self) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        until_async("a single leader", HANG, || async {
             let roles = self.roles().await;
             let leaders: Vec<usize> = (0..roles.len())
                 .filter(|&i| roles[i].as_ref().is_some_and(|(r, _)| r == "leader"))
                 .collect();
-            if leaders.len() == 1 {
-                return leaders[0];
+            match leaders[..] {
+                [one] => Ok(one),
+                _ => Err(roles),
             }
-            assert!(Instant::now() < deadline, "no single leader within 20 s: {roles:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
-}
 
-impl Drop for Group {
-    fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill(i);
-        }
-        for d in &self.dirs {
-            let _ = std::fs::remove_dir_all(d);
-        }
+    /// Waits until member `i` has applied every entry the leader had committed when asked
+    /// (so it has heard from the leader since).
+    async fn caught_up(&self, i: usize) {
+        let leader = self.leader().await;
+        let target = self.one(leader).stats(0).await.unwrap().group.commit_index;
+        until_async(&format!("member {i} to apply up to {target}"), HANG, || async {
+            match self.one(i).stats(0).await {
+                Ok(s) if s.group.applied_index >= target => Ok(()),
+                other => Err(other.map(|s| s.group)),
+            }
+        })
+        .await
     }
 }
 
@@ -183,45 +188,36 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
     let follower = (leader + 1) % 3;
     let direct = Cluster::new(std::slice::from_ref(&group.addrs[follower]), ClientConfig::default()).unwrap();
     // (Right after an election a follower may not know the leader yet: then it says so.)
-    let deadline = Instant::now() + Duration::from_secs(5);
     // (A plain client follows the hint: send one batch and look at the answer itself.)
     let mut batch = kvshared::wire::BatchRequest::new();
     batch.push_put(b"x", b"y");
-    loop {
+    let named = until_async("a follower to name the leader", HANG, || async {
         let answer = match direct.start_batch(0, &batch).await {
             Ok(flight) => direct.finish_batch(0, flight).await.map(|_| ()),
             Err(e) => Err(e),
         };
         match answer {
-            Err(ClientError::NotLeader { leader: Some(l), .. }) => {
-                assert_eq!(l, group.addrs[group.leader().await]);
-                break;
-            }
-            Err(ClientError::NotLeader { leader: None, .. }) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
+            Err(ClientError::NotLeader { leader: Some(l), .. }) => Ok(l),
+            Err(ClientError::NotLeader { leader: None, .. }) => Err("no leader known yet".to_string()),
             other => panic!("a follower answered {other:?}"),
         }
-    }
+    })
+    .await;
+    assert_eq!(named, group.addrs[group.leader().await]);
 
-    // A recording load across a kill -9 of the leader.
-    let recording = start_recording(&client, 6, 11);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A recording load across a kill -9 of the leader: ops before it, then ops after it.
+    let recorder = start_recording(&client, 11);
+    recorder.more(300).await;
     group.kill(leader);
     let killed = Instant::now();
     // The first write after the kill that succeeds: the shard's unavailability.
-    let first_write = loop {
-        if client.put(b"after", b"kill").await.is_ok() {
-            break killed.elapsed();
-        }
-        assert!(
-            killed.elapsed() < Duration::from_secs(30),
-            "no write succeeded within 30 s of the kill"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    eprintln!("first write {first_write:?} after the leader's kill -9");
-    let recording = recording.await.unwrap();
+    until_async("a write to succeed after the kill", HANG, || {
+        client.put(b"after", b"kill")
+    })
+    .await;
+    eprintln!("first write {:?} after the leader's kill -9", killed.elapsed());
+    recorder.more(300).await;
+    let recording = recorder.finish().await;
     let ops = &recording.history.operations;
     let acked = ops
         .iter()
@@ -253,41 +249,30 @@ async fn a_group_fails_over_loses_nothing_and_stays_linearizable() {
         "a restarted member does not take over a working group"
     );
     let target = group.roles().await[new_leader].as_ref().unwrap().1;
-    let one = Cluster::new(std::slice::from_ref(&group.addrs[new_leader]), ClientConfig::default()).unwrap();
-    let figures = one.stats(0).await.unwrap().group;
+    let figures = group.one(new_leader).stats(0).await.unwrap().group;
     assert!(figures.elections >= 1, "the new leader saw its election: {figures:?}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    until_async("the restarted member to catch up as a follower", HANG, || async {
         let roles = group.roles().await;
-        if let Some((role, applied)) = &roles[leader]
-            && role == "follower"
-            && *applied >= target
-        {
-            break;
+        match &roles[leader] {
+            Some((role, applied)) if role == "follower" && *applied >= target => Ok(()),
+            _ => Err(roles),
         }
-        assert!(
-            Instant::now() < deadline,
-            "the restarted member did not catch up: {roles:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
-/// Six recording clients on five keys for `secs` seconds, in the background.
-fn start_recording(client: &Arc<Cluster>, secs: u64, seed: u64) -> tokio::task::JoinHandle<Recording> {
-    let client = client.clone();
-    tokio::spawn(async move {
-        let config = RecordConfig {
-            clients: 6,
-            keys: 5,
-            duration: Duration::from_secs(secs),
-            max_ops_per_client: 100_000,
-            key_prefix: "lin-".into(),
-            seed,
-            ..RecordConfig::default()
-        };
-        record(client, &config).await
-    })
+/// Six recording clients on five keys in the background, until the test ends them.
+fn start_recording(client: &Arc<Cluster>, seed: u64) -> Recorder {
+    let config = RecordConfig {
+        clients: 6,
+        keys: 5,
+        duration: HANG,
+        max_ops_per_client: 1_000_000,
+        key_prefix: "lin-".into(),
+        seed,
+        ..RecordConfig::default()
+    };
+    Recorder::start(client, config)
 }
 
 /// Checks a recorded history; panics with the failing key's timeline if it is not
@@ -327,8 +312,8 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     let first_leader = group.leader().await;
     let nodes = group.addrs[..3].join("|");
     let new = group.addrs[3].clone();
-    let recording = start_recording(&client, 8, 5);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let recorder = start_recording(&client, 5);
+    recorder.more(300).await;
 
     // The new member catches up (the 200 keys) as a learner, then votes.
     let out = tokio::task::spawn_blocking({
@@ -338,17 +323,15 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     .await
     .unwrap();
     assert!(out.contains(&new) && out.contains("learners none"), "{out}");
-    let one = Cluster::new(std::slice::from_ref(&new), ClientConfig::default()).unwrap();
+    let one = group.one(3);
     // (The new member learns the final membership with the leader's next append.)
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let figures = loop {
-        let figures = one.stats(0).await.unwrap();
-        if figures.group.members.len() == 4 || Instant::now() > deadline {
-            break figures;
+    let figures = until_async("the new member to learn it is one of 4", HANG, || async {
+        match one.stats(0).await {
+            Ok(f) if f.group.members.len() == 4 => Ok(f),
+            other => Err(other.map(|f| f.group)),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert_eq!(figures.group.members.len(), 4, "{:?}", figures.group);
+    })
+    .await;
     assert!(
         figures.keys >= 200,
         "the new member holds the data: {} keys",
@@ -365,12 +348,14 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     assert!(out.contains(&format!("leader {new}")), "{out}");
     // A member that stayed saw the lead change hands.
     let stayed = group.addrs[(first_leader + 1) % 3].clone();
-    let one = Cluster::new(std::slice::from_ref(&stayed), ClientConfig::default()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while one.stats(0).await.unwrap().group.leader_changes == 0 {
-        assert!(Instant::now() < deadline, "{stayed} counted no leader change");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let one = group.one((first_leader + 1) % 3);
+    until_async(&format!("{stayed} to count a leader change"), HANG, || async {
+        match one.stats(0).await {
+            Ok(f) if f.group.leader_changes > 0 => Ok(()),
+            other => Err(other.map(|f| f.group)),
+        }
+    })
+    .await;
     let gone = group.addrs[first_leader].clone();
     let out = tokio::task::spawn_blocking({
         let (nodes, gone) = (nodes.clone(), gone.clone());
@@ -380,20 +365,21 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     .unwrap();
     assert!(!out.contains(&gone) && out.contains(&new), "{out}");
     // (A member that stayed learns the new membership with the leader's next append.)
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let voters = loop {
-        let voters = one.stats(0).await.unwrap().group.members;
-        if (voters.len() == 3 && !voters.contains(&gone)) || Instant::now() > deadline {
-            break voters;
+    until_async("a member that stayed to learn the 3 voters left", HANG, || async {
+        match one.stats(0).await.map(|f| f.group.members) {
+            Ok(voters) if voters.len() == 3 && !voters.contains(&gone) => Ok(()),
+            other => Err(other),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(voters.len() == 3 && !voters.contains(&gone), "{voters:?}");
+    })
+    .await;
     // (The removed member is not told: the final membership goes to the new members only.
     // Its operator stops it.)
     group.kill(first_leader);
 
-    let recording = recording.await.unwrap();
+    // Ops after every change, and at least 1,000 in all.
+    recorder.more(300).await;
+    recorder.more(1001u64.saturating_sub(recorder.recorded())).await;
+    let recording = recorder.finish().await;
     let ops = &recording.history.operations;
     eprintln!(
         "{} ops recorded across add, transfer and remove, {} unknown",
@@ -458,12 +444,14 @@ async fn a_group_of_one_reads_without_rounds_until_a_member_joins() {
     assert!(with_member > 0, "reads with a learner in the group ran no round");
 
     admin(&["remove-replica", "--nodes", &leader, &spare]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let one = Cluster::new(std::slice::from_ref(&leader), ClientConfig::default()).unwrap();
-    while !one.stats(0).await.unwrap().group.learners.is_empty() {
-        assert!(Instant::now() < deadline, "the learner was not removed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let one = group.one(0);
+    until_async("the learner to be removed", HANG, || async {
+        match one.stats(0).await.map(|s| s.group.learners) {
+            Ok(l) if l.is_empty() => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
     let alone_again = rounds(&leader).await;
     read_all(&client).await;
     assert_eq!(rounds(&leader).await, alone_again, "rounds ran after the member left");
@@ -473,7 +461,8 @@ async fn a_group_of_one_reads_without_rounds_until_a_member_joins() {
 /// (clients' default): a burst of reads makes the shard hot and the manager adds the spare
 /// as a learner, which serves reads; when the burst ends the shard cools and the manager
 /// removes it. The history across both changes is linearizable, and the leader keeps the
-/// manager's reasons.
+/// manager's reasons. The hot and cold thresholds come from what this machine did: the
+/// recording's read rate alone and with the burst, measured first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manager_adds_and_removes_a_read_replica_and_reads_stay_linearizable() {
     let group = Group::start_shaped("manager", 1, 1);
@@ -494,94 +483,54 @@ async fn the_manager_adds_and_removes_a_read_replica_and_reads_stay_linearizable
             .await
             .unwrap();
     }
+    let recorder = start_recording(&client, 9);
+    recorder.more(300).await;
+    let alone = reads_per_sec(&group.one(0)).await;
+    let burst = Burst::start(&client);
+    let with_burst = reads_per_sec(&group.one(0)).await;
+    eprintln!("reads/s: {alone:.0} with the recording alone, {with_burst:.0} with the burst");
+    assert!(
+        with_burst > 4.0 * alone,
+        "the burst ({with_burst:.0} reads/s) did not outpace the recording ({alone:.0}) on this machine"
+    );
+    // Hot with the burst (even once a learner takes half), cold without it.
+    let (hot, cold) = (with_burst / 2.0, 2.0 * alone);
     let manager = std::process::Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args(["manager", "--nodes", &leader, "--spare", &spare, "--interval", "500ms"])
         .args([
-            "manager",
-            "--nodes",
-            &leader,
-            "--spare",
-            &spare,
-            "--interval",
-            "500ms",
             "--hot-reads",
-            "100000",
+            &format!("{hot:.0}"),
             "--cold-reads",
-            "40000",
+            &format!("{cold:.0}"),
+        ])
+        .args([
+            "--hot-p99",
+            "1h",
             "--up-after",
             "2",
             "--down-after",
             "3",
             "--settle",
             "1",
-            "--duration",
-            "16s",
             "--json",
         ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut manager = Kvd::guard(manager);
-    let decisions = {
-        let mut stdout = manager.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
-            text
-        })
-    };
-    let recording = start_recording(&client, 14, 9);
-    // The burst: many batches of reads for 5 s (bounded in time), spread like the
-    // recording's reads.
-    let burst = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
-            let until = Instant::now() + Duration::from_secs(5);
-            let mut tasks = tokio::task::JoinSet::new();
-            for _ in 0..8 {
-                let (client, keys) = (client.clone(), keys.clone());
-                tasks.spawn(async move {
-                    let ops: Vec<kvshared::client::Op<'_>> =
-                        keys.iter().map(|k| kvshared::client::Op::Get(k.as_bytes())).collect();
-                    let mut n = 0u64;
-                    while Instant::now() < until {
-                        n += client.batch(&ops).await.iter().filter(|r| r.is_ok()).count() as u64;
-                    }
-                    n
-                });
-            }
-            let mut reads = 0;
-            while let Some(n) = tasks.join_next().await {
-                reads += n.unwrap_or(0);
-            }
-            reads
-        })
-    };
-    let reads = burst.await.unwrap();
-    let recording = recording.await.unwrap();
-    let decisions = tokio::task::spawn_blocking(move || decisions.join().unwrap())
-        .await
-        .unwrap();
+    let mut manager = common::Guard(manager);
+    let decisions = common::Decisions::read(manager.stdout.take().unwrap());
+    decisions.wait_for(&format!("added {spare}")).await;
+    let reads = burst.stop().await;
+    decisions.wait_for(&format!("removed {spare}")).await;
     drop(manager);
-    eprintln!("{reads} reads in the burst; the manager said:\n{decisions}");
-    let actions: Vec<String> = decisions
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
-            format!(
-                "{} {}",
-                v["action"].as_str().unwrap_or(""),
-                v["member"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    assert!(actions.contains(&format!("added {spare}")), "{actions:?}");
-    assert!(actions.contains(&format!("removed {spare}")), "{actions:?}");
+    recorder.more(300).await;
+    let recording = recorder.finish().await;
+    let actions = decisions.actions();
+    eprintln!("{reads} reads in the burst; the manager did: {actions:?}");
     assert!(!actions.iter().any(|a| a.starts_with("failed")), "{actions:?}");
 
     // The learner served reads while it was one.
-    let one = Cluster::new(std::slice::from_ref(&spare), ClientConfig::default()).unwrap();
-    let learner = one.stats(0).await.unwrap();
+    let learner = group.one(1).stats(0).await.unwrap();
     assert!(learner.counts.gets > 0, "the learner served no reads");
     // The leader kept the manager's reasons.
     let figures = client.stats(0).await.unwrap().group;
@@ -600,6 +549,53 @@ async fn the_manager_adds_and_removes_a_read_replica_and_reads_stay_linearizable
     );
     assert!(ops.len() > 1000, "only {} ops", ops.len());
     assert_linearizable(&recording, "the manager's add and remove");
+}
+
+/// A node's gets per second, from its counters over a window of about 1.5 s.
+async fn reads_per_sec(node: &Cluster) -> f64 {
+    let (g0, t0) = (node.stats(0).await.unwrap().counts.gets, Instant::now());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let g1 = node.stats(0).await.unwrap().counts.gets;
+    (g1 - g0) as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// Batches of reads from eight tasks, spread like the recording's reads, until stopped
+/// (bounded by [`HANG`]).
+struct Burst {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tasks: tokio::task::JoinSet<u64>,
+}
+
+impl Burst {
+    fn start(client: &Arc<Cluster>) -> Burst {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = tokio::task::JoinSet::new();
+        let until = Instant::now() + HANG;
+        for _ in 0..8 {
+            let (client, stop) = (client.clone(), stop.clone());
+            tasks.spawn(async move {
+                let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
+                let ops: Vec<kvshared::client::Op<'_>> =
+                    keys.iter().map(|k| kvshared::client::Op::Get(k.as_bytes())).collect();
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                    n += client.batch(&ops).await.iter().filter(|r| r.is_ok()).count() as u64;
+                }
+                n
+            });
+        }
+        Burst { stop, tasks }
+    }
+
+    /// Ends the burst; returns the reads it made.
+    async fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut reads = 0;
+        while let Some(n) = self.tasks.join_next().await {
+            reads += n.unwrap_or(0);
+        }
+        reads
+    }
 }
 
 /// Follower reads over a plain connection to one follower: a linearizable read sees every
@@ -635,21 +631,20 @@ async fn a_follower_reads_linearizably_or_within_its_stated_staleness() {
     // nothing ran, a client would ask elsewhere; it is asked again. Never a stale value.)
     // (Right after the group's first election a follower may still name a member that no
     // longer leads, for up to a heartbeat.)
-    let deadline = Instant::now() + Duration::from_secs(10);
     for i in 1..=50u64 {
         let v = format!("v{i}");
         client.put(b"k", v.as_bytes()).await.unwrap();
-        loop {
-            match read(&mut s, i) {
-                (FrameKind::NotLeader, _) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(10)).await
-                }
-                answer => {
-                    assert_eq!(answer, (FrameKind::BatchResponse, Some(v)), "read {i} on a follower");
-                    break;
+        let answer = until_async(&format!("read {i} to be served on the follower"), HANG, || {
+            let answer = read(&mut s, i);
+            async move {
+                match answer {
+                    (FrameKind::NotLeader, _) => Err(answer),
+                    _ => Ok(answer),
                 }
             }
-        }
+        })
+        .await;
+        assert_eq!(answer, (FrameKind::BatchResponse, Some(v)), "read {i} on a follower");
     }
     // Bounded staleness: answered at once while the follower hears from the leader.
     let mut frame = FrameHeader {
@@ -676,18 +671,13 @@ async fn a_follower_reads_linearizably_or_within_its_stated_staleness() {
     assert_eq!(common::exchange(&mut s, &bad).0.kind, FrameKind::ErrorResponse);
     // The leader freezes: past the bound the follower neither answers from its store nor
     // gets a read index, and says so.
-    let pid = group.members[leader].as_ref().unwrap().id().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    // (The bound is time itself: the follower must not have heard from its leader for
+    // twice the bound.)
+    group.signal(leader, libc::SIGSTOP);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let began = Instant::now();
     let (kind, value) = read(&mut s, 103);
-    let _ = std::process::Command::new("kill").args(["-CONT", &pid]).status();
+    group.signal(leader, libc::SIGCONT);
     assert_eq!(
         kind,
         FrameKind::NotLeader,
@@ -708,8 +698,8 @@ async fn a_group_s_history_with_times_to_live_stays_linearizable() {
         // Few puts over many keys, so a key often outlives its time to live and the
         // frequent reads find it gone.
         keys: 64,
-        duration: Duration::from_millis(1500),
-        max_ops_per_client: 20_000,
+        duration: HANG,
+        max_ops_per_client: 2_500,
         get_percent: 98,
         put_percent: 2,
         ttl_ms: Some((1, 10)),
@@ -718,6 +708,7 @@ async fn a_group_s_history_with_times_to_live_stays_linearizable() {
     };
     let recording = record(client, &config).await;
     assert_eq!(recording.refused_total(), 0, "{:?}", recording.refused);
+    assert_eq!(recording.history.operations.len(), 10_000);
     assert_linearizable(&recording, "times to live in a group");
     let expired = common::reads_after_expiry(&recording.history);
     assert!(expired > 100, "only {expired} reads found a key gone");
@@ -748,7 +739,7 @@ async fn a_member_far_behind_catches_up_from_entries_read_back_from_disk() {
         }
     }
     let leader_stats = |group: &Group| {
-        let one = Cluster::new(std::slice::from_ref(&group.addrs[leader]), ClientConfig::default()).unwrap();
+        let one = group.one(leader);
         async move { one.stats(0).await.unwrap() }
     };
     let at_leader = leader_stats(&group).await;
@@ -761,23 +752,15 @@ async fn a_member_far_behind_catches_up_from_entries_read_back_from_disk() {
     );
 
     group.restart(away);
-    let one = Cluster::new(std::slice::from_ref(&group.addrs[away]), ClientConfig::default()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let s = one.stats(0).await;
-        if s.as_ref()
-            .is_ok_and(|s| s.group.applied_index >= at_leader.group.applied_index)
-        {
-            assert_eq!(s.unwrap().keys, KEYS as u64 + 1, "the member caught up with every key");
-            break;
+    let one = group.one(away);
+    let caught_up = until_async("the member to catch up", HANG, || async {
+        match one.stats(0).await {
+            Ok(s) if s.group.applied_index >= at_leader.group.applied_index => Ok(s),
+            other => Err(other.map(|s| s.group)),
         }
-        assert!(
-            Instant::now() < deadline,
-            "the member did not catch up in 60 s: {:?}",
-            s.map(|s| s.group)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(caught_up.keys, KEYS as u64 + 1, "the member caught up with every key");
     // It was sent entries, not a snapshot: none was taken (the log is below --snapshot-every).
     assert_eq!(leader_stats(&group).await.durability.snapshots_taken, 0);
 }
@@ -792,7 +775,7 @@ async fn pre_votes_are_refused_while_the_leader_lives_and_a_paused_follower_does
     use kvd::durable::network::{AdminReply, AdminRequest, Target, admin_call};
     let group = Group::start("pre-vote");
     let leader = group.leader().await;
-    let one = |i: usize| Cluster::new(std::slice::from_ref(&group.addrs[i]), ClientConfig::default()).unwrap();
+    let one = |i: usize| group.one(i);
     let newest = Some(openraft::LogId::new(
         openraft::CommittedLeaderId::new(u64::MAX, 0),
         u64::MAX,
@@ -822,41 +805,28 @@ async fn pre_votes_are_refused_while_the_leader_lives_and_a_paused_follower_does
     let term = |s: kvshared::stats::NodeStats| s.group.term;
     let before = term(one(leader).stats(0).await.unwrap());
     let follower = (leader + 1) % 3;
-    let signal = |i: usize, sig: &str| {
-        let pid = group.members[i].as_ref().unwrap().id().to_string();
-        assert!(
-            std::process::Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    };
-    signal(follower, "-STOP");
+    // Paused for five times the election timeout's maximum: its timer has run out when it
+    // resumes, so it asks for pre-votes at once, and is refused.
+    group.signal(follower, libc::SIGSTOP);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    signal(follower, "-CONT");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    group.signal(follower, libc::SIGCONT);
+    // Once it has heard from the leader again (applied a write made after it resumed) it
+    // would not campaign for another lease: whatever it did on resuming is done.
+    group.client().put(b"after-resume", b"1").await.unwrap();
+    group.caught_up(follower).await;
     assert_eq!(group.leader().await, leader, "the resumed follower deposed the leader");
     assert_eq!(term(one(leader).stats(0).await.unwrap()), before, "a term began");
     // The leader pauses: one of the others is elected (pre-vote granted between them).
-    signal(leader, "-STOP");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let elected = loop {
-        let others = [(leader + 1) % 3, (leader + 2) % 3];
-        let mut led = None;
+    group.signal(leader, libc::SIGSTOP);
+    let others = [(leader + 1) % 3, (leader + 2) % 3];
+    until_async("a follower to be elected after the leader's pause", HANG, || async {
         for i in others {
             if one(i).stats(0).await.is_ok_and(|s| s.group.role.as_str() == "leader") {
-                led = Some(i);
+                return Ok(i);
             }
         }
-        if led.is_some() || Instant::now() > deadline {
-            break led;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    signal(leader, "-CONT");
-    assert!(
-        elected.is_some(),
-        "no follower was elected within 10 s of the leader's pause"
-    );
+        Err("no leader among the others yet")
+    })
+    .await;
+    group.signal(leader, libc::SIGCONT);
 }

@@ -10,45 +10,40 @@ use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{groups_cluster, kvd, raw};
-use kvshared::client::{ClientConfig, Cluster, RecordConfig, record};
+use common::{HANG, Recorder, groups_cluster, kvd, raw, until};
+use kvshared::client::{ClientConfig, Cluster, RecordConfig};
 use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
 use kvshared::routing::key_slot;
 
-/// Records `clients` clients' ops on the keys `rs-*` for `duration` (each at most `max`).
-fn start_recording(
-    rt: &tokio::runtime::Runtime,
-    client: &Arc<Cluster>,
-    clients: usize,
-    duration: Duration,
-    max: u64,
-) -> tokio::task::JoinHandle<kvshared::client::Recording> {
+/// Records `clients` clients' ops on the keys `rs-*` until the test ends the recording.
+fn start_recording(rt: &tokio::runtime::Runtime, client: &Arc<Cluster>, clients: usize) -> Recorder {
     let config = RecordConfig {
         clients,
         keys: KEYS,
         key_prefix: "rs-".into(),
-        duration,
-        max_ops_per_client: max,
+        duration: HANG,
+        max_ops_per_client: 1_000_000,
         ..RecordConfig::default()
     };
-    let client = client.clone();
-    rt.spawn(async move { record(client, &config).await })
+    let _in = rt.enter();
+    Recorder::start(client, config)
 }
 
 /// `groups` in-memory groups on loopback splitting the slots evenly, and one more started
 /// with `--no-slots`: the guards, the addresses and the `--nodes` list.
-fn with_empty_group(groups: usize) -> (Vec<common::Kvd>, Vec<String>, String) {
+fn with_empty_group(groups: usize) -> (common::Nodes, Vec<String>, String) {
     with_empty_group_in(groups, None)
 }
 
 /// As [`with_empty_group`]; with `durable`, each group is a durable group of one member
 /// (`--data-dir` under the temporary directory, named by `durable`, and `--group`), as the
 /// hot-spot bench runs them: its changes go through the log.
-fn with_empty_group_in(groups: usize, durable: Option<&str>) -> (Vec<common::Kvd>, Vec<String>, String) {
-    let addrs: Vec<String> = (0..=groups)
-        .map(|_| format!("127.0.0.1:{}", common::free_port()))
-        .collect();
-    let mut guards = Vec::new();
+fn with_empty_group_in(groups: usize, durable: Option<&str>) -> (common::Nodes, Vec<String>, String) {
+    let addrs: Vec<String> = (0..=groups).map(|_| common::addr()).collect();
+    let mut guards = common::Nodes {
+        procs: Vec::new(),
+        dirs: Vec::new(),
+    };
     for (i, addr) in addrs.iter().enumerate() {
         let shard = match i < groups {
             true => format!("{i}/{groups}"),
@@ -59,14 +54,14 @@ fn with_empty_group_in(groups: usize, durable: Option<&str>) -> (Vec<common::Kvd
             args.push("--no-slots".into());
         }
         if let Some(name) = durable {
-            let dir = std::env::temp_dir().join(format!("kvd-{name}-{}-{i}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
+            let dir = common::temp_dir(&format!("{name}-{i}"));
             args.extend([
                 "--data-dir".into(),
-                dir.display().to_string(),
+                dir.path().display().to_string(),
                 "--group".into(),
                 addr.clone(),
             ]);
+            guards.dirs.push(dir);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         guards.push(common::start_at(addr, &args).0);
@@ -90,19 +85,14 @@ fn runtime() -> tokio::runtime::Runtime {
 /// The recording's keys: `rs-0` ... `rs-39`.
 const KEYS: usize = 40;
 
-/// Which member of group `g` leads (by `INFO replication` on its RESP port), within 10 s.
+/// Which member of group `g` leads (by `INFO replication` on its RESP port).
 fn leader(resp: &[Vec<String>], g: usize, alive: &[bool]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let found = (0..resp[g].len())
+    until(&format!("group {g} to have a leader"), HANG, || {
+        (0..resp[g].len())
             .filter(|&m| alive[g * 3 + m])
-            .find(|&m| raw(&resp[g][m], b"INFO replication\r\nQUIT\r\n").contains("role:master"));
-        if let Some(m) = found {
-            return m;
-        }
-        assert!(Instant::now() < deadline, "group {g} has no leader");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+            .find(|&m| raw(&resp[g][m], b"INFO replication\r\nQUIT\r\n").contains("role:master"))
+            .ok_or("none yet")
+    })
 }
 
 /// Runs `kvd admin move-slots` until it succeeds (at most 4 runs): a run that met a killed
@@ -188,7 +178,7 @@ fn slots_to_move() -> String {
 #[test]
 fn slots_move_back_and_forth_under_load_and_leader_faults() {
     let (mut guards, nodes, resp) = groups_cluster("reshard", 2, 3);
-    let pids: Vec<u32> = guards.iter().map(|g| g.0.id()).collect();
+    let pids: Vec<u32> = guards.iter().map(|g| g.pid()).collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -196,8 +186,8 @@ fn slots_move_back_and_forth_under_load_and_leader_faults() {
         .unwrap();
     let list: Vec<String> = nodes.split(',').map(str::to_string).collect();
     let client = Arc::new(Cluster::new(&list, ClientConfig::default()).unwrap());
-    let recorder = start_recording(&rt, &client, 8, Duration::from_secs(24), 4_000);
-    std::thread::sleep(Duration::from_millis(500));
+    let recorder = start_recording(&rt, &client, 8);
+    rt.block_on(recorder.more(300));
     let slots = slots_to_move();
     let mut alive = vec![true; 6];
     // 1. 0 -> 1, the source's leader killed in the middle, then the admin itself: the
@@ -205,7 +195,7 @@ fn slots_move_back_and_forth_under_load_and_leader_faults() {
     let victim = leader(&resp, 0, &alive);
     let runs = move_slots(&nodes, 0, 1, &slots, |admin, progress| {
         wait_for_chunks(progress, 1);
-        let _ = guards[victim].0.kill();
+        guards[victim].kill();
         alive[victim] = false;
         // Mid-move (3 of 10 chunks done), whatever this machine's speed.
         wait_for_chunks(progress, 2);
@@ -225,7 +215,7 @@ fn slots_move_back_and_forth_under_load_and_leader_faults() {
     let victim = 3 + leader(&resp, 1, &alive);
     move_slots(&nodes, 0, 1, &slots, |_, _| {
         std::thread::sleep(Duration::from_millis(300));
-        let _ = guards[victim].0.kill();
+        guards[victim].kill();
         alive[victim] = false;
     });
     // 4. 1 -> 0, the source's leader paused.
@@ -236,7 +226,10 @@ fn slots_move_back_and_forth_under_load_and_leader_faults() {
         std::thread::sleep(Duration::from_millis(1500));
         signal(pids[paused], "CONT");
     });
-    let recording = rt.block_on(recorder).unwrap();
+    // Ops after the last move, and over 1,000 in all.
+    rt.block_on(recorder.more(300));
+    rt.block_on(recorder.more(1001u64.saturating_sub(recorder.recorded())));
+    let recording = rt.block_on(recorder.finish());
     let report = check(&recording.history, &CheckOptions::default());
     if let Verdict::NotLinearizable(f) = &report.verdict {
         eprintln!("{}", render_timeline(f));
@@ -305,7 +298,11 @@ fn add_shard_then_remove_shard_keeps_the_key_set() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // Once the writers are under way (the first group has taken 100 of their puts)...
+    until("the writers to be under way", HANG, || {
+        let puts = rt.block_on(client.stats(0)).map(|s| s.counts.puts).unwrap_or(0);
+        if puts >= 100 { Ok(()) } else { Err(puts) }
+    });
     let out = kvd(&["admin", "add-shard", "--nodes", &nodes, "--chunk", "1024"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let slots = String::from_utf8_lossy(&kvd(&["admin", "slots", "--nodes", &nodes]).stdout).into_owned();
@@ -346,7 +343,7 @@ fn add_shard_then_remove_shard_keeps_the_key_set() {
 fn a_client_ahead_of_a_target_waits_for_its_hand_over() {
     use kvshared::slots::SlotState;
 
-    let addrs: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", common::free_port())).collect();
+    let addrs: Vec<String> = (0..2).map(|_| common::addr()).collect();
     let nodes = addrs.join(",");
     let _a = common::start_at(&addrs[0], &["--shard", "0/2", "--nodes", &nodes]).0;
     let _b = common::start_at(&addrs[1], &["--shard", "1/2", "--nodes", &nodes]).0;
@@ -375,8 +372,12 @@ fn a_client_ahead_of_a_target_waits_for_its_hand_over() {
         let (client, key) = (client.clone(), key.clone());
         rt.spawn(async move { client.get(key.as_bytes()).await })
     };
-    // (The client's pauses for "try again" add up to 180 ms; a hand-over takes one log write.)
-    std::thread::sleep(Duration::from_millis(60));
+    // Once the target has answered the client (naming the source, at an older epoch than
+    // the client knows: the client waits, and asks again)...
+    until("the target to answer the client", HANG, || {
+        let n = rt.block_on(admin.stats(1)).map(|s| s.counts.wrong_shard).unwrap_or(0);
+        if n > 0 { Ok(()) } else { Err(n) }
+    });
     set(1, SlotState::Owned, 1);
     let got = rt.block_on(reader).unwrap();
     assert!(matches!(got, Ok(None)), "{got:?}");
@@ -414,8 +415,8 @@ fn moves_to_two_targets(durable: Option<&str>) {
                 .all(|r| matches!(r, Ok(Outcome::Stored)))
         );
     }
-    let recorder = start_recording(&rt, &client, 4, Duration::from_secs(3), 100_000);
-    std::thread::sleep(Duration::from_millis(300));
+    let recorder = start_recording(&rt, &client, 4);
+    rt.block_on(recorder.more(100));
     // The recorded keys' slots of group 0 (below 8192) split between the targets, and
     // blocks of empty slots beside them.
     let mut ours: Vec<u16> = (0..KEYS)
@@ -439,7 +440,9 @@ fn moves_to_two_targets(durable: Option<&str>) {
     for o in &outcomes {
         assert!(o.is_ok(), "{o:?}");
     }
-    let recording = rt.block_on(recorder).unwrap();
+    rt.block_on(recorder.more(100));
+    rt.block_on(recorder.more(201u64.saturating_sub(recorder.recorded())));
+    let recording = rt.block_on(recorder.finish());
     let report = check(&recording.history, &CheckOptions::default());
     if let Verdict::NotLinearizable(f) = &report.verdict {
         eprintln!("{}", render_timeline(f));
@@ -489,48 +492,54 @@ fn the_manager_moves_a_hot_groups_slots_to_idle_groups() {
     for k in &hot {
         rt.block_on(client.put(k.as_bytes(), b"v")).unwrap();
     }
-    let manager = Command::new(env!("CARGO_BIN_EXE_kvd"))
-        .args(["manager", "--nodes", &nodes, "--move-slots", "--interval", "500ms"])
-        .args([
-            "--up-after",
-            "2",
-            "--settle",
-            "1",
-            "--spread-above",
-            "1.5",
-            "--chunk",
-            "1024",
-        ])
-        .args(["--duration", "12s", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // (It stops by itself after --duration.)
-    let recorder = start_recording(&rt, &client, 4, Duration::from_secs(9), 3_000);
+    let mut manager = common::Guard(
+        Command::new(env!("CARGO_BIN_EXE_kvd"))
+            .args(["manager", "--nodes", &nodes, "--move-slots", "--interval", "500ms"])
+            .args([
+                "--up-after",
+                "2",
+                "--settle",
+                "1",
+                "--spread-above",
+                "1.5",
+                "--chunk",
+                "1024",
+            ])
+            .arg("--json")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let decisions = common::Decisions::read(manager.stdout.take().unwrap());
+    let recorder = start_recording(&rt, &client, 4);
+    // The burst, until the manager has moved some of group 0's slots (bounded by HANG).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let burst = rt.spawn({
-        let client = client.clone();
+        let (client, stop) = (client.clone(), stop.clone());
         async move {
-            let until = Instant::now() + Duration::from_secs(8);
+            let until = Instant::now() + HANG;
             let ops: Vec<kvshared::client::Op<'_>> =
                 hot.iter().map(|k| kvshared::client::Op::Get(k.as_bytes())).collect();
-            let mut rounds = 0u32;
-            while Instant::now() < until && rounds < 2_000_000 {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
                 let _ = client.batch(&ops).await;
-                rounds += 1;
             }
         }
     });
+    rt.block_on(decisions.wait_for_one("a move of group 0's slots", |v| {
+        v["action"] == "moved" && v["shard"] == 0
+    }));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     rt.block_on(burst).unwrap();
-    let recording = rt.block_on(recorder).unwrap();
-    let out = manager.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("the manager said:\n{said}\n{}", String::from_utf8_lossy(&out.stderr));
-    let actions: Vec<String> = said
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    drop(manager);
+    rt.block_on(recorder.more(300));
+    rt.block_on(recorder.more(501u64.saturating_sub(recorder.recorded())));
+    let recording = rt.block_on(recorder.finish());
+    let actions: Vec<String> = decisions
+        .all()
+        .iter()
         .map(|v| format!("{} {}", v["action"].as_str().unwrap_or(""), v["shard"]))
         .collect();
+    eprintln!("the manager did: {actions:?}");
     assert!(actions.iter().any(|a| a == "moved 0"), "{actions:?}");
     assert!(!actions.iter().any(|a| a.starts_with("failed")), "{actions:?}");
     let report = check(&recording.history, &CheckOptions::default());

@@ -118,7 +118,7 @@ fn the_redis_crate_gets_sets_deletes_and_pipelines_across_shards() {
 
 fn redis_cli(addr: &str, args: &[&str]) -> String {
     let (host, port) = addr.rsplit_once(':').unwrap();
-    let out = Command::new("redis-cli")
+    let out = Command::new(kvtestkit::tools::program("redis-cli"))
         .args(["-h", host, "-p", port])
         .args(args)
         .output()
@@ -141,7 +141,7 @@ fn redis_cli_and_redis_benchmark_work_against_the_cluster() {
     assert!(redis_cli(&resp[0], &["INFO"]).contains("# Keyspace"));
     // Pipelined input, as `redis-cli --pipe`-style scripts send it.
     let (host, port) = resp[0].rsplit_once(':').unwrap();
-    let mut child = Command::new("redis-cli")
+    let mut child = Command::new(kvtestkit::tools::program("redis-cli"))
         .args(["-h", host, "-p", port])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -159,7 +159,7 @@ fn redis_cli_and_redis_benchmark_work_against_the_cluster() {
     // redis-benchmark exits 1 on the first error reply: its start-up CONFIG GETs, SET and
     // GET must all be answered, with and without pipelining, over random keys of both shards.
     for pipeline in ["1", "16"] {
-        let out = Command::new("redis-benchmark")
+        let out = Command::new(kvtestkit::tools::program("redis-benchmark"))
             .args(["-h", host, "-p", port, "-t", "set,get", "-n", "20000", "-r", "10000"])
             .args(["-P", pipeline, "-c", "8", "-q"])
             .output()
@@ -198,7 +198,7 @@ fn redis_cli_stat_and_the_string_benchmarks_run_to_the_end() {
     let stat = String::from_utf8_lossy(&out.stdout);
     assert!(stat.contains("keys") && stat.lines().count() >= 4, "{stat}");
     assert!(!stat.contains("-9223372036854775808"), "{stat}");
-    let out = Command::new("redis-benchmark")
+    let out = Command::new(kvtestkit::tools::program("redis-benchmark"))
         .args([
             "-h",
             host,
@@ -226,7 +226,7 @@ fn redis_cli_stat_and_the_string_benchmarks_run_to_the_end() {
     ] {
         assert!(text.contains(test), "{test} missing: {text}");
     }
-    let out = Command::new("redis-benchmark")
+    let out = Command::new(kvtestkit::tools::program("redis-benchmark"))
         .args(["-h", host, "-p", port, "-t", "lpush", "-n", "100", "-q"])
         .output()
         .unwrap();

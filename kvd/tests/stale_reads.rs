@@ -12,8 +12,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Kvd, free_port, kvd, start_at};
-use kvshared::client::{ClientConfig, Cluster, ReadFrom, RecordConfig, record};
+use common::{HANG, Kvd, Recorder, TempDir, addr, kvd, start_at, temp_dir, until};
+use kvshared::client::{ClientConfig, Cluster, ReadFrom, RecordConfig};
 use kvshared::history::staleness;
 
 const BOUND: Duration = Duration::from_millis(500);
@@ -26,20 +26,19 @@ fn signal(pid: u32, sig: &str) {
 }
 
 fn role(addr: &str) -> String {
-    let out = kvd(&["stats", "--nodes", addr, "--json", "--timeout", "2s"]);
+    let out = kvd(&["stats", "--nodes", addr, "--json", "--timeout", "10s"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     json[0]["stats"]["role"].as_str().unwrap_or("").to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_reads_stay_within_their_bound_while_members_freeze() {
-    let addrs: Vec<String> = (0..4).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let addrs: Vec<String> = (0..4).map(|_| addr()).collect();
     let group = addrs[..3].join(",");
     let mut members: Vec<Kvd> = Vec::new();
+    let dirs: Vec<TempDir> = (0..4).map(|i| temp_dir(&format!("stale-{i}"))).collect();
     for (i, a) in addrs.iter().enumerate() {
-        let dir = std::env::temp_dir().join(format!("kvd-stale-{}-{i}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let d = dir.display().to_string();
+        let d = dirs[i].path().display().to_string();
         let mut args = vec!["--data-dir", d.as_str()];
         match i < 3 {
             true => args.extend(["--group", group.as_str()]),
@@ -62,11 +61,11 @@ async fn stale_reads_stay_within_their_bound_while_members_freeze() {
             "4",
         ])
         .args(["--interval", "300ms", "--hot-reads", "50", "--cold-reads", "1"])
-        .args(["--up-after", "1", "--down-after", "1000", "--duration", "60s"])
+        .args(["--up-after", "1", "--down-after", "1000"])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let manager = Kvd::guard(manager);
+    let manager = common::Guard(manager);
     let spare = addrs[3].clone();
 
     let cluster = Arc::new(
@@ -80,15 +79,27 @@ async fn stale_reads_stay_within_their_bound_while_members_freeze() {
         )
         .unwrap(),
     );
-    let leader = (0..3).find(|&i| role(&addrs[i]) == "leader").expect("a leader");
+    let leader = until("a leader", HANG, || {
+        (0..3).find(|&i| role(&addrs[i]) == "leader").ok_or("none yet")
+    });
     let follower = (leader + 1) % 3;
-    let pids: Vec<u32> = members.iter().map(|m| m.id()).collect();
-    // The nemesis, once the manager has added the learner: a follower, the learner, then the
-    // leader, each frozen for 2 s, every 4 s. It says whether the learner came.
-    let nemesis = std::thread::spawn(move || {
-        let learner = (0..100).any(|_| {
-            std::thread::sleep(Duration::from_millis(100));
-            role(&spare) == "learner"
+    let pids: Vec<u32> = members.iter().map(|m| m.pid()).collect();
+    let recorder = Recorder::start(
+        &cluster,
+        RecordConfig {
+            clients: 12,
+            keys: 20,
+            key_prefix: "stale-".into(),
+            duration: HANG,
+            ..RecordConfig::default()
+        },
+    );
+    // The nemesis, once the manager has added the learner (the load makes the shard hot): a
+    // follower, the learner, then the leader, each frozen for 2 s, every 4 s.
+    let nemesis = tokio::task::spawn_blocking(move || {
+        until("the manager to add the spare as a learner", HANG, || {
+            let r = role(&spare);
+            if r == "learner" { Ok(()) } else { Err(r) }
         });
         drop(manager);
         for victim in [follower, 3, leader] {
@@ -97,23 +108,12 @@ async fn stale_reads_stay_within_their_bound_while_members_freeze() {
             std::thread::sleep(Duration::from_secs(2));
             signal(pids[victim], "CONT");
         }
-        learner
     });
-    let recording = record(
-        cluster,
-        &RecordConfig {
-            clients: 12,
-            keys: 20,
-            key_prefix: "stale-".into(),
-            duration: Duration::from_secs(18),
-            ..RecordConfig::default()
-        },
-    )
-    .await;
-    assert!(
-        nemesis.join().unwrap(),
-        "the manager never added the spare as a learner"
-    );
+    nemesis.await.unwrap();
+    // Reads after the last thaw too, and enough reads in all to judge.
+    recorder.more(500).await;
+    recorder.more(2_500u64.saturating_sub(recorder.recorded())).await;
+    let recording = recorder.finish().await;
     let s = staleness(&recording.history, (BOUND + SLACK).as_nanos() as u64);
     assert!(s.gets > 1000, "too few reads to judge: {s:?}");
     assert_eq!(

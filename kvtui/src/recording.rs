@@ -203,14 +203,13 @@ pub fn play(recording: Recording, clock: ReplayClock, samples: Sender<Sample>) {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("kvtui-rec-{name}-{}", std::process::id()))
+    fn scratch(name: &str) -> kvtestkit::Scratch {
+        kvtestkit::scratch_file("kvtui-rec", name)
     }
 
     #[test]
     fn a_recording_reads_back_with_its_nodes_in_order() {
         let path = scratch("round");
-        let _ = std::fs::remove_file(&path);
         let nodes = vec!["a:1".to_string(), "b:2".to_string()];
         let mut rec = Recorder::open(&path, &nodes).unwrap();
         for (node, result) in [(1, Ok(NodeStats::default())), (0, Err("refused".to_string()))] {
@@ -230,7 +229,6 @@ mod tests {
         assert_eq!(r.records.len(), 2);
         assert_eq!(r.nodes, vec!["b:2", "a:1"]);
         assert_eq!(r.records[1].error.as_deref(), Some("refused"));
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
@@ -243,7 +241,6 @@ mod tests {
         .unwrap();
         let e = read(&path).unwrap_err().to_string();
         assert!(e.contains("line 2"), "{e}");
-        std::fs::remove_file(&path).unwrap();
     }
 
     /// Played back fast, samples keep their recorded times, so the view's rates are the

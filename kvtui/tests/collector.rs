@@ -9,12 +9,8 @@ use tokio::sync::watch;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_comes_back_is_picked_up_again() {
-    // An address with nothing behind it yet.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
+    // An address with nothing behind it yet (held for the test: it refuses until kvd runs).
+    let addr = kvtestkit::addr();
     let (tx, rx) = channel();
     let (_interval_tx, interval) = watch::channel(Duration::from_millis(100));
     kvtui::collector::Collector::spawn(
@@ -27,7 +23,7 @@ async fn a_node_that_comes_back_is_picked_up_again() {
     .unwrap();
 
     let first = tokio::task::spawn_blocking(move || {
-        let s = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let s = rx.recv_timeout(kvtestkit::HANG).unwrap();
         (s, rx)
     })
     .await
@@ -36,13 +32,11 @@ async fn a_node_that_comes_back_is_picked_up_again() {
     assert!(sample.result.is_err(), "nothing listens yet");
 
     // Now the node starts on that address.
-    let server = Server::bind(&addr, NodeConfig::default()).await.unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run(async {
-        let _ = stop_rx.await;
-    }));
+    let node = tokio::task::spawn_blocking(move || kvtestkit::kvd::start(&["--listen", &addr]))
+        .await
+        .unwrap();
     let came_back = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + kvtestkit::HANG;
         while Instant::now() < deadline {
             if let Ok(s) = rx.recv_timeout(Duration::from_millis(500))
                 && s.result.is_ok()
@@ -55,8 +49,7 @@ async fn a_node_that_comes_back_is_picked_up_again() {
     .await
     .unwrap();
     assert!(came_back, "the collector never picked the node up");
-    let _ = stop_tx.send(());
-    let _ = running.await;
+    drop(node);
 }
 
 /// After `-` from a 10 s interval the next poll comes at once, not when the old 10 s sleep

@@ -4,43 +4,12 @@
 //! apart from the ops they serve. Real kvd processes (the `kvd` built beside `kvtui`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 fn kvd_binary() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_kvtui")).with_file_name("kvd");
-    assert!(
-        path.exists(),
-        "{} is missing: build the workspace (cargo test --workspace builds it)",
-        path.display()
-    );
-    path
-}
-
-/// A free port below the ephemeral range, distinct within this process.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(104_729);
-    for _ in 0..12_000 {
-        let port = 20_000 + (start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in 20000-31999 on 127.0.0.1");
-}
-
-/// Kills the kvd processes this test started (by their handles) when it ends.
-struct Members(Vec<Child>);
-
-impl Drop for Members {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    kvtestkit::kvd::binary("kvd")
 }
 
 fn kvd(args: &[&str]) -> String {
@@ -76,30 +45,20 @@ fn row<'a>(report: &'a serde_json::Value, addr: &str) -> &'a serde_json::Value {
 }
 
 /// Starts a group of three on fresh data dirs and has one command make it a group.
-fn start_group(scratch: &Path) -> (Members, Vec<String>) {
-    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let mut members = Members(Vec::new());
+fn start_group(scratch: &Path) -> (Vec<kvtestkit::kvd::Kvd>, Vec<String>) {
+    let addrs: Vec<String> = (0..3).map(|_| kvtestkit::addr()).collect();
+    let mut members = Vec::new();
     for (i, addr) in addrs.iter().enumerate() {
         let dir = scratch.join(format!("m{i}"));
-        let child = Command::new(kvd_binary())
-            .args([
-                "--listen",
-                addr,
-                "--data-dir",
-                dir.to_str().unwrap(),
-                "--group",
-                &addrs.join(","),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        members.0.push(child);
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while addrs.iter().any(|a| std::net::TcpStream::connect(a).is_err()) {
-        assert!(Instant::now() < deadline, "the members did not start listening");
-        std::thread::sleep(Duration::from_millis(50));
+        let group = addrs.join(",");
+        members.push(kvtestkit::kvd::start(&[
+            "--listen",
+            addr,
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--group",
+            &group,
+        ]));
     }
     kvd(&["admin", "init-group", "--nodes", &addrs.join("|")]);
     (members, addrs)
@@ -107,9 +66,8 @@ fn start_group(scratch: &Path) -> (Members, Vec<String>) {
 
 #[test]
 fn a_moved_leader_is_found_and_a_removed_member_says_so() {
-    let scratch = std::env::temp_dir().join(format!("kvtui-groups-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
-    let (_members, addrs) = start_group(&scratch);
+    let scratch = kvtestkit::temp_dir("kvtui-groups");
+    let (_members, addrs) = start_group(scratch.path());
     let all = addrs.join("|");
     for i in 0..20 {
         kvd(&["put", "--nodes", &all, &format!("k{i}"), "v"]);
@@ -118,11 +76,16 @@ fn a_moved_leader_is_found_and_a_removed_member_says_so() {
     let out = kvd(&["admin", "transfer-leader", "--nodes", &all, &addrs[2]]);
     assert!(out.contains(&format!("leader {}", addrs[2])), "{out}");
     let listed = addrs[..2].join("|");
-    // Load while kvtui samples (bounded): followers apply what they do not serve.
+    // Load until kvtui has sampled (so it overlaps both samples, however slow the machine;
+    // bounded by a count): followers apply what they do not serve.
+    let sampled = Arc::new(AtomicBool::new(false));
     let load = std::thread::spawn({
-        let all = all.clone();
+        let (all, sampled) = (all.clone(), sampled.clone());
         move || {
-            for i in 0..60 {
+            for i in 0..100_000 {
+                if sampled.load(Ordering::Relaxed) {
+                    break;
+                }
                 let _ = Command::new(kvd_binary())
                     .args(["put", "--nodes", &all, &format!("load{}", i % 5), "v"])
                     .output();
@@ -130,6 +93,7 @@ fn a_moved_leader_is_found_and_a_removed_member_says_so() {
         }
     });
     let report = once(&listed);
+    sampled.store(true, Ordering::Relaxed);
     load.join().unwrap();
     let leader = row(&report, &addrs[2]);
     assert_eq!(leader["learned"], true, "{leader}");
@@ -153,18 +117,14 @@ fn a_moved_leader_is_found_and_a_removed_member_says_so() {
 
     // The first member leaves the group; it keeps running and still believes it follows.
     kvd(&["admin", "remove-replica", "--nodes", &all, &addrs[0]]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    kvtestkit::until("the removed member to be shown removed", kvtestkit::HANG, || {
         let report = once(&all);
-        let gone = row(&report, &addrs[0]);
-        if gone["removed"] == true {
-            assert_eq!(row(&report, &addrs[1])["removed"], false);
-            break;
+        match row(&report, &addrs[0])["removed"] == true {
+            true => {
+                assert_eq!(row(&report, &addrs[1])["removed"], false);
+                Ok(())
+            }
+            false => Err(report),
         }
-        assert!(
-            Instant::now() < deadline,
-            "the removed member is not shown removed: {report}"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&scratch);
+    });
 }

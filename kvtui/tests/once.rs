@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use kvd::local::LocalCluster;
 use kvshared::client::{ClientConfig, Cluster, Op};
@@ -10,13 +9,10 @@ use kvshared::client::{ClientConfig, Cluster, Op};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn once_json_reports_live_nodes_with_moving_counters_and_the_dead_one_as_down() {
     let cluster = LocalCluster::start(2, |_| {}).await.unwrap();
-    // An address nothing listens on: bind a port, then free it.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // An address nothing listens on (held for the test, so nothing else can take it).
+    let dead = kvtestkit::addr();
     let mut nodes = cluster.addrs();
-    nodes.push(dead.to_string());
+    nodes.push(dead.clone());
 
     // Load in the background until kvtui has finished sampling (so the load surely
     // overlaps both samples, however slow the machine), bounded by a deadline and a count.
@@ -31,7 +27,7 @@ async fn once_json_reports_live_nodes_with_moving_counters_and_the_dead_one_as_d
         async move {
             let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
             let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::Put(k.as_bytes(), b"v")).collect();
-            let until = tokio::time::Instant::now() + Duration::from_secs(60);
+            let until = tokio::time::Instant::now() + kvtestkit::HANG;
             for _ in 0..10_000_000 {
                 if sampled.load(Ordering::Relaxed) || tokio::time::Instant::now() >= until {
                     break;

@@ -33,10 +33,9 @@ mod tests {
     fn an_endless_file_is_refused_after_the_bound() {
         let err = read_bounded(Path::new("/dev/zero"), 4096).unwrap_err();
         assert!(err.to_string().contains("larger than 4096 bytes"), "{err}");
-        let dir = std::env::temp_dir().join(format!("kvshared-files-{}", std::process::id()));
-        std::fs::write(&dir, b"small").unwrap();
-        assert_eq!(read_bounded(&dir, 5).unwrap(), b"small");
-        assert!(read_bounded(&dir, 4).is_err());
-        std::fs::remove_file(&dir).unwrap();
+        let file = kvtestkit::scratch_file("files", "small");
+        std::fs::write(&file, b"small").unwrap();
+        assert_eq!(read_bounded(&file, 5).unwrap(), b"small");
+        assert!(read_bounded(&file, 4).is_err());
     }
 }

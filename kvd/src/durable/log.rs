@@ -487,15 +487,27 @@ impl Default for WriterFigures {
 
 /// The writer thread: group commit over [`LogFiles`].
 pub struct GroupCommit {
-    jobs: mpsc::Sender<Job>,
+    /// `None` once dropped: the writer then finishes what is queued and ends.
+    jobs: Option<mpsc::Sender<Job>>,
     figures: std::sync::Arc<parking_lot::Mutex<WriterFigures>>,
     /// Tells a writer stuck retrying a failing disk to give up (the log is shutting down).
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for GroupCommit {
+    /// Ends the writer and waits for it: what was queued is written (or refused, on a disk
+    /// that refuses writes) and the files are synced and closed when this returns, so a
+    /// reopening of the same files sees everything.
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.jobs = None;
+        // (A writer's own last reference, dropped on its thread, cannot wait for itself.)
+        if let Some(thread) = self.thread.take()
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -534,10 +546,15 @@ impl GroupCommit {
             last_sync: Instant::now(),
             dirty: false,
         };
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("log-writer".into())
             .spawn(move || writer.run(rx))?;
-        Ok(GroupCommit { jobs, figures, stop })
+        Ok(GroupCommit {
+            jobs: Some(jobs),
+            figures,
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Queues records `first..` and calls `done` once they are written (and durable, under
@@ -548,7 +565,11 @@ impl GroupCommit {
             payloads,
             done: Box::new(done),
         };
-        if let Err(mpsc::SendError(Job::Append { done, .. })) = self.jobs.send(job) {
+        let sent = match &self.jobs {
+            Some(jobs) => jobs.send(job),
+            None => Err(mpsc::SendError(job)),
+        };
+        if let Err(mpsc::SendError(Job::Append { done, .. })) = sent {
             done(Err("the log writer has stopped".into()));
         }
     }
@@ -556,13 +577,17 @@ impl GroupCommit {
     /// Takes back, on the writer thread and in order with the appends, the records from
     /// `index` on.
     pub fn truncate_from(&self, index: u64) {
-        let _ = self.jobs.send(Job::Truncate(index));
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send(Job::Truncate(index));
+        }
     }
 
     /// Deletes, on the writer thread, the segments whose records all have indexes up to
     /// `index` (a snapshot holds them).
     pub fn purge_through(&self, index: u64) {
-        let _ = self.jobs.send(Job::Purge(index));
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send(Job::Purge(index));
+        }
     }
 
     /// What the writer has done so far.
@@ -735,10 +760,8 @@ mod tests {
         Ok((files, records))
     }
 
-    fn scratch() -> PathBuf {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        std::env::temp_dir().join(format!("kvd-log-{}-{n}", std::process::id()))
+    fn scratch() -> kvtestkit::Scratch {
+        kvtestkit::scratch("log")
     }
 
     #[test]
@@ -765,7 +788,6 @@ mod tests {
         assert!(rec.first().unwrap().0 > 1, "purged records are gone");
         assert!(rec.first().unwrap().0 <= 21, "records after the purge point stay");
         assert_eq!(log.next_index(), 31);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Records are read back from their files across segments, each checksum checked; a
@@ -807,7 +829,6 @@ mod tests {
         std::fs::write(&last, bytes).unwrap();
         let e = reader.read(60, 61).unwrap_err().to_string();
         assert!(e.contains(&last.display().to_string()) && e.contains("checksum"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -827,11 +848,9 @@ mod tests {
         assert_eq!((f.records, f.appends), (2000, 2000));
         assert!(f.fsyncs < 2000, "{} fsyncs for 2000 appends: no grouping", f.fsyncs);
         drop(writer);
-        std::thread::sleep(Duration::from_millis(100));
         let (_, rec) = open_all(&dir, 1).unwrap();
         assert_eq!(rec.len(), 2000);
         assert_eq!(rec[1999], (2000, 2000u64.to_le_bytes().to_vec()));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A disk that refuses writes (here: as a read-only file system) stalls the log: the
@@ -865,11 +884,9 @@ mod tests {
         assert_eq!(health.refusal(), None);
         assert_eq!(health.figures().stalls, 1);
         drop(writer);
-        std::thread::sleep(Duration::from_millis(100));
         let (_, rec) = open_all(&dir, 1).unwrap();
         let records: Vec<_> = rec.iter().map(|(i, r)| (*i, r.clone())).collect();
         assert_eq!(records, vec![(1, b"one".to_vec()), (2, b"two".to_vec())]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A segment cut after kvd wrote it (`truncate`), or a last segment that is gone, is
@@ -901,7 +918,6 @@ mod tests {
         std::fs::remove_file(&last).unwrap();
         let e = open_all(&dir, 1).err().unwrap().to_string();
         assert!(e.contains("last segment file is missing"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -919,6 +935,5 @@ mod tests {
         std::fs::remove_file(&names[1]).unwrap();
         let e = open_all(&dir, 1).err().unwrap().to_string();
         assert!(e.contains("missing"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

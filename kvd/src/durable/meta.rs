@@ -250,13 +250,9 @@ pub fn new_member_id() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("kvd-meta-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn scratch(name: &str) -> kvtestkit::Scratch {
+        kvtestkit::scratch(&format!("meta-{name}"))
     }
 
     #[test]
@@ -267,7 +263,6 @@ mod tests {
         assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
         drop(held);
         DataDirLock::take(&dir).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -297,7 +292,6 @@ mod tests {
         let e = check_shard(&dir, me, false).unwrap_err().to_string();
         assert!(e.contains("before hash slots"), "{e}");
         assert_eq!(std::fs::read(dir.join(SHARD_FILE)).unwrap(), b"1/2\n");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -311,7 +305,6 @@ mod tests {
         std::fs::write(dir.join(IDENTITY_FILE), b"member x\n").unwrap();
         let e = Identity::load_or_create(&dir).unwrap_err().to_string();
         assert!(e.contains("damaged"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     proptest::proptest! {

@@ -418,15 +418,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("kvd-segment-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join(name)
+    fn scratch(name: &str) -> kvtestkit::Scratch {
+        kvtestkit::scratch_file("segment", name)
     }
 
-    fn written(payloads: &[Vec<u8>]) -> (PathBuf, Vec<u64>) {
+    fn written(payloads: &[Vec<u8>]) -> (kvtestkit::Scratch, Vec<u64>) {
         let path = scratch("log-1.seg");
         let mut seg = Segment::create(&path).unwrap();
         let mut ends = Vec::new();
@@ -451,7 +447,6 @@ mod tests {
             let back = read(&path, true).unwrap();
             prop_assert_eq!(back.records, payloads);
             prop_assert_eq!(back.torn_at, None);
-            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
         }
 
         /// Syncs between appends, each letting the kernel drop the whole pages written so
@@ -474,7 +469,6 @@ mod tests {
             let back = read(&path, true).unwrap();
             prop_assert_eq!(back.records, payloads);
             prop_assert_eq!(back.torn_at, None);
-            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
         }
 
         /// A log cut at any byte (a crash mid-append) keeps every record before the cut
@@ -495,7 +489,6 @@ mod tests {
             seg.append(&[b"after".to_vec()]).unwrap();
             let again = read(&path, true).unwrap();
             prop_assert_eq!(again.records.len(), whole + 1);
-            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
         }
 
         /// A flipped byte anywhere (bit rot, not a crash) is refused with the file's name
@@ -511,7 +504,6 @@ mod tests {
                 let e = read(&path, last).unwrap_err().to_string();
                 prop_assert!(e.contains(&path.display().to_string()) && e.contains("corrupt"), "{}", e);
             }
-            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
         }
 
         /// Zeros after the last record (blocks a crash allocated but never wrote) are a torn
@@ -526,7 +518,6 @@ mod tests {
             let back = read(&path, true).unwrap();
             prop_assert_eq!(back.records, payloads);
             prop_assert_eq!(back.torn_at, Some(valid));
-            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
         }
     }
 
@@ -543,7 +534,8 @@ mod tests {
         let e = read(&path, true).unwrap_err().to_string();
         assert!(e.contains("version 7"), "{e}");
         // A header cut short (`truncate -s 16`) is refused as cut, not read as empty.
-        let seg = Segment::create(&scratch("log-2.seg")).unwrap();
+        let second = scratch("log-2.seg");
+        let seg = Segment::create(&second).unwrap();
         let cut = seg.path.clone();
         drop(seg);
         std::fs::OpenOptions::new()
@@ -555,11 +547,11 @@ mod tests {
         let e = read(&cut, true).unwrap_err().to_string();
         assert!(e.contains("shorter than a segment header"), "{e}");
         // The mark is read back as written.
-        let mut seg = Segment::create(&scratch("log-3.seg")).unwrap();
+        let third = scratch("log-3.seg");
+        let mut seg = Segment::create(&third).unwrap();
         seg.append(&[b"x".to_vec()]).unwrap();
         seg.mark(1, true).unwrap();
         let back = read(&seg.path, true).unwrap();
         assert_eq!((back.durable_records, back.sealed), (1, true));
-        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 }

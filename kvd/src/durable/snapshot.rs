@@ -197,12 +197,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn scratch() -> PathBuf {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("kvd-snapshot-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join("snap-1.snap")
+    fn scratch() -> kvtestkit::Scratch {
+        kvtestkit::scratch_file("snapshot", "snap-1.snap")
     }
 
     proptest! {
@@ -228,7 +224,6 @@ mod tests {
             prop_assert!(e.contains("snap-1.snap"), "{}", e);
             std::fs::write(&path, &good[..cut.index(good.len())]).unwrap();
             prop_assert!(read(&path).is_err());
-            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
         }
     }
 }

@@ -84,10 +84,17 @@ impl Listener {
     }
 }
 
-/// Binds the first address `addr` resolves to, with [`LISTEN_BACKLOG`].
+/// Binds the first address `addr` resolves to, with [`LISTEN_BACKLOG`]; or listens on the
+/// inherited socket bound there (`super::inherited`).
 async fn listen(addr: &str) -> std::io::Result<TcpListener> {
     let mut last = None;
     for candidate in tokio::net::lookup_host(addr).await? {
+        if let Some(inherited) = super::inherited::take(candidate) {
+            socket2::SockRef::from(&inherited).listen(LISTEN_BACKLOG as i32)?;
+            inherited.set_nonblocking(true)?;
+            tracing::debug!(%candidate, "serving on an inherited socket");
+            return TcpListener::from_std(inherited);
+        }
         let socket = if candidate.is_ipv4() {
             TcpSocket::new_v4()?
         } else {

@@ -5,7 +5,8 @@
 //! protocol and dispatches to `Node::execute`; it decides no policy. Every rule about who may
 //! connect, for how long and with how much memory lives here, once, and holds on every front:
 //!
-//! * binding with a backlog, one listener per front (`listener`);
+//! * binding with a backlog, one listener per front (`listener`), or serving on a socket
+//!   handed over by socket activation (`inherited`);
 //! * protected mode, decided from each listener's own address;
 //! * TLS on every front when `--tls-cert` is given, and what a plaintext client is told;
 //! * the connection limit (`--max-conns`, node-wide, within the process's file limit);
@@ -30,6 +31,7 @@ pub(crate) mod conn;
 mod deadline;
 mod front;
 pub(crate) mod gate;
+pub mod inherited;
 mod limits;
 mod listener;
 mod open;

@@ -1,137 +1,58 @@
 //! Helpers for tests that run the built `kvd` binary.
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use kvshared::frame::{AlignedVec, FrameHeader, FrameKind, HEADER_LEN};
 use kvshared::wire::{BatchRequest, encode_frame};
 
-/// A kvd child process that is killed when dropped, so a failing test leaves none behind.
-/// It may hold kvd's stderr unread (a stalled log reader).
-pub struct Kvd(pub Child, Option<Box<dyn std::any::Any + Send>>);
-
-impl Kvd {
-    /// Guards a kvd started some other way (e.g. through `ip netns exec`, which execs it).
-    pub fn guard(child: Child) -> Kvd {
-        Kvd(child, None)
-    }
-}
-
-impl Drop for Kvd {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl std::ops::Deref for Kvd {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Kvd {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
+pub use kvtestkit::kvd::Kvd;
+#[allow(unused_imports)]
+pub use kvtestkit::process::AfterReady;
+#[allow(unused_imports)] // each test file uses its own subset
+pub use kvtestkit::{Guard, HANG, TempDir, addr, temp_dir, until, until_async};
 
 /// Starts `kvd` on a free port and returns it with the address from its ready line.
 pub fn start(args: &[&str]) -> (Kvd, String) {
     start_logging(args, "kvd=info", false)
 }
 
-/// Starts `kvd` listening on `listen` (e.g. the address a killed kvd had).
+/// Starts `kvd` listening on `listen` (an address of [`addr`], e.g. the one a killed kvd
+/// had, or port 0).
 pub fn start_at(listen: &str, args: &[&str]) -> (Kvd, String) {
-    start_with(listen, args, "kvd=info", false)
+    let args = [&["--listen", listen], args].concat();
+    start_logging(&args, "kvd=info", false)
 }
 
 /// Starts `kvd` with `RUST_LOG=log`; with `stall`, nobody reads its stderr after the ready
 /// line (the pipe fills, as with a stuck log collector).
 pub fn start_logging(args: &[&str], log: &str, stall: bool) -> (Kvd, String) {
-    start_with("127.0.0.1:0", args, log, stall)
+    let options = kvtestkit::kvd::Options {
+        log: Some(log.to_string()),
+        after: if stall { AfterReady::Stall } else { AfterReady::Read },
+    };
+    let kvd = kvtestkit::kvd::start_with(args, &options);
+    let addr = kvd.addr.clone();
+    (kvd, addr)
 }
 
 /// Starts `kvd` on a free port; returns it with what it logged before its ready line (e.g.
 /// what recovery passed over), and its address.
 pub fn start_capturing(args: &[&str]) -> ((Kvd, String), String) {
-    let (kvd, addr, before) = start_full("127.0.0.1:0", args, "kvd=info", false);
+    let kvd = kvtestkit::kvd::start(args);
+    let (addr, before) = (kvd.addr.clone(), kvd.ready.before.join("\n"));
     ((kvd, before), addr)
 }
 
-fn start_with(listen: &str, args: &[&str], log: &str, stall: bool) -> (Kvd, String) {
-    let (kvd, addr, _) = start_full(listen, args, log, stall);
-    (kvd, addr)
-}
-
-fn start_full(listen: &str, args: &[&str], log: &str, stall: bool) -> (Kvd, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kvd"));
-    command.args(["--listen", listen]).args(args).env("RUST_LOG", log);
-    start_command(command, stall)
-}
-
-/// Starts a kvd by `command` (e.g. inside a network namespace); returns it, the address of
-/// its ready line, and what it logged before that line.
-pub fn start_command(mut command: Command, stall: bool) -> (Kvd, String, String) {
-    let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    // Guard the child first, so a failed start does not leave it running.
-    let guard = Kvd(child, None);
-    let mut lines = BufReader::new(stderr).lines();
-    // Lines before the ready line (e.g. what a data directory recovered) are kept apart.
-    let mut before = String::new();
-    let ready = lines
-        .by_ref()
-        .take(50)
-        .map_while(Result::ok)
-        .find(|l| {
-            let ready = l.contains("listening on");
-            if !ready {
-                before.push_str(l);
-                before.push('\n');
-            }
-            ready
-        })
-        .unwrap_or_else(|| panic!("kvd printed no ready line; it said:\n{before}"));
-    let addr = ready
-        .rsplit("listening on ")
-        .next()
-        .expect("no ready line")
-        .trim()
-        .to_string();
-    assert!(ready.contains("kvd shard"), "{ready}");
-    let mut guard = guard;
-    if stall {
-        guard.1 = Some(Box::new(lines));
-        return (guard, addr, before);
-    }
-    // Keep draining stderr so kvd never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (guard, addr, before)
-}
-
-/// A port free at the time of asking (for nodes that must know each other's addresses
-/// before they start).
-///
-/// Picked below Linux's ephemeral range (32768-60999), from which outgoing connections take
-/// their source ports: a port picked there (by binding port 0) could be taken by a test's
-/// client connection before kvd binds it, and kvd then fails to start ("printed no ready
-/// line", seen once under the 64-connection INCR test). Distinct within a process.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(7919);
-    for _ in 0..12_000 {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = 20_000 + (start.wrapping_add(n) % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in 20000-31999 on 127.0.0.1");
+/// Starts a kvd by `command` (e.g. inside a network namespace; `args` are kvd's own
+/// arguments); returns it, the address of its ready line, and what it logged before.
+pub fn start_command(command: Command, args: &[&str], stall: bool) -> (Kvd, String, String) {
+    let after = if stall { AfterReady::Stall } else { AfterReady::Read };
+    let kvd = kvtestkit::kvd::start_command(command, args, after);
+    let (addr, before) = (kvd.addr.clone(), kvd.ready.before.join("\n"));
+    (kvd, addr, before)
 }
 
 /// Runs `kvd` with `args` (a client verb, or a bad flag) and waits for it.
@@ -235,56 +156,79 @@ pub fn self_signed(name: &str) -> (String, String) {
     (cert.display().to_string(), key.display().to_string())
 }
 
+/// Running nodes and the data directories they use, dropped in that order (the nodes are
+/// killed, then the directories removed). Indexes and iterates as the nodes.
+pub struct Nodes {
+    pub procs: Vec<Kvd>,
+    pub dirs: Vec<TempDir>,
+}
+
+impl std::ops::Deref for Nodes {
+    type Target = Vec<Kvd>;
+    fn deref(&self) -> &Vec<Kvd> {
+        &self.procs
+    }
+}
+
+impl std::ops::DerefMut for Nodes {
+    fn deref_mut(&mut self) -> &mut Vec<Kvd> {
+        &mut self.procs
+    }
+}
+
 /// Two nodes (shards 0/2 and 1/2), each with a RESP port and the other's address for
 /// forwarding; returns the guards and the two RESP addresses.
-pub fn resp_cluster(extra: &[&str]) -> (Vec<Kvd>, Vec<String>) {
-    let bin: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let resp: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+pub fn resp_cluster(extra: &[&str]) -> (Nodes, Vec<String>) {
+    let bin: Vec<String> = (0..2).map(|_| addr()).collect();
+    let resp: Vec<String> = (0..2).map(|_| addr()).collect();
     let nodes = bin.join(",");
-    let mut guards = Vec::new();
+    let mut procs = Vec::new();
     for i in 0..2 {
         let shard = format!("{i}/2");
         let mut args = vec!["--shard", &shard, "--resp", &resp[i], "--nodes", &nodes];
         args.extend(extra);
-        guards.push(start_at(&bin[i], &args).0);
+        procs.push(start_at(&bin[i], &args).0);
     }
-    (guards, resp)
+    (
+        Nodes {
+            procs,
+            dirs: Vec::new(),
+        },
+        resp,
+    )
+}
+
+/// Whether the RESP node at `addr` says it is a master (`INFO replication`).
+pub fn resp_leads(addr: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(3)));
+    let _ = s.write_all(b"INFO replication\r\nQUIT\r\n");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).contains("role:master")
 }
 
 /// A 3-member replica group started with `--data-dir` (fresh directories named after
 /// `name`) and `--resp`: its members, their RESP addresses, and which one leads (found
-/// with `INFO replication`, within 10 s).
-pub fn resp_group(name: &str) -> (Vec<Kvd>, Vec<String>, usize) {
-    let bin: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let resp: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+/// with `INFO replication`).
+pub fn resp_group(name: &str) -> (Nodes, Vec<String>, usize) {
+    let bin: Vec<String> = (0..3).map(|_| addr()).collect();
+    let resp: Vec<String> = (0..3).map(|_| addr()).collect();
     let members = bin.join(",");
-    let mut guards = Vec::new();
+    let dirs: Vec<TempDir> = (0..3).map(|i| temp_dir(&format!("{name}-{i}"))).collect();
+    let mut procs = Vec::new();
     for i in 0..3 {
-        let dir = std::env::temp_dir().join(format!("kvd-{name}-{}-{i}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let d = dir.display().to_string();
-        guards.push(start_at(&bin[i], &["--data-dir", &d, "--group", &members, "--resp", &resp[i]]).0);
+        let d = dirs[i].path().display().to_string();
+        procs.push(start_at(&bin[i], &["--data-dir", &d, "--group", &members, "--resp", &resp[i]]).0);
     }
     let init = kvd(&["admin", "init-group", "--nodes", &bin.join("|")]);
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
-    let leads = |addr: &str| {
-        let Ok(mut s) = TcpStream::connect(addr) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(3)));
-        let _ = s.write_all(b"INFO replication\r\nQUIT\r\n");
-        let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out);
-        String::from_utf8_lossy(&out).contains("role:master")
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        if let Some(leader) = (0..3).find(|&i| leads(&resp[i])) {
-            return (guards, resp, leader);
-        }
-        assert!(std::time::Instant::now() < deadline, "no leader");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let leader = until("a member to say it is the master", HANG, || {
+        (0..3).find(|&i| resp_leads(&resp[i])).ok_or("none yet")
+    });
+    (Nodes { procs, dirs }, resp, leader)
 }
 
 /// Gets that found a key missing after a put of it had been acknowledged: with no deletes
@@ -310,14 +254,10 @@ pub fn reads_after_expiry(history: &kvshared::history::History) -> usize {
     n
 }
 
-/// The venv's Python with redis-py, made by `.ci/run` (or `KV_PYTHON`).
-#[allow(dead_code)]
-pub fn python() -> Option<std::path::PathBuf> {
-    if let Some(p) = std::env::var_os("KV_PYTHON") {
-        return Some(std::path::PathBuf::from(p));
-    }
-    let venv = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/pyvenv/bin/python");
-    venv.exists().then_some(venv)
+/// The venv's Python with redis-py, made by `.ci/run` (or `KV_PYTHON`); a test that needs it
+/// fails, saying how to get it, when it is missing.
+pub fn python() -> std::path::PathBuf {
+    kvtestkit::tools::python()
 }
 
 /// Runs an outside client's check program: it must exit 0 and say "every check passed".
@@ -348,12 +288,14 @@ pub fn raw(addr: &str, bytes: &[u8]) -> String {
 /// A cluster of `groups` shards of `members` each (1: in memory; 3: durable replica
 /// groups), every node with `--resp-cluster`: the guards, the `--nodes` list, and the RESP
 /// addresses by shard, then member.
-pub fn groups_cluster(name: &str, groups: usize, members: usize) -> (Vec<Kvd>, String, Vec<Vec<String>>) {
-    let port = |_| format!("127.0.0.1:{}", free_port());
-    let bin: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(port).collect()).collect();
-    let resp: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(port).collect()).collect();
+pub fn groups_cluster(name: &str, groups: usize, members: usize) -> (Nodes, String, Vec<Vec<String>>) {
+    let bin: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(|_| addr()).collect()).collect();
+    let resp: Vec<Vec<String>> = (0..groups).map(|_| (0..members).map(|_| addr()).collect()).collect();
     let nodes = bin.iter().map(|g| g.join("|")).collect::<Vec<_>>().join(",");
-    let mut guards = Vec::new();
+    let mut all = Nodes {
+        procs: Vec::new(),
+        dirs: Vec::new(),
+    };
     for g in 0..groups {
         for m in 0..members {
             let shard = format!("{g}/{groups}");
@@ -366,30 +308,30 @@ pub fn groups_cluster(name: &str, groups: usize, members: usize) -> (Vec<Kvd>, S
                 &nodes,
                 "--resp-cluster",
             ];
-            let dir = std::env::temp_dir().join(format!("kvd-{name}-{}-{g}-{m}", std::process::id()));
-            let (d, group) = (dir.display().to_string(), bin[g].join(","));
+            let dir = temp_dir(&format!("{name}-{g}-{m}"));
+            let (d, group) = (dir.path().display().to_string(), bin[g].join(","));
             if members > 1 {
-                let _ = std::fs::remove_dir_all(&dir);
                 args.extend(["--data-dir", &d, "--group", &group]);
             }
-            guards.push(start_at(&bin[g][m], &args).0);
+            all.procs.push(start_at(&bin[g][m], &args).0);
+            all.dirs.push(dir);
         }
         if members > 1 {
             let init = kvd(&["admin", "init-group", "--nodes", &bin[g].join("|")]);
             assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
         }
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     for addr in resp.iter().flatten() {
-        while !raw(addr, b"CLUSTER INFO\r\nQUIT\r\n").contains("cluster_state:ok") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{addr}: the cluster's state never became ok"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        until(&format!("{addr}: the cluster's state to be ok"), HANG, || {
+            let info = raw(addr, b"CLUSTER INFO\r\nQUIT\r\n");
+            if info.contains("cluster_state:ok") {
+                Ok(())
+            } else {
+                Err(info)
+            }
+        });
     }
-    (guards, nodes, resp)
+    (all, nodes, resp)
 }
 
 /// Sets one slot of node `node` (of `client`'s list) to `to` (owner, epoch), as a step of
@@ -413,4 +355,109 @@ pub fn set_slot(
     let reply = rt.block_on(client.send_batch(node, &req)).unwrap();
     let status = reply.batch().unwrap().status(0);
     assert_eq!(status, Some(kvshared::wire::OpStatus::Stored), "{to:?} at node {node}");
+}
+
+/// A recording load in the background that the test ends at an event (after enough ops
+/// around a kill, a move, a change), not after a guessed time.
+pub struct Recorder {
+    progress: std::sync::Arc<kvshared::client::RecordProgress>,
+    task: tokio::task::JoinHandle<kvshared::client::Recording>,
+}
+
+impl Recorder {
+    /// Starts recording `config` (its `duration` only bounds a hang) on the current runtime.
+    pub fn start(
+        client: &std::sync::Arc<kvshared::client::Cluster>,
+        mut config: kvshared::client::RecordConfig,
+    ) -> Recorder {
+        let progress = kvshared::client::RecordProgress::new();
+        config.progress = Some(progress.clone());
+        let client = client.clone();
+        let task = tokio::spawn(async move { kvshared::client::record(client, &config).await });
+        Recorder { progress, task }
+    }
+
+    /// Ops recorded so far.
+    pub fn recorded(&self) -> u64 {
+        self.progress.recorded()
+    }
+
+    /// Waits until `more` ops beyond those recorded now are recorded.
+    pub async fn more(&self, more: u64) {
+        let target = self.progress.recorded() + more;
+        until_async(&format!("{target} ops recorded"), HANG, || async {
+            let now = self.progress.recorded();
+            if now >= target { Ok(()) } else { Err(now) }
+        })
+        .await
+    }
+
+    /// Ends the recording and returns it.
+    pub async fn finish(self) -> kvshared::client::Recording {
+        self.progress.stop();
+        self.task.await.expect("the recording task")
+    }
+}
+
+/// A `kvd manager --json`'s decisions as they are printed.
+pub struct Decisions(std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>);
+
+impl Decisions {
+    pub fn read(stdout: std::process::ChildStdout) -> Decisions {
+        let lines: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Default::default();
+        let kept = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    kept.lock().unwrap().push(v);
+                }
+            }
+        });
+        Decisions(lines)
+    }
+
+    /// Every decision printed so far.
+    pub fn all(&self) -> Vec<serde_json::Value> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Each decision as "ACTION MEMBER".
+    pub fn actions(&self) -> Vec<String> {
+        let lines = self.0.lock().unwrap();
+        lines
+            .iter()
+            .map(|v| {
+                format!(
+                    "{} {}",
+                    v["action"].as_str().unwrap_or(""),
+                    v["member"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until the manager has printed `action` ("added ADDR").
+    pub async fn wait_for(&self, action: &str) {
+        until_async(&format!("the manager to print {action:?}"), HANG, || async {
+            let actions = self.actions();
+            if actions.iter().any(|a| a == action) {
+                Ok(())
+            } else {
+                Err(actions)
+            }
+        })
+        .await
+    }
+}
+
+impl Decisions {
+    /// Waits until the manager has printed a decision for which `wanted` holds.
+    pub async fn wait_for_one(&self, what: &str, wanted: impl Fn(&serde_json::Value) -> bool) {
+        until_async(&format!("the manager to print {what}"), HANG, || async {
+            let all = self.all();
+            if all.iter().any(&wanted) { Ok(()) } else { Err(all) }
+        })
+        .await
+    }
 }

@@ -744,12 +744,11 @@ mod tests {
             held.push(s.await.expect("task").expect("queued"));
         }
         let want = REQUESTS * (HEADER_LEN + 4);
-        for _ in 0..1000 {
-            if bytes.load(Ordering::Relaxed) >= want {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        kvtestkit::until_async("every request to be written", kvtestkit::HANG, || async {
+            let got = bytes.load(Ordering::Relaxed);
+            if got >= want { Ok(()) } else { Err(got) }
+        })
+        .await;
         assert_eq!(bytes.load(Ordering::Relaxed), want, "every request written, once");
         let calls = calls.load(Ordering::Relaxed);
         assert!(calls <= 3, "{REQUESTS} requests took {calls} writes");

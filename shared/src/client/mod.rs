@@ -17,7 +17,7 @@ pub use connection::{InFlight, Reply};
 pub use error::ClientError;
 pub use layout::{LayoutProblem, check_layout, entry_shards, expand_members};
 pub use node_batches::NodeBatches;
-pub use recording::{RecordConfig, Recording, record};
+pub use recording::{RecordConfig, RecordProgress, Recording, record};
 pub use rtt::{STALL_CEILING, STALL_FLOOR};
 
 use crate::auth::AuthToken;

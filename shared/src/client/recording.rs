@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -23,7 +24,8 @@ pub struct RecordConfig {
     pub keys: usize,
     /// Keys are `{key_prefix}{i}`; a unique prefix keeps a check apart from other data.
     pub key_prefix: String,
-    /// How long to record.
+    /// How long to record at most (a run with [`RecordConfig::progress`] usually ends
+    /// earlier, when told to).
     pub duration: Duration,
     /// Each client stops after this many ops even if time remains.
     pub max_ops_per_client: u64,
@@ -36,6 +38,38 @@ pub struct RecordConfig {
     /// Puts carry a time to live drawn from this range (milliseconds, both ends included):
     /// the checker then holds reads to it too (no read returns a value after its time).
     pub ttl_ms: Option<(u64, u64)>,
+    /// Shared with the caller: how many ops are recorded so far, and a way to end the
+    /// recording at an event rather than after [`RecordConfig::duration`].
+    pub progress: Option<Arc<RecordProgress>>,
+}
+
+/// A recording's progress, shared with whoever started it: a test waits for ops recorded
+/// around an event (a kill, a move), then stops the recording, instead of guessing a time.
+#[derive(Debug, Default)]
+pub struct RecordProgress {
+    recorded: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl RecordProgress {
+    /// A new progress to hand to [`RecordConfig::progress`].
+    pub fn new() -> Arc<RecordProgress> {
+        Arc::default()
+    }
+
+    /// Ops recorded so far (every op that may have taken effect).
+    pub fn recorded(&self) -> u64 {
+        self.recorded.load(Ordering::Relaxed)
+    }
+
+    /// Ends the recording: each client finishes the op it is in and stops.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
 }
 
 impl Default for RecordConfig {
@@ -50,6 +84,7 @@ impl Default for RecordConfig {
             get_percent: 50,
             put_percent: 40,
             ttl_ms: None,
+            progress: None,
         }
     }
 }
@@ -123,7 +158,7 @@ async fn run_client(
     let mut log = Vec::new();
     let mut refused: BTreeMap<&'static str, (u64, String)> = BTreeMap::new();
     for n in 0..config.max_ops_per_client {
-        if tokio::time::Instant::now() >= deadline {
+        if tokio::time::Instant::now() >= deadline || config.progress.as_ref().is_some_and(|p| p.stopped()) {
             break;
         }
         let key = format!("{}{}", config.key_prefix, rng.random_range(0..config.keys.max(1)));
@@ -175,6 +210,9 @@ async fn run_client(
                 continue;
             }
         };
+        if let Some(p) = &config.progress {
+            p.recorded.fetch_add(1, Ordering::Relaxed);
+        }
         log.push(Operation {
             client,
             key,

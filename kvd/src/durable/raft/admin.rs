@@ -349,6 +349,12 @@ impl DurableShard {
         }
         let peer =
             kvshared::client::Cluster::new(&[addr.to_string()], self.client.clone()).map_err(|e| e.to_string())?;
+        // This member does not campaign against the one it hands the lead to: once the new
+        // leader has won, a first heartbeat of its that a busy machine delays past this
+        // member's timeout would otherwise let this member take the lead straight back
+        // (the other followers' leases ran out while it went quiet).
+        self.campaign
+            .quiet_for(TAKE_OVER_LIMIT * 2 + Duration::from_millis(GROUP_ELECTION_MS.1 * 4));
         self.handing_over.store(true, Ordering::Relaxed);
         self.raft.runtime_config().heartbeat(false);
         let outcome = self.quiet_and_campaign(target, &peer).await;

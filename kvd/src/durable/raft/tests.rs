@@ -1,6 +1,6 @@
 //! The durable shard's own tests: snapshots, recovery, conditional writes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::*;
@@ -35,10 +35,9 @@ fn config(segment_bytes: u64) -> DurableConfig {
     }
 }
 
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvd-raft-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A path for a data directory (not made: kvd makes it) in a fresh temporary directory.
+fn scratch_dir(name: &str) -> kvtestkit::Scratch {
+    kvtestkit::scratch_file("raft", name)
 }
 
 async fn open(dir: &Path, segment_bytes: u64) -> Result<(DurableShard, Recovery, Arc<Store>), String> {
@@ -154,7 +153,6 @@ async fn snapshots_cut_the_log_and_recovery_falls_back_when_one_is_damaged() {
     std::fs::write(&snaps[1].1, &bytes).unwrap();
     let e = open(&dir, 4 << 10).await.err().unwrap();
     assert!(e.contains("snap-") && e.contains("restore the data directory"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A snapshot taken while writes go on is still a correct start: every write after its
@@ -178,7 +176,6 @@ async fn a_snapshot_taken_under_writes_recovers_every_write() {
     assert!(recovery.snapshot.is_some());
     check_all(&store, 1999);
     shard.shutdown().await;
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Conditional puts and deletes (whose outcome depends on the state they meet) while
@@ -219,7 +216,6 @@ async fn conditional_writes_under_snapshots_recover_exactly() {
     let after: Vec<Option<String>> = (0..20).map(|k| value(&store, &format!("k{k}"))).collect();
     assert_eq!(after, before);
     shard.shutdown().await;
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Writes go through the log; after a restart on the same directory the store is
@@ -249,7 +245,6 @@ async fn acknowledged_writes_survive_a_restart() {
     let reply = aligned(&shard.submit(body(&req)).await.unwrap().unwrap());
     assert_eq!(ReplyView::parse(&reply).unwrap().result(0), OpReply::Found(b"v49"));
     shard.shutdown().await;
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The log keeps only its newest entries in memory (64 KiB in unit tests): a shard that
@@ -277,5 +272,4 @@ async fn the_log_keeps_its_newest_entries_in_memory_and_reads_older_ones_back() 
         assert_eq!(value(&store, &format!("k{i}")), Some(format!("{i}{pad}")), "k{i}");
     }
     shard.shutdown().await;
-    std::fs::remove_dir_all(&dir).unwrap();
 }
