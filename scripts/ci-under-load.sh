@@ -63,7 +63,8 @@ start_hog() {
 results=()
 failed=0
 run() {
-  local name=$1 label=$2 clone="$work/clone-$1" log="$work/$label.log"
+  local name=$1 label=$2
+  local clone="$work/clone-$name" log="$work/$label.log"
   [[ -d $clone ]] || git clone -q "$top" "$clone"
   local began=$SECONDS rc=0
   (cd "$clone" && bash .ci/run) >"$log" 2>&1 || rc=$?
