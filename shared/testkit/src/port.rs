@@ -48,6 +48,25 @@ pub fn addr() -> String {
     local.to_string()
 }
 
+/// Holds the particular address `addr` (as [`addr`] does a free port), for servers whose
+/// addresses were fixed before the test (a golden data directory's group members). Panics,
+/// naming it, when another process has it.
+pub fn hold_at(addr: &str) -> String {
+    let parsed: SocketAddr = addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"));
+    let mut held = reserved().lock().unwrap_or_else(|e| e.into_inner());
+    if !held.contains_key(&parsed) {
+        let socket = Socket::new(Domain::for_address(parsed), Type::STREAM, None).expect("a TCP socket");
+        socket.set_reuse_port(true).expect("SO_REUSEPORT");
+        // (A fixed address may still have connections of an earlier run in TIME_WAIT.)
+        socket.set_reuse_address(true).expect("SO_REUSEADDR");
+        socket
+            .bind(&parsed.into())
+            .unwrap_or_else(|e| panic!("cannot hold {addr} for this test (is another process using it?): {e}"));
+        held.insert(parsed, socket);
+    }
+    parsed.to_string()
+}
+
 /// Whether `addr` is a port this process holds.
 pub fn is_reserved(addr: &str) -> bool {
     addr.parse::<SocketAddr>()
