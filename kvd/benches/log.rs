@@ -12,7 +12,7 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("kvd-log-bench-{}", std::process::id()));
     for writers in [1usize, 8, 64] {
         let _ = std::fs::remove_dir_all(&dir);
-        let files = LogFiles::open(&dir, 1, &mut |_, _| Ok(())).expect("open the log");
+        let files = LogFiles::open(&dir, 1, &mut |_, _| Ok(()), &mut |_, r| Ok(r)).expect("open the log");
         let log = std::sync::Arc::new(GroupCommit::start(files, FsyncPolicy::Always, Default::default()).unwrap());
         let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
         let order = std::sync::Arc::new(parking_lot::Mutex::new(()));

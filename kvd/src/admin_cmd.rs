@@ -54,6 +54,11 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
             eprintln!("kvd: {}", g.send(AdminRequest::TransferLeader { addr }).await?);
             g.print_membership().await?;
         }
+        AdminCommand::RestartCheck { group, wait, addr } => {
+            let g = Group::new(&group, Some(&addr))?;
+            let limit = if wait { group.nodes.timeout } else { Duration::ZERO };
+            return crate::restart_check::run(g.shard, g.members, g.config, &addr, limit).await;
+        }
         AdminCommand::MoveSlots {
             nodes,
             from,

@@ -431,6 +431,21 @@ pub enum AdminCommand {
         /// The member to lead.
         addr: String,
     },
+    /// Whether ADDR may be stopped now (for a restart or an upgrade, member by member): exits
+    /// 0 when ADDR is not the group's leader, answers and has applied everything the leader
+    /// had committed, and the group keeps a caught-up majority of voters without it; 1 with
+    /// the reason otherwise. With --wait, waits up to --timeout (give it a minute or more;
+    /// each member is asked for at most 2 s) until that holds: after a restart, until ADDR
+    /// has caught up again. See docs/UPGRADING.md.
+    RestartCheck {
+        #[command(flatten)]
+        group: GroupArgs,
+        /// Wait (up to --timeout) until ADDR may be stopped instead of answering now.
+        #[arg(long)]
+        wait: bool,
+        /// The member to stop.
+        addr: String,
+    },
     /// Start new replica groups, once: each entry of --nodes (`A|B|C`) is one shard's group,
     /// whose members must be running (kvd --group A,B,C --data-dir DIR) and in no group yet.
     /// Each member writes the new group's id into its data directory; from then on it takes

@@ -36,6 +36,7 @@ pub mod move_slots;
 pub mod node;
 pub mod reshard;
 pub mod resp;
+mod restart_check;
 mod sampler;
 pub mod server;
 pub mod store;

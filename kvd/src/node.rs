@@ -10,7 +10,7 @@ use kvshared::latency::LatencyStats;
 use kvshared::routing::ShardId;
 use kvshared::stats::{Counts, GroupFigures, NodeStats, RecentLoad};
 use kvshared::tls::TlsServer;
-use kvshared::wire::{BatchRequest, BatchResponse, BatchView, ConfigRequest, OpKind, OpStatus, ReplyView, encode_body};
+use kvshared::wire::{BatchResponse, BatchView, ConfigRequest, OpKind, OpStatus, ReplyView};
 use tokio::sync::oneshot;
 
 use crate::counters::Counters;
@@ -275,18 +275,11 @@ impl Node {
         if keys.is_empty() {
             return None;
         }
-        let mut batch = BatchRequest::new();
-        batch.push(
-            OpKind::Clock,
-            &[],
-            &kvshared::expiry::clock_value(kvshared::expiry::now_ms()),
-        );
-        for key in keys {
-            batch.push(OpKind::Expired, key, &[]);
-        }
-        let mut body = AlignedVec::new();
-        encode_body(&batch, &mut body).ok()?;
-        Some(log.submit(body.to_vec()))
+        let clock = kvshared::expiry::clock_value(kvshared::expiry::now_ms());
+        let ops = std::iter::once((OpKind::Clock, &[][..], &clock[..]))
+            .chain(keys.iter().map(|k| (OpKind::Expired, &k[..], &[][..])));
+        let batch = crate::durable::entry::encode_batch(ops).ok()?;
+        Some(log.submit(batch))
     }
 
     /// Adds what a background job did to the node's counters.
@@ -404,8 +397,8 @@ impl Node {
                 }
             }
         }
-        let answer = match owned_body(batch, &logged) {
-            Ok(body) => log.submit(body.to_vec()),
+        let answer = match logged_batch(batch, &logged) {
+            Ok(entry) => log.submit(entry),
             Err(e) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let _ = tx.send(Err(LogError::Failed(e)));
@@ -605,26 +598,19 @@ pub enum ReadMode {
     Stale(Duration),
 }
 
-/// The ops at `positions` of `batch` as a log entry's batch: first a clock op with this
-/// node's time, which every member applying the entry (and every replay) uses to decide
-/// which keys have expired (see `store::expiry`); its result is not the client's.
-///
-/// The batch and its encoding are sized once from the ops' lengths (grown by doubling, they
-/// were ~3% of a durable node's CPU under YCSB-A).
-fn owned_body(batch: &BatchView<'_>, positions: &[u32]) -> Result<AlignedVec, String> {
-    let ops = || positions.iter().filter_map(|&i| batch.op(i as usize).ok());
-    let (keys, values) = ops().fold((0, 0), |(k, v), op| (k + op.key.len(), v + op.value.len()));
+/// The ops at `positions` of `batch` as a batch of a log entry, in the log's own format
+/// (`durable::entry`; converted here, once, at the leader): first a clock op with this node's
+/// time, which every member applying the entry (and every replay) uses to decide which keys
+/// have expired (see `store::expiry`); its result is not the client's.
+fn logged_batch(batch: &BatchView<'_>, positions: &[u32]) -> Result<Vec<u8>, String> {
     let clock = kvshared::expiry::clock_value(kvshared::expiry::now_ms());
-    let n = positions.len() + 1;
-    let mut part = BatchRequest::with_capacity(n, keys, values + clock.len());
-    part.push(OpKind::Clock, &[], &clock);
-    for op in ops() {
-        part.push(op.kind, op.key, op.value);
-    }
-    // The archive: the bytes, a kind and two ends per op, and its root and padding.
-    let mut body = AlignedVec::with_capacity(keys + values + clock.len() + 9 * n + 128);
-    encode_body(&part, &mut body).map_err(|e| e.to_string())?;
-    Ok(body)
+    let ops = std::iter::once((OpKind::Clock, &[][..], &clock[..])).chain(
+        positions
+            .iter()
+            .filter_map(|&i| batch.op(i as usize).ok())
+            .map(|op| (op.kind, op.key, op.value)),
+    );
+    crate::durable::entry::encode_batch(ops).map_err(|e| e.to_string())
 }
 
 /// A copy of a batch's frame body, as received (ill-formed ops too: they are answered as such
@@ -805,7 +791,7 @@ impl Served {
             deletes: self.kinds[2],
             ..Counts::default()
         };
-        // (The entry's first op is its clock: see `owned_body`.)
+        // (The entry's first op is its clock: see `logged_batch`.)
         for &j in &self.gets {
             match view.status(j as usize + 1) {
                 Some(OpStatus::Found) => tally.hits += 1,
@@ -829,7 +815,7 @@ fn merge_logged(
 ) -> Result<(), LogError> {
     let mut body: AlignedVec = AlignedVec::new();
     body.extend_from_slice(reply);
-    // (The entry's first op is its clock: see `owned_body`.)
+    // (The entry's first op is its clock: see `logged_batch`.)
     let view = match ReplyView::parse(&body) {
         Ok(view) if view.len() == positions.len() + 1 => view,
         Ok(_) => return Err(LogError::Failed("the log answered a different number of ops".into())),
@@ -871,7 +857,7 @@ const LOG_STOPPED: &str = "the shard's log has stopped";
 mod tests {
     use super::*;
     use crate::store::Unbounded;
-    use kvshared::wire::OpReply;
+    use kvshared::wire::{BatchRequest, OpReply, encode_body};
 
     fn run(node: &Node, req: &BatchRequest) -> Vec<String> {
         let mut aligned = AlignedVec::new();

@@ -404,6 +404,95 @@ async fn members_added_handed_the_lead_and_removed_under_load_stay_linearizable(
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a voter"), "{out:?}");
 }
 
+/// `kvd admin restart-check ADDR` with `extra` flags: its exit code and what it printed.
+fn restart_check(nodes: &str, addr: &str, extra: &[&str]) -> (i32, String) {
+    let out = kvd(&[&["admin", "restart-check", "--nodes", nodes], extra, &[addr]].concat());
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// A rolling restart (docs/UPGRADING.md) under a recording load: member by member, the lead
+/// moved off first, `restart-check --wait` before each stop (SIGTERM) and after each start. No op
+/// fails or ends unknown, nothing acknowledged is lost, and the history is linearizable.
+/// `restart-check` refuses the leader and, while one member is down, every other voter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_fails_no_op_and_stays_linearizable() {
+    let mut group = Group::start("rolling");
+    let client = Arc::new(group.client());
+    for i in 0..200 {
+        let (k, v) = (format!("k{i}"), format!("v{i}"));
+        client.put(k.as_bytes(), v.as_bytes()).await.unwrap();
+    }
+    let nodes = group.addrs[..3].join("|");
+    let recorder = start_recording(&client, 11);
+    recorder.more(200).await;
+    for i in 0..3 {
+        let me = group.addrs[i].clone();
+        let leader = group.leader().await;
+        if leader == i {
+            let (code, text) = restart_check(&nodes, &me, &[]);
+            assert_eq!(code, 1, "the leader may not be stopped: {text}");
+            assert!(
+                text.contains("leads the group") && text.contains("transfer-leader"),
+                "{text}"
+            );
+            let next = group.addrs[(i + 1) % 3].clone();
+            let (n, m) = (nodes.clone(), next.clone());
+            tokio::task::spawn_blocking(move || admin(&["transfer-leader", "--nodes", &n, &m]))
+                .await
+                .unwrap();
+        }
+        let (n, m) = (nodes.clone(), me.clone());
+        let (code, text) = tokio::task::spawn_blocking(move || restart_check(&n, &m, &["--wait", "--timeout", "120s"]))
+            .await
+            .unwrap();
+        assert_eq!(code, 0, "{me} may be stopped once the lead moved: {text}");
+        // Stopped as an operator stops it: SIGTERM, which answers what it took in and
+        // sends the rest elsewhere.
+        group.signal(i, libc::SIGTERM);
+        let mut stopped = group.members[i].take().unwrap();
+        tokio::task::spawn_blocking(move || stopped.wait_exit(HANG))
+            .await
+            .unwrap();
+        // While it is down, stopping another voter would leave no majority.
+        let leader = group.leader().await;
+        let other = (0..3).find(|&j| j != i && j != leader).unwrap();
+        let (code, text) = restart_check(&nodes, &group.addrs[other], &[]);
+        assert_eq!(
+            code, 1,
+            "with {me} down, {} may not be stopped: {text}",
+            group.addrs[other]
+        );
+        assert!(text.contains("a majority needs 2"), "{text}");
+        recorder.more(100).await;
+        group.restart(i);
+        let (n, m) = (nodes.clone(), me.clone());
+        let (code, text) = tokio::task::spawn_blocking(move || restart_check(&n, &m, &["--wait", "--timeout", "120s"]))
+            .await
+            .unwrap();
+        assert_eq!(code, 0, "{me} caught up after its restart: {text}");
+        recorder.more(100).await;
+    }
+    let recording = recorder.finish().await;
+    eprintln!(
+        "{} ops recorded across a rolling restart, {} unknown, {} refused",
+        recording.history.operations.len(),
+        recording.unknown,
+        recording.refused_total()
+    );
+    assert_eq!(recording.refused_total(), 0, "ops failed: {:?}", recording.refused);
+    assert_eq!(recording.unknown, 0, "ops ended unknown");
+    assert_linearizable(&recording, "a rolling restart");
+    for i in 0..200 {
+        let got = client.get(format!("k{i}").as_bytes()).await.unwrap();
+        assert_eq!(got, Some(format!("v{i}").into_bytes()), "k{i}");
+    }
+}
+
 /// A group whose only member is its leader runs its reads at once: nobody else can have
 /// served a write it has not applied, so no read-index round is needed (they waited for the
 /// leader's apply to catch up). A member added to the group makes the leader's reads and the

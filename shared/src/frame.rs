@@ -55,6 +55,15 @@ pub const MAGIC: [u8; 2] = *b"KV";
 /// 19: the op `SlotTrack` (a migration's copy before the freeze); a `Load` of no bytes
 /// removes the key; a copied page marks a key absent; `SlotMoves` carries `taken`.
 pub const VERSION: u8 = 19;
+/// The version of the raft RPCs between a replica group's members (the `RaftRequest` and
+/// `RaftResponse` frames carry it in place of [`VERSION`]): counted on its own, because what
+/// members send each other is log entries in the log's own format and openraft's messages,
+/// which change apart from the client protocol.
+///
+/// 20: log entries in kvd's entry format 1 (`durable::entry`). The builds before spoke the
+/// client protocol's v19 here and sent the client's batches; members of those builds and of
+/// this one cannot share a group (docs/UPGRADING.md).
+pub const RAFT_VERSION: u8 = 20;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 16;
 /// Default hard limit on a frame body (64 MiB).
@@ -112,6 +121,14 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
+    /// The protocol a frame of this kind belongs to.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            FrameKind::RaftRequest | FrameKind::RaftResponse => Protocol::Raft,
+            _ => Protocol::Client,
+        }
+    }
+
     fn from_byte(b: u8) -> Option<FrameKind> {
         Some(match b {
             0x01 => FrameKind::BatchRequest,
@@ -133,6 +150,34 @@ impl FrameKind {
     }
 }
 
+/// The two protocols kvd's frames carry, each with its own version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Clients, `kvd admin` and the tools ([`VERSION`]).
+    Client,
+    /// A replica group's members ([`RAFT_VERSION`]).
+    Raft,
+}
+
+impl Protocol {
+    /// The version this build speaks.
+    pub fn version(self) -> u8 {
+        match self {
+            Protocol::Client => VERSION,
+            Protocol::Raft => RAFT_VERSION,
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Protocol::Client => "client protocol",
+            Protocol::Raft => "raft protocol between group members",
+        })
+    }
+}
+
 /// A decoded frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
@@ -149,22 +194,26 @@ impl FrameHeader {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
         out[0..2].copy_from_slice(&MAGIC);
-        out[2] = VERSION;
+        out[2] = self.kind.protocol().version();
         out[3] = self.kind as u8;
         out[4..8].copy_from_slice(&self.len.to_le_bytes());
         out[8..16].copy_from_slice(&self.id.to_le_bytes());
         out
     }
 
-    /// Parses and checks a header: magic, version, kind, and the body length against `max`.
+    /// Parses and checks a header: magic, the version of its kind's protocol, kind, and the
+    /// body length against `max`. (A kind this build does not know, in a frame of another
+    /// version, is a version mismatch: that version may define it.)
     pub fn decode(bytes: &[u8; HEADER_LEN], max: u32) -> Result<FrameHeader, FrameError> {
         let [m0, m1, version, kind, l0, l1, l2, l3, i0, i1, i2, i3, i4, i5, i6, i7] = *bytes;
         if [m0, m1] != MAGIC {
             return Err(FrameError::BadMagic([m0, m1]));
         }
-        if version != VERSION {
+        let protocol = FrameKind::from_byte(kind).map_or(Protocol::Client, FrameKind::protocol);
+        if version != protocol.version() {
             return Err(FrameError::VersionMismatch {
-                ours: VERSION,
+                protocol,
+                ours: protocol.version(),
                 theirs: version,
             });
         }
@@ -184,8 +233,11 @@ impl FrameHeader {
 pub enum FrameError {
     #[error("not a kvd peer: frame starts with {0:02x?}, expected \"KV\"")]
     BadMagic([u8; 2]),
-    #[error("protocol version mismatch: we speak v{ours}, the peer speaks v{theirs}")]
-    VersionMismatch { ours: u8, theirs: u8 },
+    #[error(
+        "{protocol} version mismatch: this end speaks v{ours}, the other end v{theirs}; upgrade the {older} (see docs/UPGRADING.md)",
+        older = older_end(*ours, *theirs)
+    )]
+    VersionMismatch { protocol: Protocol, ours: u8, theirs: u8 },
     #[error("unknown frame kind 0x{0:02x}")]
     UnknownKind(u8),
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
@@ -194,6 +246,14 @@ pub enum FrameError {
     Truncated,
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+/// Which end of a version mismatch to upgrade.
+fn older_end(ours: u8, theirs: u8) -> String {
+    match theirs < ours {
+        true => format!("other end (the one on v{theirs})"),
+        false => format!("end on v{ours} (this one)"),
+    }
 }
 
 /// The first piece of a body read before more memory is committed to it.
@@ -312,7 +372,33 @@ mod tests {
         .encode();
         raw[2] = 9;
         let err = FrameHeader::decode(&raw, 100).unwrap_err();
-        assert!(err.to_string().contains(&format!("v{VERSION}")), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "client protocol version mismatch: this end speaks v{VERSION}, the other end v9; \
+                 upgrade the other end (the one on v9) (see docs/UPGRADING.md)"
+            )
+        );
+        // A raft frame of the builds before the raft protocol had a version of its own.
+        let mut raft = FrameHeader {
+            kind: FrameKind::RaftRequest,
+            len: 0,
+            id: 1,
+        }
+        .encode();
+        assert_eq!(raft[2], RAFT_VERSION);
+        raft[2] = 19;
+        let err = FrameHeader::decode(&raft, 100).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "raft protocol between group members version mismatch: this end speaks v20, the other end v19"
+            ),
+            "{err}"
+        );
+        raw[2] = VERSION + 1;
+        raw[3] = 0x42;
+        let err = FrameHeader::decode(&raw, 100).unwrap_err().to_string();
+        assert!(err.contains("upgrade the end on v19 (this one)"), "{err}");
         raw[0] = b'G';
         assert!(matches!(FrameHeader::decode(&raw, 100), Err(FrameError::BadMagic(_))));
     }

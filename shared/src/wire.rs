@@ -1088,6 +1088,70 @@ pub fn parse_error_reply(body: &[u8]) -> Result<ErrorReply, WireError> {
     })
 }
 
+/// The batch layout of frame version 19, kept to read what was written in it after the
+/// protocol moves on: kvd's log before it had an entry format of its own stored batches so
+/// (kvd's `durable::legacy` converts them). Only read, never written.
+pub mod v19 {
+    use rkyv::{Archive, Serialize};
+
+    use super::{WireError, invalid};
+
+    /// `BatchRequest` as frame version 19 laid it out, its kinds as bytes. (Only its archived
+    /// form is read; the type itself is never built.)
+    #[derive(Archive, Serialize)]
+    #[allow(dead_code)]
+    struct BatchRequestV19 {
+        kinds: Vec<u8>,
+        key_ends: Vec<u32>,
+        keys: Vec<u8>,
+        value_ends: Vec<u32>,
+        values: Vec<u8>,
+    }
+
+    /// One op of a version-19 batch: its kind byte (that version's numbers), key and value.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct OpV19 {
+        /// The kind byte, as version 19 numbered kinds.
+        pub kind: u8,
+        /// The key.
+        pub key: Vec<u8>,
+        /// The value (an op's arguments for ops that take some).
+        pub value: Vec<u8>,
+    }
+
+    /// The ops of a version-19 batch body, validated (every span checked, nothing indexed
+    /// unchecked). Only the upgrade of an old log reads these, so they are copied out.
+    pub fn batch_ops(body: &[u8]) -> Result<Vec<OpV19>, WireError> {
+        let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(body.len());
+        aligned.extend_from_slice(body);
+        let a = rkyv::access::<ArchivedBatchRequestV19, rkyv::rancor::BoxedError>(&aligned).map_err(invalid)?;
+        let n = a.kinds.len();
+        if a.key_ends.len() != n || a.value_ends.len() != n {
+            return Err(WireError::shape("a version-19 batch's columns differ in length"));
+        }
+        let mut ops = Vec::with_capacity(n);
+        let (mut key_start, mut value_start) = (0usize, 0usize);
+        for ((kind, key_end), value_end) in a.kinds.iter().zip(a.key_ends.iter()).zip(a.value_ends.iter()) {
+            let (key_end, value_end) = (key_end.to_native() as usize, value_end.to_native() as usize);
+            let key = a
+                .keys
+                .get(key_start..key_end)
+                .ok_or_else(|| WireError::shape("a version-19 key span"))?;
+            let value = a
+                .values
+                .get(value_start..value_end)
+                .ok_or_else(|| WireError::shape("a version-19 value span"))?;
+            ops.push(OpV19 {
+                kind: *kind,
+                key: key.to_vec(),
+                value: value.to_vec(),
+            });
+            (key_start, value_start) = (key_end, value_end);
+        }
+        Ok(ops)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// `OpKind::ALL` holds every kind at its byte (the match fails to compile when a kind

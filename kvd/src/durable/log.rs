@@ -121,6 +121,59 @@ fn segment_name(first: u64) -> String {
     format!("log-{first:020}.seg")
 }
 
+/// Writes the segment at `path` (whose records start at index `first`) again in the current
+/// format, each record made by `upgrade`: into a new file, fsynced, then renamed over the
+/// old one and the directory fsynced, so a crash leaves one whole file or the other (an
+/// interrupted upgrade is done again at the next start). Returns the new contents.
+fn upgrade_segment(
+    path: &Path,
+    first: u64,
+    old: segment::Contents,
+    upgrade: &mut dyn FnMut(u64, Vec<u8>) -> Result<Vec<u8>, LogError>,
+) -> Result<segment::Contents, LogError> {
+    let from = old.format;
+    let records = old
+        .records
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| upgrade(first + i as u64, r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tmp = path.with_extension("seg.upgrading");
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(LogError::Dir {
+                dir: tmp,
+                what: "remove an interrupted upgrade",
+                source: e,
+            });
+        }
+        _ => {}
+    }
+    let mut next = Segment::create(&tmp)?;
+    next.append(&records)?;
+    next.mark(records.len() as u64, old.sealed)?;
+    next.sync()?;
+    let valid_len = next.bytes();
+    drop(next);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::rename(&tmp, path)
+        .and_then(|()| super::sync_dir(dir))
+        .map_err(|source| LogError::Dir {
+            dir: path.to_path_buf(),
+            what: "put the upgraded segment in place",
+            source,
+        })?;
+    tracing::info!(file = %path.display(), records = records.len(), from, to = segment::FORMAT_VERSION, "upgraded a log segment to this kvd's format");
+    Ok(segment::Contents {
+        durable_records: records.len() as u64,
+        records,
+        valid_len,
+        torn_at: None,
+        sealed: old.sealed,
+        format: segment::FORMAT_VERSION,
+    })
+}
+
 /// The segment files in `dir`, by their first index, in order.
 fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
     let dir_err = |what| {
@@ -143,11 +196,15 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
 impl LogFiles {
     /// Opens the log in `dir` (creating it, starting at index `start`, if it has no segment),
     /// reading back and checking every record, one segment at a time, and handing each to
-    /// `visit` with its index; a torn tail is cut off (and logged, naming the file).
+    /// `visit` with its index; a torn tail is cut off (and logged, naming the file). A
+    /// segment of an older format is upgraded first: `upgrade` makes each of its records
+    /// (with its index) a record of the current format, and the segment is written again
+    /// in it, atomically (a crash leaves the old file or the new one).
     pub fn open(
         dir: &Path,
         start: u64,
         visit: &mut dyn FnMut(u64, Vec<u8>) -> Result<(), LogError>,
+        upgrade: &mut dyn FnMut(u64, Vec<u8>) -> Result<Vec<u8>, LogError>,
     ) -> Result<LogFiles, LogError> {
         let firsts = list_segments(dir)?;
         let mut closed = Vec::new();
@@ -167,6 +224,10 @@ impl LogFiles {
             if let Some(at) = contents.torn_at {
                 tracing::warn!(file = %path.display(), offset = at, "cut a torn tail off the log (a crash during an append; it held no acknowledged write)");
             }
+            let contents = match contents.format < segment::FORMAT_VERSION {
+                true => upgrade_segment(&path, first, contents, upgrade)?,
+                false => contents,
+            };
             let mut ends = Vec::with_capacity(contents.records.len());
             let mut end = segment::HEADER_LEN as u64;
             for (i, r) in contents.records.into_iter().enumerate() {
@@ -753,10 +814,21 @@ mod tests {
     /// Opens the log and collects every record it reads back.
     fn open_all(dir: &Path, start: u64) -> Result<(LogFiles, Records), LogError> {
         let mut records = Vec::new();
-        let files = LogFiles::open(dir, start, &mut |i, r| {
-            records.push((i, r));
-            Ok(())
-        })?;
+        let files = LogFiles::open(
+            dir,
+            start,
+            &mut |i, r| {
+                records.push((i, r));
+                Ok(())
+            },
+            &mut |i, r| {
+                // Test records are bytes of no format: an "upgrade" marks them.
+                let mut up = b"up:".to_vec();
+                up.extend(r);
+                let _ = i;
+                Ok(up)
+            },
+        )?;
         Ok((files, records))
     }
 

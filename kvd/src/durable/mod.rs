@@ -12,11 +12,14 @@
 
 pub mod catalog;
 pub mod direct;
+pub mod entry;
 pub mod health;
+mod legacy;
 pub mod log;
 pub mod meta;
 pub mod network;
 pub mod raft;
+pub mod samples;
 pub mod segment;
 pub mod snapshot;
 pub mod spans;

@@ -18,8 +18,12 @@ use std::path::{Path, PathBuf};
 
 /// Bytes that open every segment file.
 pub const MAGIC: [u8; 8] = *b"KVDLOG\0\0";
-/// The segment format this kvd writes and reads (2: the header's durable mark).
-pub const FORMAT_VERSION: u32 = 2;
+/// The segment format this kvd writes (3: each record's payload starts with a byte naming
+/// its encoding, the log's own entry format; 2: the header's durable mark).
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest segment format this kvd reads (its records are upgraded to the current
+/// format when the log is opened: see `LogFiles::open`).
+pub const OLDEST_READ: u32 = 2;
 /// Size of the file header: magic, version, reserved, then the mark: durable records (u64),
 /// sealed (u32), and the mark's crc32 (u32).
 pub const HEADER_LEN: usize = 32;
@@ -56,7 +60,7 @@ pub enum SegmentError {
     },
     /// Written by another format version.
     #[error(
-        "{path}: log format version {found}; this kvd reads version {FORMAT_VERSION}: run the kvd that wrote it, or start from an empty data directory"
+        "{path}: log format version {found}; this kvd reads versions {OLDEST_READ} to {FORMAT_VERSION}: run the kvd that wrote it (docs/UPGRADING.md), or start from an empty data directory"
     )]
     Version {
         /// The file.
@@ -243,6 +247,8 @@ pub struct Contents {
     pub durable_records: u64,
     /// Whether the segment was sealed by a rotation (a next segment must follow it).
     pub sealed: bool,
+    /// The segment format it was written in (between [`OLDEST_READ`] and [`FORMAT_VERSION`]).
+    pub format: u32,
 }
 
 /// Reads and checks a whole segment.
@@ -264,7 +270,7 @@ pub fn read(path: &Path, last: bool) -> Result<Contents, SegmentError> {
         });
     }
     let version = bytes.get(8..12).map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]));
-    if let Some(found) = version.filter(|&v| v != FORMAT_VERSION) {
+    if let Some(found) = version.filter(|v| !(OLDEST_READ..=FORMAT_VERSION).contains(v)) {
         return Err(SegmentError::Version {
             path: path.to_path_buf(),
             found,
@@ -279,6 +285,7 @@ pub fn read(path: &Path, last: bool) -> Result<Contents, SegmentError> {
         });
     };
     let (durable_records, sealed) = read_mark(path, header)?;
+    let format = version.unwrap_or(FORMAT_VERSION);
     let mut records = Vec::new();
     let mut at = HEADER_LEN;
     let end = bytes.len();
@@ -294,6 +301,7 @@ pub fn read(path: &Path, last: bool) -> Result<Contents, SegmentError> {
             torn_at: Some(at as u64),
             durable_records,
             sealed,
+            format,
         };
         if last && bytes[at..].iter().all(|&b| b == 0) {
             return Ok(torn(records));
@@ -338,6 +346,7 @@ pub fn read(path: &Path, last: bool) -> Result<Contents, SegmentError> {
         torn_at: None,
         durable_records,
         sealed,
+        format,
     })
 }
 

@@ -16,9 +16,10 @@
 //! gate (exclusive) at its start and end and makes its copy again when the count moved in
 //! between, or holds the gate throughout (see `export`).
 
+use super::Ops;
 use kvshared::routing::{key_hash, map_shard};
 use kvshared::stats::Counts;
-use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus, watch_value};
+use kvshared::wire::{BatchResponse, MalformedOp, OpKind, OpStatus, watch_value};
 use parking_lot::RwLockWriteGuard;
 
 use super::expiry::batch_clock;
@@ -35,7 +36,7 @@ impl Store {
     /// Runs an atomic batch (see the module's notes). `out` is reset already.
     pub(super) fn execute_atomic(
         &self,
-        batch: &BatchView<'_>,
+        batch: &impl Ops,
         out: &mut BatchResponse,
         room: &mut impl ReplyRoom,
         scratch: &mut Scratch,
@@ -134,7 +135,7 @@ impl Store {
     /// run (answered with why).
     fn check_atomic_op(
         &self,
-        batch: &BatchView<'_>,
+        batch: &impl Ops,
         i: usize,
         scratch: &mut Scratch,
         out: &mut BatchResponse,
@@ -181,7 +182,7 @@ impl Store {
 
     /// Replaying the log after a snapshot whose copies of these map shards already hold this
     /// entry (a snapshot never splits an atomic batch: all of them or none).
-    fn replay_holds_all(&self, shards: &[usize], batch: &BatchView<'_>, scratch: &Scratch) -> bool {
+    fn replay_holds_all(&self, shards: &[usize], batch: &impl Ops, scratch: &Scratch) -> bool {
         if scratch.log_index == 0 {
             return false;
         }
@@ -206,7 +207,7 @@ impl Store {
     /// past its deadline, counts as absent) is still the one watched.
     fn checks_hold(
         &self,
-        batch: &BatchView<'_>,
+        batch: &impl Ops,
         hashes: &[u64],
         guards: &[(usize, RwLockWriteGuard<'_, Shard>)],
         ans: &mut Answers<'_, impl ReplyRoom>,
@@ -266,7 +267,7 @@ fn two_guards<'g, 'a>(
 }
 
 /// Answers every op of an aborted batch that has no answer of its own yet `Aborted`.
-fn abort(batch: &BatchView<'_>, out: &mut BatchResponse) {
+fn abort(batch: &impl Ops, out: &mut BatchResponse) {
     for i in 0..batch.len() {
         let kept = matches!(
             out.status(i),

@@ -10,11 +10,12 @@
 //! leader's cycle runs, and it logs `Expired` ops (Redis's rule: replicas wait for the
 //! master's deletes).
 
+use super::Ops;
 use std::time::Instant;
 
 use kvshared::expiry::{Expire, ExpireIf, PutIf, PutTtl, PutWith, clock_of, now_ms};
 use kvshared::stats::Counts;
-use kvshared::wire::{BatchView, MalformedOp, OpKind, OpStatus};
+use kvshared::wire::{MalformedOp, OpKind, OpStatus};
 
 use super::memory::Shard;
 use super::{Answers, ReplyRoom, Store};
@@ -28,7 +29,7 @@ const AGAIN_ABOVE_PERCENT: usize = 10;
 
 /// The time a batch's ops see (see `Answers::clock`): the node's clock, or when applying a
 /// log entry (`log_index` > 0) the clock op its leader put first.
-pub(super) fn batch_clock(batch: &BatchView<'_>, log_index: u64) -> u64 {
+pub(super) fn batch_clock(batch: &impl Ops, log_index: u64) -> u64 {
     if log_index == 0 {
         return now_ms();
     }
@@ -268,7 +269,7 @@ pub(in crate::store) mod tests_support {
         encode_frame(FrameKind::BatchRequest, 1, &joined(&entry, req), &mut frame).unwrap();
         let mut body: AlignedVec = AlignedVec::new();
         body.extend_from_slice(&frame[HEADER_LEN..]);
-        let view = BatchView::parse(&body).unwrap();
+        let view = kvshared::wire::BatchView::parse(&body).unwrap();
         let mut out = BatchResponse::default();
         let mut tally = Counts::default();
         let mut scratch = Scratch {
@@ -287,7 +288,7 @@ pub(in crate::store) mod tests_support {
         encode_frame(FrameKind::BatchRequest, 1, rest, &mut frame).unwrap();
         let mut body: AlignedVec = AlignedVec::new();
         body.extend_from_slice(&frame[HEADER_LEN..]);
-        let view = BatchView::parse(&body).unwrap();
+        let view = kvshared::wire::BatchView::parse(&body).unwrap();
         for i in 0..view.len() {
             let op = view.op(i).unwrap();
             all.push(op.kind, op.key, op.value);

@@ -7,10 +7,11 @@
 //! deadline are left out, as a read would. A flush goes through the log on a durable node
 //! and, replayed over a snapshot, clears only the map shards the snapshot copied before it.
 
+use super::Ops;
 use kvshared::keyspace::{MAX_SCAN_PAGE_BYTES, Rename, ScanRequest, encode_page};
 use kvshared::routing::{key_hash, key_slot, map_shard};
 use kvshared::stats::Counts;
-use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus};
+use kvshared::wire::{BatchResponse, MalformedOp, OpKind, OpStatus};
 
 use super::memory::Shard;
 use super::pattern::Pattern;
@@ -26,7 +27,7 @@ impl Store {
     /// batch was run here.
     pub(super) fn run_node_wide(
         &self,
-        batch: &BatchView<'_>,
+        batch: &impl Ops,
         out: &mut BatchResponse,
         room: &mut impl ReplyRoom,
         tally: &mut Counts,

@@ -27,6 +27,7 @@ mod expiry;
 mod export;
 mod keyspace;
 mod memory;
+mod ops;
 mod pattern;
 mod pipeline;
 mod slots;
@@ -38,6 +39,7 @@ use expiry::batch_clock;
 pub use export::Exported;
 pub use memory::{Eviction, MemoryLimit};
 use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage};
+pub use ops::Ops;
 pub use pattern::Pattern;
 use pipeline::Pending;
 pub use table::entry_bytes;
@@ -424,7 +426,7 @@ impl Store {
     /// (op and error counters).
     pub fn execute(
         &self,
-        batch: &BatchView<'_>,
+        batch: &impl Ops,
         out: &mut BatchResponse,
         room: &mut impl ReplyRoom,
         scratch: &mut Scratch,
@@ -443,7 +445,7 @@ impl Store {
     /// logged ops; see [`Store::ops_to_log`]).
     pub fn execute_except(
         &self,
-        batch: &BatchView<'_>,
+        batch: &impl Ops,
         skip: &[u32],
         out: &mut BatchResponse,
         room: &mut impl ReplyRoom,
@@ -583,7 +585,7 @@ impl Store {
         &self,
         shard: usize,
         group: &[u64],
-        batch: &BatchView<'_>,
+        batch: &impl Ops,
         hashes: &[u64],
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
@@ -608,7 +610,7 @@ impl Store {
         &self,
         shard: usize,
         group: &[u64],
-        batch: &BatchView<'_>,
+        batch: &impl Ops,
         hashes: &[u64],
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {

@@ -12,12 +12,13 @@
 //! the middle of one, so a snapshot's table and its map shards agree; the table's last
 //! applied log entry is saved with it, and replaying the log skips changes it already holds.
 
+use super::Ops;
 use kvshared::keyspace::ScanRequest;
 use kvshared::routing::key_slot;
 use kvshared::slot_copy::{Copied, Loaded, MAX_COPY_PAGE_BYTES, decode_load, decode_slot_scan, encode_copied};
 use kvshared::slots::{Slot, SlotBits, SlotChange, SlotState, Verdict};
 use kvshared::stats::Counts;
-use kvshared::wire::{BatchResponse, BatchView, MalformedOp, OpKind, OpStatus};
+use kvshared::wire::{BatchResponse, MalformedOp, OpKind, OpStatus};
 
 use super::memory::Shard;
 use super::{Answers, ReplyRoom, Store};
@@ -108,7 +109,7 @@ impl Store {
     pub(super) fn still_served(
         &self,
         group: &[u64],
-        batch: &BatchView<'_>,
+        batch: &impl Ops,
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) -> Option<Vec<u64>> {
         if self.slots.changes() == ans.slot_changes {

@@ -54,7 +54,7 @@ pub fn addr() -> String {
 pub fn hold_at(addr: &str) -> String {
     let parsed: SocketAddr = addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"));
     let mut held = reserved().lock().unwrap_or_else(|e| e.into_inner());
-    if !held.contains_key(&parsed) {
+    held.entry(parsed).or_insert_with(|| {
         let socket = Socket::new(Domain::for_address(parsed), Type::STREAM, None).expect("a TCP socket");
         socket.set_reuse_port(true).expect("SO_REUSEPORT");
         // (A fixed address may still have connections of an earlier run in TIME_WAIT.)
@@ -62,8 +62,8 @@ pub fn hold_at(addr: &str) -> String {
         socket
             .bind(&parsed.into())
             .unwrap_or_else(|e| panic!("cannot hold {addr} for this test (is another process using it?): {e}"));
-        held.insert(parsed, socket);
-    }
+        socket
+    });
     parsed.to_string()
 }
 

@@ -12,7 +12,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, Vote};
 
 use super::entry_cache::{EntryCache, LOG_CACHE_BYTES};
-use super::types::{ShardRaft, StorageResult, WriteBatch, io_error};
+use super::types::{ShardRaft, StorageResult, io_error};
 use crate::durable::log::{FsyncPolicy, GroupCommit, LogError, LogFiles};
 use crate::durable::snapshot;
 use crate::durable::spans::RecordReader;
@@ -70,11 +70,16 @@ impl LogStore {
             false => u64::MAX,
         };
         let mut cache = EntryCache::new(LOG_CACHE_BYTES);
-        let files = LogFiles::open(&log_dir, 0, &mut |index, bytes| {
-            cache.push(decode(&log_dir, index, &bytes)?, bytes.len());
-            cache.evict(committed_index);
-            Ok(())
-        })?;
+        let files = LogFiles::open(
+            &log_dir,
+            0,
+            &mut |index, bytes| {
+                cache.push(decode_record(&log_dir, index, &bytes)?, bytes.len());
+                cache.evict(committed_index);
+                Ok(())
+            },
+            &mut |index, old| upgrade_record(&log_dir, index, &old),
+        )?;
         let files = files.with_segment_bytes(segment_bytes);
         let first_on_disk = files.first_index();
         let reader = files.reader();
@@ -146,27 +151,51 @@ fn read_committed_hint(path: &Path) -> Option<LogId<u64>> {
     }
 }
 
-/// An entry as its log record, written into one allocation sized from its batches'
-/// bodies (postcard's own `Vec` grew by doubling and copying: ~3% of a durable node's CPU
-/// under YCSB-A).
-fn encode_entry(entry: &Entry<ShardRaft>) -> postcard::Result<Vec<u8>> {
-    // The bodies' bytes, a length of at most 10 bytes before each, and the entry's ids.
+/// The first byte of a log record (segment format 3): how the rest is encoded. 1: postcard's
+/// encoding of openraft's `Entry`, its data a payload of entry format 1 (`durable::entry`).
+/// A later encoding gets a new byte, and this build's reader stays.
+pub(crate) const RECORD_ENTRY_V1: u8 = 1;
+
+/// An entry as its log record: its encoding's byte, then the entry, written into one
+/// allocation sized from its payload (postcard's own `Vec` grew by doubling and copying: ~3%
+/// of a durable node's CPU under YCSB-A).
+pub(crate) fn encode_entry(entry: &Entry<ShardRaft>) -> postcard::Result<Vec<u8>> {
+    // The payload's bytes, a length of at most 10 bytes before it, and the entry's ids.
     let size = match &entry.payload {
-        EntryPayload::Normal(WriteBatch(bodies)) => 64 + bodies.iter().map(|b| b.len() + 10).sum::<usize>(),
+        EntryPayload::Normal(payload) => 64 + payload.bytes().len(),
         _ => 256,
     };
-    postcard::to_extend(entry, Vec::with_capacity(size))
+    let mut out = Vec::with_capacity(size);
+    out.push(RECORD_ENTRY_V1);
+    postcard::to_extend(entry, out)
 }
 
-/// A log record's entry, refused (naming the directory) if it does not decode or holds
-/// another index than its place.
-fn decode(log_dir: &Path, index: u64, bytes: &[u8]) -> Result<Entry<ShardRaft>, LogError> {
-    let entry: Entry<ShardRaft> = postcard::from_bytes(bytes).map_err(|e| {
+/// An entry as its log record (as [`encode_entry`]), for the golden bytes of
+/// `durable::samples`.
+pub fn encode_record(entry: &Entry<ShardRaft>) -> postcard::Result<Vec<u8>> {
+    encode_entry(entry)
+}
+
+/// A log record's entry, refused (naming the directory, the record and what to do) if it
+/// does not decode, or holds another index than its place: never applied as nothing.
+pub fn decode_record(log_dir: &Path, index: u64, bytes: &[u8]) -> Result<Entry<ShardRaft>, LogError> {
+    let refused = |why: String| {
         LogError::Misuse(format!(
-            "{}: log record {index} does not decode ({e}): written by another kvd version, or damaged; restore the data directory from a copy or move it away",
+            "{}: log record {index} {why}: kvd will not apply a log it cannot read. Restore the data directory from a copy, or move it away to start this shard empty (losing its data; in a replica group, add it back as a new member)",
             log_dir.display()
         ))
-    })?;
+    };
+    let entry: Entry<ShardRaft> = match bytes.split_first() {
+        Some((&RECORD_ENTRY_V1, rest)) => {
+            postcard::from_bytes(rest).map_err(|e| refused(format!("does not decode ({e})")))?
+        }
+        Some((tag, _)) => {
+            return Err(refused(format!(
+                "is of encoding {tag}, which this kvd does not read (written by a newer kvd? docs/UPGRADING.md)"
+            )));
+        }
+        None => return Err(refused("is empty".into())),
+    };
     if entry.log_id.index != index {
         return Err(LogError::Misuse(format!(
             "{}: log record {index} holds entry {}: the log is damaged",
@@ -175,6 +204,18 @@ fn decode(log_dir: &Path, index: u64, bytes: &[u8]) -> Result<Entry<ShardRaft>, 
         )));
     }
     Ok(entry)
+}
+
+/// A record of an older segment format (2: postcard's `Entry` whose data was the batches'
+/// client frame bodies) as a record of this one, refused like [`decode`] if it does not read.
+fn upgrade_record(log_dir: &Path, index: u64, old: &[u8]) -> Result<Vec<u8>, LogError> {
+    let entry = crate::durable::legacy::entry_v2(old).map_err(|why| {
+        LogError::Misuse(format!(
+            "{}: log record {index} of the log before this kvd's format {why}: kvd will not apply a log it cannot read. Restore the data directory from a copy, or run the kvd that wrote it (docs/UPGRADING.md)",
+            log_dir.display()
+        ))
+    })?;
+    encode_entry(&entry).map_err(|e| LogError::Misuse(format!("log record {index}: cannot encode its upgrade: {e}")))
 }
 
 /// A shard that has voted or snapshotted had a log: if every segment is gone, it was deleted
@@ -236,7 +277,7 @@ impl RaftLogReader<ShardRaft> for LogStore {
         }
         let mut out = Vec::with_capacity(entries.len() + (disk.end - disk.start) as usize);
         for (index, bytes) in disk.clone().zip(reader.read(disk.start, disk.end).map_err(io_error)?) {
-            out.push(decode(&log_dir, index, &bytes).map_err(io_error)?);
+            out.push(decode_record(&log_dir, index, &bytes).map_err(io_error)?);
         }
         out.append(&mut entries);
         Ok(out)
@@ -381,19 +422,30 @@ mod tests {
     use openraft::{CommittedLeaderId, Membership};
 
     /// Sizing the encoding up front changes no byte of the log's records, whatever the
-    /// payload (and however far off the size guess is).
+    /// payload (and however far off the size guess is): the encoding's byte, then postcard's.
     #[test]
-    fn entries_encode_as_postcard_alone_did() {
+    fn entries_encode_as_their_byte_then_postcard() {
+        use crate::durable::entry::{LogPayload, encode_batch};
+        use kvshared::wire::OpKind;
         let log_id = LogId::new(CommittedLeaderId::new(3, 1), 42);
+        let big = vec![1; 70_000];
+        let batch =
+            encode_batch([(OpKind::Put, &b"k"[..], &big[..]), (OpKind::Delete, b"x", b"")].into_iter()).unwrap();
         let payloads = [
             EntryPayload::Blank,
-            EntryPayload::Normal(WriteBatch(Vec::new())),
-            EntryPayload::Normal(WriteBatch(vec![vec![7; 300], Vec::new(), vec![1; 70_000]])),
+            EntryPayload::Normal(LogPayload::from_batches::<Vec<u8>>(&[])),
+            EntryPayload::Normal(LogPayload::from_batches(&[batch.clone(), batch])),
             EntryPayload::Membership(Membership::new(vec![[1, 2, 3].into()], None)),
         ];
         for payload in payloads {
             let entry = Entry::<ShardRaft> { log_id, payload };
-            assert_eq!(encode_entry(&entry).unwrap(), postcard::to_allocvec(&entry).unwrap());
+            let mut want = vec![RECORD_ENTRY_V1];
+            want.extend(postcard::to_allocvec(&entry).unwrap());
+            let record = encode_entry(&entry).unwrap();
+            assert_eq!(record, want);
+            assert_eq!(decode_record(Path::new("log"), 42, &record).unwrap(), entry);
         }
+        let err = decode_record(Path::new("log"), 42, &[9, 1, 2]).unwrap_err().to_string();
+        assert!(err.contains("log record 42") && err.contains("encoding 9"), "{err}");
     }
 }

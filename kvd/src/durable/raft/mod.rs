@@ -49,6 +49,7 @@ mod state_machine;
 mod tasks;
 pub(crate) mod types;
 
+pub use log_store::{decode_record, encode_record};
 pub use open::Recovery;
 pub use shard::DurableShard;
 pub use types::{LogAnswer, LogError, ShardRaft};

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use kvshared::frame::AlignedVec;
 use kvshared::wire::BatchResponse;
 use openraft::{BasicNode, StoredMembership, Vote};
 
@@ -362,7 +361,6 @@ async fn recover(
         membership: StoredMembership::default(),
         scratch: Scratch::default(),
         response: BatchResponse::default(),
-        body: AlignedVec::new(),
         dir: dir.to_path_buf(),
         writer: writer.clone(),
         snapshots: snapshots.clone(),

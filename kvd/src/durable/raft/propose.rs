@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use super::types::{LogAnswer, LogError, ShardRaft, WriteBatch, leader_hint};
+use super::types::{LogAnswer, LogError, ShardRaft, leader_hint};
+use crate::durable::entry::LogPayload;
 
 /// Most batches in one entry.
 pub(super) const MAX_BATCHES_PER_ENTRY: usize = 1024;
@@ -18,7 +19,8 @@ pub(super) const PROPOSALS_IN_FLIGHT: usize = 1;
 /// unknown" (their connections close).
 pub(super) const PROPOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// A batch waiting for the proposer, and where its answer goes.
+/// A batch waiting for the proposer (in the log's own format: `durable::entry`), and where its
+/// answer goes.
 pub(super) type Proposal = (Vec<u8>, tokio::sync::oneshot::Sender<LogAnswer>);
 
 /// Group commit above the log: takes every batch queued while earlier entries were being
@@ -55,7 +57,9 @@ pub(super) async fn propose(
         tasks.spawn(async move {
             // Bounded: openraft 0.9 may never answer an entry a change of leader has taken
             // away, and this slot would then hold every later write of the shard.
-            let result = tokio::time::timeout(PROPOSE_LIMIT, raft.client_write(WriteBatch(bodies))).await;
+            let payload = LogPayload::from_batches(&bodies);
+            drop(bodies);
+            let result = tokio::time::timeout(PROPOSE_LIMIT, raft.client_write(payload)).await;
             drop(slot);
             let result = match result {
                 Ok(r) => r,

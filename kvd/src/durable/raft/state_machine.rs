@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use kvshared::frame::AlignedVec;
 use kvshared::stats::Counts;
-use kvshared::wire::{BatchResponse, BatchView, encode_body};
+use kvshared::wire::{BatchResponse, encode_body};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StoredMembership,
 };
 
-use super::types::{Applied, ShardRaft, StorageResult, WriteBatch, io_error};
+use super::types::{Applied, ShardRaft, StorageResult, io_error};
 use crate::counters::Counters;
+use crate::durable::entry::{LogPayload, LoggedBatch};
 use crate::durable::health::DiskHealth;
 use crate::durable::log::GroupCommit;
 use crate::durable::{catalog, snapshot};
@@ -77,7 +78,6 @@ pub struct StateMachine {
     pub(super) membership: StoredMembership<u64, BasicNode>,
     pub(super) scratch: Scratch,
     pub(super) response: BatchResponse,
-    pub(super) body: AlignedVec,
     pub(super) dir: PathBuf,
     pub(super) writer: Arc<GroupCommit>,
     pub(super) snapshots: Arc<parking_lot::Mutex<Snapshots>>,
@@ -85,23 +85,22 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
-    fn apply_batch(&mut self, index: u64, bytes: &[u8]) -> Vec<u8> {
-        self.body.clear();
-        self.body.extend_from_slice(bytes);
-        let Ok(batch) = BatchView::parse(&self.body) else {
-            // Validated before it was proposed; a log that does not decode is refused on
-            // open. Nothing to run.
-            return Vec::new();
-        };
+    /// Applies an entry's batches; each answered with its response body.
+    fn apply_entry(&mut self, index: u64, payload: &LogPayload) -> Result<Applied, String> {
+        // A payload is checked whole when it is built or decoded (from a segment or a peer):
+        // one that does not read here is a bug, and a storage error stops the member rather
+        // than apply the entry as nothing.
+        let batches = payload
+            .batches()
+            .map_err(|e| format!("log entry {index} does not read ({e}): kvd will not apply a log it cannot read"))?;
+        Ok(Applied(batches.iter().map(|b| self.apply_batch(index, b)).collect()))
+    }
+
+    fn apply_batch(&mut self, index: u64, batch: &LoggedBatch<'_>) -> Vec<u8> {
         let mut tally = Counts::default();
         self.scratch.log_index = index;
-        self.store.execute(
-            &batch,
-            &mut self.response,
-            &mut Unbounded,
-            &mut self.scratch,
-            &mut tally,
-        );
+        self.store
+            .execute(batch, &mut self.response, &mut Unbounded, &mut self.scratch, &mut tally);
         // Applying is not serving: the member that answers the client counts the ops it
         // served (`merge_logged`); every member counts what it applied.
         let applied = tally.ops();
@@ -289,12 +288,7 @@ impl RaftStateMachine<ShardRaft> for StateMachine {
             self.last_applied = Some(entry.log_id);
             out.push(match entry.payload {
                 EntryPayload::Blank => Applied::default(),
-                EntryPayload::Normal(WriteBatch(batches)) => Applied(
-                    batches
-                        .iter()
-                        .map(|b| self.apply_batch(entry.log_id.index, b))
-                        .collect(),
-                ),
+                EntryPayload::Normal(payload) => self.apply_entry(entry.log_id.index, &payload).map_err(io_error)?,
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), m);
                     Applied::default()

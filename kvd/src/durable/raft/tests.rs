@@ -20,6 +20,12 @@ fn body(req: &BatchRequest) -> Vec<u8> {
     body.to_vec()
 }
 
+/// `req`'s ops as a batch of a log entry (as `Node` converts a client's batch).
+fn entry(req: &BatchRequest) -> Vec<u8> {
+    let ops: Vec<_> = (0..req.len()).map(|i| req.op(i).unwrap()).collect();
+    crate::durable::entry::encode_batch(ops.into_iter()).unwrap()
+}
+
 fn aligned(bytes: &[u8]) -> AlignedVec {
     let mut v = AlignedVec::new();
     v.extend_from_slice(bytes);
@@ -51,7 +57,7 @@ async fn open(dir: &Path, segment_bytes: u64) -> Result<(DurableShard, Recovery,
 async fn put(shard: &DurableShard, key: &str, value: &str) {
     let mut req = BatchRequest::new();
     req.push_put(key.as_bytes(), value.as_bytes());
-    let reply = aligned(&shard.submit(body(&req)).await.unwrap().unwrap());
+    let reply = aligned(&shard.submit(entry(&req)).await.unwrap().unwrap());
     assert_eq!(ReplyView::parse(&reply).unwrap().result(0), OpReply::Stored);
 }
 
@@ -200,7 +206,7 @@ async fn conditional_writes_under_snapshots_recover_exactly() {
                     _ if i % 7 == 0 => req.push_delete(key.as_bytes()),
                     _ => req.push(OpKind::PutIfPresent, key.as_bytes(), format!("xx-{i}").as_bytes()),
                 }
-                shard.submit(body(&req)).await.unwrap().unwrap();
+                shard.submit(entry(&req)).await.unwrap().unwrap();
             }
         })
     };
@@ -228,7 +234,7 @@ async fn acknowledged_writes_survive_a_restart() {
         let mut req = BatchRequest::new();
         req.push_put(format!("k{i}").as_bytes(), format!("v{i}").as_bytes());
         req.push_get(format!("k{i}").as_bytes());
-        let reply = aligned(&shard.submit(body(&req)).await.unwrap().unwrap());
+        let reply = aligned(&shard.submit(entry(&req)).await.unwrap().unwrap());
         let view = ReplyView::parse(&reply).unwrap();
         assert_eq!(view.result(0), OpReply::Stored);
         assert_eq!(view.result(1), OpReply::Found(format!("v{i}").as_bytes()));
@@ -242,7 +248,7 @@ async fn acknowledged_writes_survive_a_restart() {
     let mut req = BatchRequest::new();
     req.push_get(b"k49");
     req.push_put(b"k50", b"after the restart");
-    let reply = aligned(&shard.submit(body(&req)).await.unwrap().unwrap());
+    let reply = aligned(&shard.submit(entry(&req)).await.unwrap().unwrap());
     assert_eq!(ReplyView::parse(&reply).unwrap().result(0), OpReply::Found(b"v49"));
     shard.shutdown().await;
 }

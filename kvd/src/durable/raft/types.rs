@@ -4,18 +4,12 @@
 use openraft::{BasicNode, Entry, StorageError, StorageIOError};
 use serde::{Deserialize, Serialize};
 
-/// The batches with writes of one log entry, as their frame bodies: the proposer puts every
-/// batch that arrived while the previous entries were being committed into one entry.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct WriteBatch(#[serde(with = "bodies")] pub Vec<Vec<u8>>);
-
 /// The encoded response bodies of an entry's batches, in order (none for raft's own entries).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Applied(#[serde(with = "bodies")] pub Vec<Vec<u8>>);
 
 /// A list of bodies, each as bytes: one copy per body. (serde's own `Vec<u8>` is a sequence
-/// of `u8`, one call per byte: 16% of a durable node's time under YCSB-A. postcard writes
-/// both as a length and the bytes, so the log's format does not change.)
+/// of `u8`, one call per byte: 16% of a durable node's time under YCSB-A.)
 mod bodies {
     use serde::{Deserialize, Deserializer, Serializer};
 
@@ -27,27 +21,12 @@ mod bodies {
         let bufs = Vec::<serde_bytes::ByteBuf>::deserialize(d)?;
         Ok(bufs.into_iter().map(serde_bytes::ByteBuf::into_vec).collect())
     }
-
-    #[cfg(test)]
-    mod tests {
-        use super::super::WriteBatch;
-
-        /// The log's records written before this change read back alike, and the other way.
-        #[test]
-        fn bodies_encode_as_a_sequence_of_bytes_did() {
-            let bodies = vec![vec![1u8, 2, 3], Vec::new(), vec![0xff; 300]];
-            let fast = postcard::to_allocvec(&WriteBatch(bodies.clone())).unwrap();
-            let plain = postcard::to_allocvec(&bodies).unwrap();
-            assert_eq!(fast, plain);
-            assert_eq!(postcard::from_bytes::<WriteBatch>(&plain).unwrap().0, bodies);
-        }
-    }
 }
 
 openraft::declare_raft_types!(
     /// The raft types of a shard group.
     pub ShardRaft:
-        D = WriteBatch,
+        D = crate::durable::entry::LogPayload,
         R = Applied,
         NodeId = u64,
         Node = BasicNode,

@@ -1,0 +1,156 @@
+//! `kvd admin restart-check`: whether a member of a replica group may be stopped now, for a
+//! restart or an upgrade done member by member (docs/UPGRADING.md).
+//!
+//! It reads every member's stats (the client protocol, which members of one release apart
+//! both speak) and holds a member stoppable when:
+//!
+//! - it is not the leader (stopping the leader costs the group an election; move the lead
+//!   first with `kvd admin transfer-leader`);
+//! - it answers and has applied everything the leader had committed when asked (after a
+//!   restart: it has caught up again);
+//! - without it, a majority of the voters (the leader among them) answer and have caught up
+//!   the same way, so the group keeps committing while it is down.
+//!
+//! "Committed when asked" is the leader's commit index read before the member's applied
+//! index: a member that applies steadily passes under a steady load too.
+
+use std::time::Duration;
+
+use kvshared::client::{ClientConfig, Cluster};
+use kvshared::stats::{GroupRole, NodeStats};
+
+/// How long one member may take to answer its stats.
+const ASK_LIMIT: Duration = Duration::from_secs(2);
+/// How often `--wait` asks again.
+const ASK_EVERY: Duration = Duration::from_millis(200);
+
+/// Checks `addr` in shard `shard`'s group (reached through `members`); with a `limit`, asks
+/// again until it holds or the limit passes. Returns the exit code: 0 may stop, 1 not now.
+pub async fn run(
+    shard: usize,
+    members: Vec<String>,
+    config: ClientConfig,
+    addr: &str,
+    limit: Duration,
+) -> anyhow::Result<u8> {
+    let config = ClientConfig {
+        request_timeout: ASK_LIMIT,
+        conns_per_node: 1,
+        ..config
+    };
+    let began = tokio::time::Instant::now();
+    let mut last = String::new();
+    loop {
+        let verdict = check(&members, &config, addr).await;
+        match verdict {
+            Ok(why) => {
+                kvshared::outln!("{addr} may be stopped: {why}")?;
+                return Ok(0);
+            }
+            Err(why) if began.elapsed() >= limit => {
+                kvshared::outln!("{addr} may not be stopped now (shard {shard}): {why}")?;
+                return Ok(1);
+            }
+            Err(why) => {
+                if why != last {
+                    eprintln!("kvd: waiting: {why}");
+                    last = why;
+                }
+                tokio::time::sleep(ASK_EVERY).await;
+            }
+        }
+    }
+}
+
+/// What each address answered (or why it did not).
+type Answers = Vec<(String, Result<NodeStats, String>)>;
+
+async fn ask(addrs: &[String], config: &ClientConfig) -> Answers {
+    let asks = addrs.iter().map(|a| async move {
+        let stats = match Cluster::new(std::slice::from_ref(a), config.clone()) {
+            Ok(c) => c.stats(0).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        (a.clone(), stats)
+    });
+    futures::future::join_all(asks).await
+}
+
+/// The verdict on `addr` now: why it may be stopped, or why not.
+async fn check(members: &[String], config: &ClientConfig, addr: &str) -> Result<String, String> {
+    // First the leader (and its commit index), then every voter's applied index.
+    let mut addrs: Vec<String> = members.to_vec();
+    if !addrs.iter().any(|m| m == addr) {
+        addrs.push(addr.to_string());
+    }
+    let first = ask(&addrs, config).await;
+    let (leader, leader_stats) = first
+        .iter()
+        .filter_map(|(a, s)| s.as_ref().ok().map(|s| (a, s)))
+        .filter(|(_, s)| s.group.role == GroupRole::Leader)
+        .max_by_key(|(_, s)| s.group.term)
+        .ok_or_else(|| {
+            format!(
+                "no member says it leads the group (asked {}): an election?",
+                addrs.join(", ")
+            )
+        })?;
+    if leader == addr {
+        return Err(format!(
+            "it leads the group (term {}): move the lead first with kvd admin transfer-leader",
+            leader_stats.group.term
+        ));
+    }
+    let commit = leader_stats.group.commit_index;
+    let voters = leader_stats.group.members.clone();
+    let mut everyone = voters.clone();
+    everyone.extend(leader_stats.group.learners.iter().cloned());
+    if !everyone.iter().any(|m| m == addr) {
+        return Err(format!(
+            "it is not a member of the group led by {leader} (members {})",
+            everyone.join(", ")
+        ));
+    }
+    let now = ask(&everyone, config).await;
+    let caught_up = |a: &str| -> Result<u64, String> {
+        match now.iter().find(|(m, _)| m == a).map(|(_, s)| s) {
+            Some(Ok(s)) if s.group.applied_index >= commit => Ok(s.group.applied_index),
+            Some(Ok(s)) => Err(format!(
+                "{a} has applied {} of the {commit} entries committed",
+                s.group.applied_index
+            )),
+            Some(Err(e)) => Err(format!("{a} does not answer ({e})")),
+            None => Err(format!("{a} was not asked")),
+        }
+    };
+    let applied = caught_up(addr).map_err(|why| format!("it has not caught up: {why}"))?;
+    verdict(addr, leader, &voters, commit, applied, &caught_up)
+}
+
+/// Whether the voters other than `addr` keep a caught-up majority.
+fn verdict(
+    addr: &str,
+    leader: &str,
+    voters: &[String],
+    commit: u64,
+    applied: u64,
+    caught_up: &dyn Fn(&str) -> Result<u64, String>,
+) -> Result<String, String> {
+    let majority = voters.len() / 2 + 1;
+    let others: Vec<&String> = voters.iter().filter(|v| *v != addr).collect();
+    let (ready, behind): (Vec<_>, Vec<_>) = others.iter().map(|v| caught_up(v)).partition(Result::is_ok);
+    if ready.len() < majority {
+        let why: Vec<String> = behind.into_iter().filter_map(Result::err).collect();
+        return Err(format!(
+            "without it, {} of {} voters have caught up and a majority needs {majority} ({})",
+            ready.len(),
+            voters.len(),
+            why.join("; ")
+        ));
+    }
+    Ok(format!(
+        "not the leader ({leader} leads); applied {applied} of {commit} committed; without it {} of {} voters have caught up (a majority is {majority})",
+        ready.len(),
+        voters.len()
+    ))
+}
