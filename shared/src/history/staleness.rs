@@ -69,16 +69,18 @@ fn one_key(key: &str, ops: &[&Operation], bound_ns: u64, out: &mut Staleness) {
                 _ => continue,
             },
             // Nothing: any delete that began before the get returned may explain it, and the
-            // one that returned last proves the least (one of unknown outcome, nothing).
+            // one that returned last proves the least. One of unknown outcome may have taken
+            // effect at any time up to the get, so it proves nothing: the get is not judged.
+            // (`Option`'s order puts `None` first: a max over returns with unknown ones as
+            // `None` judged the get by a known delete instead.)
             None => {
-                let deletes = ops
+                let mut deletes = ops
                     .iter()
                     .filter(|w| matches!(w.call, Call::Delete) && w.call_ns < get.return_ns);
-                match deletes.map(|w| (w.ret != Return::Unknown).then_some(w.return_ns)).max() {
-                    None => 0,
-                    Some(None) => continue,
-                    Some(Some(ret)) => ret,
+                if deletes.clone().any(|w| w.ret == Return::Unknown) {
+                    continue;
                 }
+                deletes.map(|w| w.return_ns).max().unwrap_or(0)
             }
         };
         let first = writes.partition_point(|w| w.call_ns <= origin);
@@ -182,5 +184,21 @@ mod tests {
         };
         let s = staleness(&h, 1);
         assert_eq!(s.stale, 0);
+    }
+
+    /// The outside probe's smallest case: a read of nothing that a delete of unknown outcome
+    /// explains is not stale, whatever known delete came before it.
+    #[test]
+    fn a_miss_that_an_unknown_delete_explains_is_not_stale() {
+        let h = History {
+            operations: vec![
+                op(0, Call::Delete, Return::Deleted { existed: false }, 0, 1),
+                put("a", 2, 3),
+                op(0, Call::Delete, Return::Unknown, 4, 3_000),
+                get(None, 3_001, 3_002),
+            ],
+        };
+        let s = staleness(&h, 1_000_000);
+        assert_eq!((s.stale, s.over_bound), (0, 0), "{s:?}");
     }
 }
