@@ -493,6 +493,48 @@ async fn a_rolling_restart_under_load_fails_no_op_and_stays_linearizable() {
     }
 }
 
+/// Big values (issue 58): with one member down, six values of 20 MiB (a third of the default
+/// `--max-frame` each) are written, and a blank member is added: it catches up (each append
+/// within the frame limit, the older entries by snapshot) and the group keeps its leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_added_after_big_values_catches_up_and_the_group_keeps_a_leader() {
+    let mut group = Group::start_with_joiners("big-values", 1);
+    let client = Arc::new(group.client());
+    let leader = group.leader().await;
+    group.kill((leader + 1) % 3);
+    let value = |i: usize| vec![b'a' + i as u8; 20 << 20];
+    for i in 0..6 {
+        client.put(format!("big{i}").as_bytes(), &value(i)).await.unwrap();
+    }
+    let nodes = group.addrs[..3].join("|");
+    let new = group.addrs[3].clone();
+    let (n, m) = (nodes.clone(), new.clone());
+    let out = tokio::task::spawn_blocking(move || kvd(&["admin", "add-replica", "--nodes", &n, &m]))
+        .await
+        .unwrap();
+    if !out.status.success() {
+        for (i, m) in group.members.iter().enumerate() {
+            if let Some(m) = m {
+                eprintln!("--- member {i} ---\n{}", m.log());
+            }
+        }
+        panic!("add-replica: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    group.leader().await;
+    let one = group.one(3);
+    until_async("the new member to hold the six big values", HANG, || async {
+        match one.stats(0).await {
+            Ok(f) if f.keys >= 6 => Ok(()),
+            other => Err(other.map(|f| (f.keys, f.group.applied_index))),
+        }
+    })
+    .await;
+    for i in 0..6 {
+        let got = client.get(format!("big{i}").as_bytes()).await.unwrap();
+        assert!(got.as_deref() == Some(&value(i)[..]), "big{i}");
+    }
+}
+
 /// A group whose only member is its leader runs its reads at once: nobody else can have
 /// served a write it has not applied, so no read-index round is needed (they waited for the
 /// leader's apply to catch up). A member added to the group makes the leader's reads and the

@@ -612,3 +612,24 @@ fn a_replica_groups_reads_count_in_its_slot_load() {
     let after = total(&client);
     assert!(after > before, "2,048 reads left the slot load at {before}");
 }
+
+/// `kvd admin` verbs honour `--timeout` and name the group that does not answer (issue 58):
+/// with one of two nodes down, `slots` and `move-slots` give up after the `--timeout` given,
+/// not after a minute, and say which node.
+#[test]
+fn admin_verbs_give_up_on_a_node_down_after_their_timeout_naming_it() {
+    let (node, up) = common::start(&["--shard", "0/2"]);
+    let down = common::addr(); // held: nothing listens, connections are refused
+    let nodes = format!("{up},{down}");
+    for verb in [&["slots"][..], &["move-slots", "--from", "1", "--to", "0", "9000-9001"][..]] {
+        let args = [&["admin"][..], verb, &["--nodes", &nodes, "--timeout", "1s"]].concat();
+        let out = kvd(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{verb:?}: {err}");
+        assert!(
+            err.contains(&down) && err.contains("does not answer within --timeout 1s"),
+            "{verb:?} names the node down and the timeout: {err}"
+        );
+    }
+    drop(node);
+}

@@ -34,6 +34,9 @@ const PRECOPY_TRIES: usize = 3;
 /// One group of the cluster, as `--nodes` lists it.
 pub struct Groups {
     cluster: Cluster,
+    /// How long a group may refuse connections before a step gives up on it, naming it:
+    /// the `--timeout` of the command.
+    down_limit: Duration,
 }
 
 impl Groups {
@@ -46,6 +49,7 @@ impl Groups {
             ..config
         };
         Ok(Groups {
+            down_limit: config.request_timeout,
             cluster: Cluster::new(nodes, config)?,
         })
     }
@@ -65,10 +69,26 @@ impl Groups {
     /// Sends `req` to group `g` until it ran (or the step's time is up).
     async fn send(&self, g: usize, req: &BatchRequest) -> anyhow::Result<Reply> {
         let began = Instant::now();
+        let mut down_since: Option<Instant> = None;
         loop {
             let result = self.cluster.send_batch(g, req).await;
+            let down = result.as_ref().err().is_some_and(|e| matches!(e.kind(), "connect" | "node_down"));
+            match down {
+                true => down_since = down_since.or(Some(Instant::now())),
+                false => down_since = None,
+            }
             match result {
                 Ok(reply) => return Ok(reply),
+                // No member of the group takes connections: give up after --timeout, naming it.
+                Err(e) if down_since.is_some_and(|t| t.elapsed() >= self.down_limit) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "group {g} ({}) does not answer within --timeout {:?}",
+                            self.cluster.addr(g),
+                            self.down_limit
+                        )
+                    });
+                }
                 Err(e) if began.elapsed() < STEP_LIMIT && !e.outcome_unknown() => {
                     tracing::debug!(group = g, error = %e, "retrying a step");
                 }

@@ -74,7 +74,7 @@ fn one_key(key: &str, ops: &[&Operation], bound_ns: u64, out: &mut Staleness) {
             // (`Option`'s order puts `None` first: a max over returns with unknown ones as
             // `None` judged the get by a known delete instead.)
             None => {
-                let mut deletes = ops
+                let deletes = ops
                     .iter()
                     .filter(|w| matches!(w.call, Call::Delete) && w.call_ns < get.return_ns);
                 if deletes.clone().any(|w| w.ret == Return::Unknown) {

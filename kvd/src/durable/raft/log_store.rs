@@ -43,6 +43,9 @@ pub(super) struct LogInner {
     pub(super) keep_committed: bool,
     /// Whether the disk takes writes.
     pub(super) health: Arc<crate::durable::health::DiskHealth>,
+    /// Most bytes of entries one append to a member carries (within the members'
+    /// `--max-frame`): see [`RaftLogReader::limited_get_log_entries`].
+    pub(super) append_bytes: usize,
 }
 
 impl LogStore {
@@ -110,9 +113,16 @@ impl LogStore {
                 committed_saved_at: None,
                 keep_committed,
                 health,
+                append_bytes: usize::MAX,
             })),
         };
         Ok((store, first_on_disk))
+    }
+
+    /// Bounds the entries one append to a member carries to `frame` bytes (the members'
+    /// `--max-frame`), less room for the message around them.
+    pub(super) fn limit_appends(&self, frame: u32) {
+        self.inner.lock().append_bytes = (frame as usize).saturating_sub(APPEND_SLACK).max(1);
     }
 
     /// Forgets the entries up to `log_id` (a snapshot holds them).
@@ -238,7 +248,44 @@ fn refuse_a_lost_log(dir: &Path, log_dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Room in an append's frame for everything but the entries' payloads: the message, each
+/// entry's ids, lengths and membership.
+const APPEND_SLACK: usize = 256 * 1024;
+
+/// An entry's bytes in an append (its payload, and room for its ids).
+fn entry_bytes(entry: &Entry<ShardRaft>) -> usize {
+    match &entry.payload {
+        EntryPayload::Normal(p) => p.bytes().len() + 64,
+        _ => 1024,
+    }
+}
+
+/// The first of `entries` whose bytes fit in `limit` (at least one: a single entry is
+/// within a client's frame).
+fn within(mut entries: Vec<Entry<ShardRaft>>, limit: usize) -> Vec<Entry<ShardRaft>> {
+    let mut total = 0usize;
+    let keep = entries
+        .iter()
+        .position(|e| {
+            total = total.saturating_add(entry_bytes(e));
+            total > limit
+        })
+        .unwrap_or(entries.len())
+        .max(1);
+    entries.truncate(keep);
+    entries
+}
+
 impl RaftLogReader<ShardRaft> for LogStore {
+    /// What one append to a member carries: the entries from `start`, as many as fit in the
+    /// members' frame limit (a catch-up of big values once made an append of 80 MiB that the
+    /// frame limit refused, over and over).
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> StorageResult<Vec<Entry<ShardRaft>>> {
+        let limit = self.inner.lock().append_bytes;
+        let entries = self.try_get_log_entries(start..end).await?;
+        Ok(within(entries, limit))
+    }
+
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -261,6 +308,29 @@ impl RaftLogReader<ShardRaft> for LogStore {
             return Ok(Vec::new());
         }
         let end = end.unwrap_or(u64::MAX);
+        // A snapshot may purge the start of the range while it is read from disk: then it
+        // is read again from after the purge (openraft sends a snapshot for what is gone).
+        let mut tries = 0;
+        loop {
+            match self.read_range(start, end) {
+                Err(e) if tries < 3 && self.purged_since(start) => {
+                    tracing::debug!(error = %e, start, "the log was purged while read; reading again");
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl LogStore {
+    /// Whether entries from `start` on were purged (a snapshot holds them now).
+    fn purged_since(&self, start: u64) -> bool {
+        self.inner.lock().last_purged.is_some_and(|l| l.index >= start)
+    }
+
+    /// The entries `start..end` that exist: from memory, and the older ones from disk.
+    fn read_range(&self, start: u64, end: u64) -> StorageResult<Vec<Entry<ShardRaft>>> {
         let (disk, mut entries, reader, log_dir) = {
             let inner = self.inner.lock();
             // Entries a snapshot holds are gone; the rest before the cache are on disk.

@@ -120,6 +120,7 @@ impl DurableShard {
                 inner.vote = Some(Vote::new(v.leader_id.term, who.me));
             }
         }
+        r.log.limit_appends(who.client.max_frame);
         let raft_config = raft_config(grouped)?;
         let network = crate::durable::network::Network::new(who.client.clone(), who.group.clone());
         let raft = openraft::Raft::new(who.me, raft_config, network, r.log, r.sm).await?;
@@ -132,6 +133,13 @@ impl DurableShard {
             .catch_up(&store, cap, r.last_log_index, r.committed_at_start)
             .await?;
         recovery.entries_replayed = shard.applied_index().saturating_sub(r.base);
+        let failed_dir = dir.to_path_buf();
+        shard.tasks.spawn(stop_if_raft_fails(shard.raft.clone(), move |why| {
+            // (Unit tests watch for the failure themselves: the test process goes on.)
+            if !cfg!(test) {
+                exit_failed(&failed_dir, &why)
+            }
+        }));
         shard.tasks.spawn(watch_log(
             shard.raft.clone(),
             shard.writer.clone(),
@@ -477,6 +485,40 @@ pub(super) async fn watch_log(
             return;
         }
     }
+}
+
+/// The exit status of a kvd whose raft core stopped on an error (see [`stop_if_raft_fails`]).
+pub const RAFT_FAILED_EXIT: i32 = 3;
+
+/// Fail-stop: if openraft's core stops on an error (a storage error it cannot go on from),
+/// the member cannot take part in its group any more, and serving on would answer every
+/// client "no leader" for ever. `stop` is called with the reason (in kvd: [`exit_failed`],
+/// so that a supervisor restarts it; everything acknowledged is on disk). A core stopped by
+/// kvd's own shutdown is not a failure.
+pub(super) async fn stop_if_raft_fails(raft: openraft::Raft<ShardRaft>, stop: impl FnOnce(String)) {
+    let mut metrics = raft.metrics();
+    loop {
+        let state = metrics.borrow().running_state.clone();
+        if let Err(e) = state
+            && e != openraft::error::Fatal::Stopped
+        {
+            stop(e.to_string());
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Logs why the raft of the shard in `dir` stopped, and exits with [`RAFT_FAILED_EXIT`].
+pub(super) fn exit_failed(dir: &Path, why: &str) -> ! {
+    tracing::error!(data_dir = %dir.display(), error = why, "the shard's raft stopped on an error: kvd exits (a supervisor restarts it; nothing acknowledged is lost)");
+    eprintln!(
+        "kvd: {}: the shard's raft stopped on an error: {why}; exiting with status {RAFT_FAILED_EXIT}",
+        dir.display()
+    );
+    std::process::exit(RAFT_FAILED_EXIT);
 }
 
 /// What this member has seen of its group's history since its process started.

@@ -279,3 +279,22 @@ async fn the_log_keeps_its_newest_entries_in_memory_and_reads_older_ones_back() 
     }
     shard.shutdown().await;
 }
+
+/// Fail-stop: an entry the state machine cannot read stops openraft's core, and the watcher
+/// kvd runs on every shard (which makes the process exit) learns why; the entry is never
+/// applied as nothing. (Node only logs entries it encoded itself: this one is forged.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_entry_stops_raft_and_the_watcher_is_told_why() {
+    let dir = scratch_dir("fail-stop");
+    let (shard, _, store) = open(&dir, 1 << 20).await.unwrap();
+    put(&shard, "before", "1").await;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(super::open::stop_if_raft_fails(shard.raft.clone(), move |why| {
+        let _ = tx.send(why);
+    }));
+    let answer = shard.submit(vec![7, 0, 0, 0, 99]);
+    let why = tokio::time::timeout(kvtestkit::HANG, rx).await.unwrap().unwrap();
+    assert!(why.contains("log entry") && why.contains("does not read"), "{why}");
+    assert!(answer.await.map_or(true, |a| a.is_err()), "the forged entry was not answered as applied");
+    assert_eq!(value(&store, "before").as_deref(), Some("1"));
+}
