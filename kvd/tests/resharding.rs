@@ -621,7 +621,10 @@ fn admin_verbs_give_up_on_a_node_down_after_their_timeout_naming_it() {
     let (node, up) = common::start(&["--shard", "0/2"]);
     let down = common::addr(); // held: nothing listens, connections are refused
     let nodes = format!("{up},{down}");
-    for verb in [&["slots"][..], &["move-slots", "--from", "1", "--to", "0", "9000-9001"][..]] {
+    for verb in [
+        &["slots"][..],
+        &["move-slots", "--from", "1", "--to", "0", "9000-9001"][..],
+    ] {
         let args = [&["admin"][..], verb, &["--nodes", &nodes, "--timeout", "1s"]].concat();
         let out = kvd(&args);
         let err = String::from_utf8_lossy(&out.stderr);

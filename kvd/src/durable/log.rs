@@ -554,6 +554,11 @@ pub struct GroupCommit {
     /// Tells a writer stuck retrying a failing disk to give up (the log is shutting down).
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Records through here are held by the older snapshot kept (see [`GroupCommit::purge_through`]).
+    snapshot_floor: std::sync::atomic::AtomicU64,
+    /// Records through here openraft has purged (it no longer reads them, to apply or to
+    /// send to a member catching up).
+    raft_floor: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for GroupCommit {
@@ -615,6 +620,8 @@ impl GroupCommit {
             figures,
             stop,
             thread: Some(thread),
+            snapshot_floor: std::sync::atomic::AtomicU64::new(0),
+            raft_floor: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -643,11 +650,29 @@ impl GroupCommit {
         }
     }
 
-    /// Deletes, on the writer thread, the segments whose records all have indexes up to
-    /// `index` (a snapshot holds them).
+    /// Records through `index` are held by the older snapshot kept: their segments may go
+    /// once openraft has purged them too ([`GroupCommit::raft_purged`]). Deleted on the
+    /// writer thread.
     pub fn purge_through(&self, index: u64) {
-        if let Some(jobs) = &self.jobs {
-            let _ = jobs.send(Job::Purge(index));
+        self.snapshot_floor
+            .fetch_max(index, std::sync::atomic::Ordering::Relaxed);
+        self.purge_below_both();
+    }
+
+    /// openraft has purged records through `index`. (It keeps what it still sends to a member
+    /// catching up: a segment deleted before that made its reads fail and its core stop.)
+    pub fn raft_purged(&self, index: u64) {
+        self.raft_floor.fetch_max(index, std::sync::atomic::Ordering::Relaxed);
+        self.purge_below_both();
+    }
+
+    fn purge_below_both(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let through = self.snapshot_floor.load(Relaxed).min(self.raft_floor.load(Relaxed));
+        if through > 0
+            && let Some(jobs) = &self.jobs
+        {
+            let _ = jobs.send(Job::Purge(through));
         }
     }
 

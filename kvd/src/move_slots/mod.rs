@@ -72,7 +72,10 @@ impl Groups {
         let mut down_since: Option<Instant> = None;
         loop {
             let result = self.cluster.send_batch(g, req).await;
-            let down = result.as_ref().err().is_some_and(|e| matches!(e.kind(), "connect" | "node_down"));
+            let down = result
+                .as_ref()
+                .err()
+                .is_some_and(|e| matches!(e.kind(), "connect" | "node_down"));
             match down {
                 true => down_since = down_since.or(Some(Instant::now())),
                 false => down_since = None,

@@ -130,6 +130,7 @@ impl LogStore {
         let mut inner = self.inner.lock();
         inner.cache.forget_through(log_id.index);
         inner.last_purged = Some(log_id);
+        inner.writer.raft_purged(log_id.index);
     }
 }
 

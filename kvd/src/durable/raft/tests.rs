@@ -295,6 +295,9 @@ async fn an_unreadable_entry_stops_raft_and_the_watcher_is_told_why() {
     let answer = shard.submit(vec![7, 0, 0, 0, 99]);
     let why = tokio::time::timeout(kvtestkit::HANG, rx).await.unwrap().unwrap();
     assert!(why.contains("log entry") && why.contains("does not read"), "{why}");
-    assert!(answer.await.map_or(true, |a| a.is_err()), "the forged entry was not answered as applied");
+    assert!(
+        answer.await.map_or(true, |a| a.is_err()),
+        "the forged entry was not answered as applied"
+    );
     assert_eq!(value(&store, "before").as_deref(), Some("1"));
 }
