@@ -106,6 +106,11 @@ impl DiskHealth {
         })
     }
 
+    /// While stalled: the operating system's reason (no paths).
+    pub fn stall_reason(&self) -> Option<String> {
+        self.stall.lock().as_ref().map(|s| s.reason.clone())
+    }
+
     /// For stats.
     pub fn figures(&self) -> StallFigures {
         let stall = self.stall.lock();

@@ -318,7 +318,7 @@ impl RaftLogReader<ShardRaft> for LogStore {
                     tracing::debug!(error = %e, start, "the log was purged while read; reading again");
                     tries += 1;
                 }
-                other => return other,
+                other => return other.map_err(io_error),
             }
         }
     }
@@ -331,7 +331,7 @@ impl LogStore {
     }
 
     /// The entries `start..end` that exist: from memory, and the older ones from disk.
-    fn read_range(&self, start: u64, end: u64) -> StorageResult<Vec<Entry<ShardRaft>>> {
+    fn read_range(&self, start: u64, end: u64) -> Result<Vec<Entry<ShardRaft>>, String> {
         let (disk, mut entries, reader, log_dir) = {
             let inner = self.inner.lock();
             // Entries a snapshot holds are gone; the rest before the cache are on disk.
@@ -347,8 +347,11 @@ impl LogStore {
             return Ok(entries);
         }
         let mut out = Vec::with_capacity(entries.len() + (disk.end - disk.start) as usize);
-        for (index, bytes) in disk.clone().zip(reader.read(disk.start, disk.end).map_err(io_error)?) {
-            out.push(decode_record(&log_dir, index, &bytes).map_err(io_error)?);
+        for (index, bytes) in disk
+            .clone()
+            .zip(reader.read(disk.start, disk.end).map_err(|e| e.to_string())?)
+        {
+            out.push(decode_record(&log_dir, index, &bytes).map_err(|e| e.to_string())?);
         }
         out.append(&mut entries);
         Ok(out)

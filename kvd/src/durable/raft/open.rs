@@ -167,7 +167,13 @@ impl DurableShard {
         let tasks = Arc::new(Tasks::default());
         let (proposals, queue) = tokio::sync::mpsc::unbounded_channel();
         let handing_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        tasks.spawn(propose(raft.clone(), queue, handing_over.clone(), tasks.clone()));
+        tasks.spawn(propose(
+            raft.clone(),
+            queue,
+            handing_over.clone(),
+            tasks.clone(),
+            health.clone(),
+        ));
         let events = Arc::new(RaftEvents::default());
         let (confirms, confirm_queue) = tokio::sync::mpsc::unbounded_channel();
         tasks.spawn(confirm(raft.clone(), confirm_queue, events.clone()));

@@ -36,6 +36,7 @@ pub(super) async fn propose(
     mut queue: tokio::sync::mpsc::UnboundedReceiver<Proposal>,
     quiet: Arc<std::sync::atomic::AtomicBool>,
     tasks: Arc<super::tasks::Tasks>,
+    health: Arc<crate::durable::health::DiskHealth>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(PROPOSALS_IN_FLIGHT));
     let mut held: Option<Proposal> = None;
@@ -73,7 +74,7 @@ pub(super) async fn propose(
             continue;
         }
         let (bodies, answers): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
-        let raft = raft.clone();
+        let (raft, health) = (raft.clone(), health.clone());
         tasks.spawn(async move {
             // Bounded: openraft 0.9 may never answer an entry a change of leader has taken
             // away, and this slot would then hold every later write of the shard.
@@ -84,9 +85,13 @@ pub(super) async fn propose(
             let result = match result {
                 Ok(r) => r,
                 Err(_) => {
-                    let why = LogError::Failed(format!(
-                        "no commit within {PROPOSE_LIMIT:?} (a change of leader?): the outcome is unknown"
-                    ));
+                    // A disk that stopped taking writes meanwhile is the likelier reason: say so.
+                    let why = LogError::Failed(match health.stall_reason() {
+                        Some(disk) => format!(
+                            "the node's disk refuses writes ({disk}): the write is queued in the log and the outcome is unknown until the disk takes writes again"
+                        ),
+                        None => format!("no commit within {PROPOSE_LIMIT:?} (a change of leader?): the outcome is unknown"),
+                    });
                     for answer in answers {
                         let _ = answer.send(Err(why.clone()));
                     }
