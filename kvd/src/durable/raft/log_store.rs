@@ -181,7 +181,7 @@ pub(crate) fn encode_entry(entry: &Entry<ShardRaft>) -> postcard::Result<Vec<u8>
     postcard::to_extend(entry, out)
 }
 
-/// An entry as its log record (as [`encode_entry`]), for the golden bytes of
+/// An entry as its log record (as `encode_entry` makes it), for the golden bytes of
 /// `durable::samples`.
 pub fn encode_record(entry: &Entry<ShardRaft>) -> postcard::Result<Vec<u8>> {
     encode_entry(entry)
