@@ -8,7 +8,7 @@ use crate::durable::log::FsyncPolicy;
 use crate::store::Eviction;
 use kvshared::cli::NodesArgs;
 use kvshared::client::DEFAULT_NODE;
-use kvshared::frame::{DEFAULT_MAX_FRAME, MAX_FRAME_LIMIT};
+use kvshared::frame::MAX_FRAME_LIMIT;
 use kvshared::routing::ShardId;
 
 #[derive(Parser, Debug)]
@@ -36,6 +36,13 @@ pub struct Cli {
     pub serve: ServeArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// `--max-frame`: a size as every size flag takes it (`64mib`, `1gib`, bytes), within a u32
+/// (its upper bound, 1 GiB, is checked with the other settings).
+fn parse_frame_size(s: &str) -> Result<u32, String> {
+    let bytes = parse_size(s)?;
+    u32::try_from(bytes).map_err(|_| format!("{bytes} bytes is too large: at most {MAX_FRAME_LIMIT} bytes (1gib)"))
 }
 
 /// Smallest `--max-frame` that still fits a useful batch.
@@ -93,9 +100,10 @@ pub struct ServeArgs {
     /// for ever), on every front. At most 30d.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub write_timeout: std::time::Duration,
-    /// Largest frame body in bytes (at most 1 GiB). A request with a larger length prefix is
-    /// refused unread; a reply is kept within it (values past it are answered `TooLarge`).
-    #[arg(long, default_value_t = DEFAULT_MAX_FRAME)]
+    /// Largest frame body (at most 1gib; sizes like 16mib or a number of bytes). A request
+    /// with a larger length prefix is refused unread; a reply is kept within it (values past
+    /// it are answered `TooLarge`).
+    #[arg(long, default_value = "64mib", value_parser = parse_frame_size, value_name = "SIZE")]
     pub max_frame: u32,
     /// Bytes all connections together may hold in buffers beyond 256 KiB each (large
     /// request bodies, large replies): past it, a large frame waits for room up to 1 s (less
@@ -629,4 +637,16 @@ fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
         ));
     }
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    /// `--max-frame`'s default is the protocol's default frame limit, and it takes sizes.
+    #[test]
+    fn max_frame_takes_sizes_and_defaults_to_the_protocols_limit() {
+        assert_eq!(super::parse_frame_size("64mib"), Ok(kvshared::frame::DEFAULT_MAX_FRAME));
+        assert_eq!(super::parse_frame_size("1gib"), Ok(1 << 30));
+        assert_eq!(super::parse_frame_size("4096"), Ok(4096));
+        assert!(super::parse_frame_size("8gib").unwrap_err().contains("too large"));
+    }
 }

@@ -99,6 +99,11 @@ fn a_bad_flag_is_explained() {
         (&["--capacity", "100000000000"][..], "--capacity"),
         (&["--capacity", "18446744073709551615"][..], "--capacity"),
         (&["--max-frame", "0"][..], "--max-frame"),
+        (&["--max-frame", "2gib"][..], "--max-frame"),
+        (
+            &["--data-dir", "/dev/null"][..],
+            "--data-dir /dev/null: not a directory",
+        ),
         (&["--max-conns", "0"][..], "--max-conns"),
         (&["--threads", "0"][..], "--threads"),
     ] {
@@ -107,6 +112,10 @@ fn a_bad_flag_is_explained() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(says) && err.lines().count() == 1, "{args:?}: {err}");
     }
+    // --max-frame takes sizes as every size flag does (it once took only a number of bytes).
+    let (_node, addr) = start(&["--max-frame", "1gib"]);
+    let stats = kvd(&["stats", "--nodes", &addr]);
+    assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
 }
 
 /// Values are bytes: `kvd put k -` and `--file F` store exactly what they read, `kvd get`

@@ -303,6 +303,26 @@ async fn a_corrupt_log_record_is_refused_naming_the_file() {
     assert!(err.contains(&name) && err.contains("corrupt"), "{err}");
 }
 
+/// A damaged vote file is refused as what it is, naming it (not as a snapshot, which kvd
+/// would fall back from: a vote has no older copy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_vote_file_is_refused_as_the_vote() {
+    let dir = scratch("corrupt-vote");
+    let dir_s = dir.path().display().to_string();
+    fill(&dir_s, 10, 0).await;
+    let vote = dir.path().join("vote");
+    let mut bytes = std::fs::read(&vote).expect("a vote file");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&vote, &bytes).unwrap();
+    let (code, err) = start_failing(&dir_s);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&vote.display().to_string()) && err.contains("the raft vote file is damaged"),
+        "{err}"
+    );
+}
+
 /// A damaged newest snapshot is passed over with a warning naming it; the older snapshot
 /// and the log after it still hold every acknowledged write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

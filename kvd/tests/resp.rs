@@ -362,3 +362,45 @@ fn buffers_are_bounded_and_stalled_commands_are_closed() {
     }
     drop(conns);
 }
+
+/// Redis's answers where kvd differed (issue 58, item 9): a client name with a space is
+/// refused by HELLO's SETNAME as by CLIENT SETNAME; INCRBYFLOAT by `inf` would make the value
+/// infinite; MEMORY USAGE's SAMPLES takes a count of zero or more.
+#[test]
+fn small_differences_are_answered_as_redis_answers_them() {
+    let (_nodes, resp) = common::resp_cluster(&[]);
+    let mut con = redis::Client::open(redis_url(&resp[0]))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let err =
+        |cmd: &mut redis::Cmd, con: &mut redis::Connection| cmd.query::<redis::Value>(con).unwrap_err().to_string();
+    let names = "Client names cannot contain spaces, newlines or special characters";
+    let e = err(redis::cmd("HELLO").arg("3").arg("SETNAME").arg("a b"), &mut con);
+    assert!(e.contains(names), "{e}");
+    let e = err(redis::cmd("CLIENT").arg("SETNAME").arg("a b"), &mut con);
+    assert!(e.contains(names), "{e}");
+    let e = err(redis::cmd("INCRBYFLOAT").arg("f").arg("inf"), &mut con);
+    assert!(e.contains("increment would produce NaN or Infinity"), "{e}");
+    let e = err(redis::cmd("INCRBYFLOAT").arg("f").arg("abc"), &mut con);
+    assert!(e.contains("value is not a valid float"), "{e}");
+    let _: () = redis::cmd("SET").arg("m").arg("v").query(&mut con).unwrap();
+    let e = err(
+        redis::cmd("MEMORY").arg("USAGE").arg("m").arg("SAMPLES").arg("-1"),
+        &mut con,
+    );
+    assert!(e.contains("syntax error"), "{e}");
+    let e = err(
+        redis::cmd("MEMORY").arg("USAGE").arg("m").arg("SAMPLES").arg("x"),
+        &mut con,
+    );
+    assert!(e.contains("not an integer"), "{e}");
+    let used: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("m")
+        .arg("SAMPLES")
+        .arg("0")
+        .query(&mut con)
+        .unwrap();
+    assert!(used > 0);
+}

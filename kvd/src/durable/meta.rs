@@ -81,7 +81,21 @@ pub struct DataDirLock {
 impl DataDirLock {
     /// Takes the lock on `dir` (creating the directory), or says who holds it.
     pub fn take(dir: &Path) -> std::io::Result<DataDirLock> {
-        std::fs::create_dir_all(dir)?;
+        if dir.exists() && !dir.is_dir() {
+            return Err(err(
+                std::io::ErrorKind::NotADirectory,
+                format!(
+                    "--data-dir {}: not a directory (give a directory, or a path that does not exist yet)",
+                    dir.display()
+                ),
+            ));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| {
+            err(
+                e.kind(),
+                format!("--data-dir {}: cannot create the directory: {e}", dir.display()),
+            )
+        })?;
         let path = dir.join(LOCK_FILE);
         let mut file = OpenOptions::new()
             .read(true)
@@ -258,6 +272,11 @@ mod tests {
     #[test]
     fn a_second_lock_is_refused_naming_the_holder() {
         let dir = scratch("lock");
+        let not_a_dir = DataDirLock::take(Path::new("/dev/null")).err().unwrap().to_string();
+        assert!(
+            not_a_dir.contains("--data-dir /dev/null: not a directory"),
+            "{not_a_dir}"
+        );
         let held = DataDirLock::take(&dir).unwrap();
         let e = DataDirLock::take(&dir).err().unwrap().to_string();
         assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");

@@ -157,6 +157,11 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool 
         },
         _ if is(name, "INCRBYFLOAT") => match (n, kvshared::wire::decimal_f64(args.get(2))) {
             (3, Some(by)) => p.incr_by_float(node, forward, args.get(1), by),
+            // Redis: `inf` and `nan` are floats, and an increment by one would make the
+            // value NaN or infinite.
+            (3, None) if std::str::from_utf8(args.get(2)).is_ok_and(|t| t.trim().parse::<f64>().is_ok()) => {
+                p.immediate(|o| reply::error(o, "ERR increment would produce NaN or Infinity"))
+            }
             (3, None) => p.immediate(|o| reply::error(o, "ERR value is not a valid float")),
             _ => wrong_args(p, name),
         },
@@ -233,9 +238,12 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool 
             _ => p.immediate(|o| reply::error(o, "ERR kvd answers OBJECT ENCODING <key> only")),
         },
         _ if is(name, "MEMORY") => match n {
-            3 | 5 if is(args.get(1), "USAGE") && (n == 3 || is(args.get(3), "SAMPLES")) => {
-                p.memory_usage(node, forward, args.get(2))
-            }
+            5 if is(args.get(1), "USAGE") && is(args.get(3), "SAMPLES") => match decimal_i64(args.get(4)) {
+                Some(count) if count >= 0 => p.memory_usage(node, forward, args.get(2)),
+                Some(_) => p.immediate(|o| reply::error(o, "ERR syntax error")),
+                None => p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range")),
+            },
+            3 if is(args.get(1), "USAGE") => p.memory_usage(node, forward, args.get(2)),
             _ => p.immediate(|o| reply::error(o, "ERR kvd answers MEMORY USAGE <key> [SAMPLES <count>] only")),
         },
         _ if is(name, "ROLE") => p.immediate(|o| super::info::role_reply(node, o)),
@@ -358,18 +366,21 @@ fn command(args: &Args<'_>, p: &mut Pipeline) {
     }
 }
 
+/// Redis's refusal of a client name (CLIENT SETNAME and HELLO ... SETNAME alike).
+const BAD_CLIENT_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
+
+/// Whether `name` holds a space, a control byte or a byte past `~` (Redis refuses those).
+fn bad_client_name(name: &[u8]) -> bool {
+    name.iter().any(|&b| b <= b' ' || b > b'~')
+}
+
 /// CLIENT SETNAME / GETNAME / ID / INFO / SETINFO.
 fn client(s: &mut Session, args: &Args<'_>, p: &mut Pipeline) {
     let sub = args.get(1);
     if is(sub, "SETNAME") && args.len() == 3 {
         let name = args.get(2);
-        if name.iter().any(|&b| b <= b' ' || b > b'~') {
-            return p.immediate(|o| {
-                reply::error(
-                    o,
-                    "ERR Client names cannot contain spaces, newlines or special characters.",
-                )
-            });
+        if bad_client_name(name) {
+            return p.immediate(|o| reply::error(o, BAD_CLIENT_NAME));
         }
         s.name = name.to_vec();
         p.immediate(|o| reply::simple(o, "OK"));
@@ -446,6 +457,9 @@ fn hello(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
             }
             i += 3;
         } else if is(args.get(i), "SETNAME") && i + 1 < args.len() {
+            if bad_client_name(args.get(i + 1)) {
+                return p.immediate(|o| reply::error(o, BAD_CLIENT_NAME));
+            }
             name = Some(args.get(i + 1).to_vec());
             i += 2;
         } else {

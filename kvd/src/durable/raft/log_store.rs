@@ -92,10 +92,7 @@ impl LogStore {
         let committed_index = committed_index.min(last.unwrap_or(0));
         let vote_path = dir.join("vote");
         let vote = match vote_path.exists() {
-            true => Some(
-                postcard::from_bytes(&snapshot::read(&vote_path)?.data)
-                    .map_err(|e| format!("{}: does not decode: {e}", vote_path.display()))?,
-            ),
+            true => Some(read_vote(&vote_path)?),
             false => None,
         };
         let writer = GroupCommit::start(files, fsync, health.clone())
@@ -227,6 +224,22 @@ fn upgrade_record(log_dir: &Path, index: u64, old: &[u8]) -> Result<Vec<u8>, Log
         ))
     })?;
     encode_entry(&entry).map_err(|e| LogError::Misuse(format!("log record {index}: cannot encode its upgrade: {e}")))
+}
+
+/// The raft vote in `path` (in the snapshot file format), or why it cannot be read: a vote
+/// file is no snapshot, and there is no older one to fall back to.
+fn read_vote(path: &Path) -> Result<Vote<u64>, String> {
+    let refused = |why: String| {
+        format!(
+            "{}: the raft vote file is damaged ({why}): kvd will not start without its vote (it could vote twice in one term). Restore the data directory from a copy; or, in a replica group, move the directory away and add the member back as a new one",
+            path.display()
+        )
+    };
+    let file = snapshot::read(path).map_err(|e| match e {
+        snapshot::SnapshotError::Invalid { why, .. } => refused(why),
+        e => e.to_string(),
+    })?;
+    postcard::from_bytes(&file.data).map_err(|e| refused(format!("does not decode: {e}")))
 }
 
 /// A shard that has voted or snapshotted had a log: if every segment is gone, it was deleted
