@@ -365,7 +365,8 @@ fn buffers_are_bounded_and_stalled_commands_are_closed() {
 
 /// Redis's answers where kvd differed (issue 58, item 9): a client name with a space is
 /// refused by HELLO's SETNAME as by CLIENT SETNAME; INCRBYFLOAT by `inf` would make the value
-/// infinite; MEMORY USAGE's SAMPLES takes a count of zero or more.
+/// infinite; MEMORY USAGE's SAMPLES takes a count of zero or more; a forged SCAN cursor is
+/// an invalid cursor.
 #[test]
 fn small_differences_are_answered_as_redis_answers_them() {
     let (_nodes, resp) = common::resp_cluster(&[]);
@@ -403,4 +404,7 @@ fn small_differences_are_answered_as_redis_answers_them() {
         .query(&mut con)
         .unwrap();
     assert!(used > 0);
+    // A cursor no node gave out: Redis's words, not kvd's internal ones.
+    let e = err(redis::cmd("SCAN").arg("123456789012"), &mut con);
+    assert!(e.contains("invalid cursor"), "{e}");
 }

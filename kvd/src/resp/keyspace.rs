@@ -209,6 +209,8 @@ impl Runner<'_> {
             OpReply::Found(page) => Ok(Answer::Page(page.to_vec())),
             OpReply::Counted(n) => Ok(Answer::Count(n)),
             OpReply::Stored => Ok(Answer::Done),
+            // The pattern was checked before: a scan refused is a cursor no node gave out.
+            OpReply::Malformed(_) if kind == OpKind::Scan => Err("ERR invalid cursor".into()),
             OpReply::Malformed(why) => Err(format!("ERR node {target}: {why}")),
             other => Err(format!("ERR node {target} answered {other:?}")),
         }
