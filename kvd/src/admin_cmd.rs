@@ -14,8 +14,6 @@ use crate::durable::network::{AdminReply, AdminRequest, MemberIdentity, Target, 
 /// The reason `kvd admin` gives for its changes (kept in the leader's list of changes).
 const BY_ADMIN: &str = "kvd admin";
 
-/// How long the group may go without a leader before a command gives up.
-const FIND_LEADER_LIMIT: Duration = Duration::from_secs(30);
 /// How long one request may run (a new member's catch-up runs inside its request).
 const REQUEST_LIMIT: Duration = Duration::from_secs(900);
 
@@ -194,6 +192,9 @@ pub(crate) struct Group {
     members: Vec<String>,
     config: ClientConfig,
     clients: HashMap<String, Cluster>,
+    /// How long the group may go without a leader that carries a request out before the
+    /// command gives up (`--timeout`).
+    find_leader: Duration,
 }
 
 impl Group {
@@ -219,6 +220,7 @@ impl Group {
 
     /// Shard `shard`'s group, reached through `members` (any of them will do to start).
     pub(crate) fn of(shard: usize, members: Vec<String>, config: ClientConfig) -> Group {
+        let find_leader = config.request_timeout;
         let config = ClientConfig {
             request_timeout: REQUEST_LIMIT,
             conns_per_node: 1,
@@ -229,6 +231,7 @@ impl Group {
             members,
             config,
             clients: HashMap::new(),
+            find_leader,
         }
     }
 
@@ -246,9 +249,18 @@ impl Group {
         let began = tokio::time::Instant::now();
         let mut next = 0;
         let mut last_error = String::from("no member answered");
-        while began.elapsed() < FIND_LEADER_LIMIT {
+        while began.elapsed() < self.find_leader {
             let addr = self.members[next % self.members.len()].clone();
-            let answer = admin_call(self.client(&addr)?, Target::ANY, request.clone()).await;
+            // A learner's catch-up runs inside its request (progress is printed meanwhile);
+            // any other request a member does not answer within --timeout is given up on.
+            let limit = match request {
+                AdminRequest::AddLearner { .. } => REQUEST_LIMIT,
+                _ => self.find_leader,
+            };
+            let call = admin_call(self.client(&addr)?, Target::ANY, request.clone());
+            let Ok(answer) = tokio::time::timeout(limit, call).await else {
+                bail!("{addr} did not answer within --timeout {limit:?} (the request may still be carried out)");
+            };
             match answer {
                 Ok(AdminReply::Done(what)) => {
                     self.lead_with(&addr);
@@ -275,8 +287,9 @@ impl Group {
             }
         }
         bail!(
-            "shard {}'s group: no leader carried out the request within {FIND_LEADER_LIMIT:?} (last: {last_error})",
-            self.shard
+            "shard {}'s group: no leader carried out the request within --timeout {:?} (last: {last_error})",
+            self.shard,
+            self.find_leader
         )
     }
 

@@ -191,6 +191,8 @@ impl Node {
             // its cap instead (see `ServeArgs::validate`).
             store.never_evict();
             store.writes_through_log_only();
+        } else {
+            store.cap_values(u64::from(config.max_frame));
         }
         Ok(Node {
             store: Arc::new(store),
@@ -329,9 +331,6 @@ impl Node {
     ) -> Option<LogWait> {
         let began = Instant::now();
         let before = per_kind(tally);
-        if self.refuse_long_ranges(batch, out, tally) {
-            return None;
-        }
         let Some(log) = &self.durable else {
             self.store.execute(batch, out, room, scratch, tally);
             self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
@@ -397,7 +396,7 @@ impl Node {
                 }
             }
         }
-        let answer = match logged_batch(batch, &logged) {
+        let answer = match logged_batch(batch, &logged, |op| self.too_long(op)) {
             Ok(entry) => log.submit(entry),
             Err(e) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
@@ -419,35 +418,26 @@ impl Node {
         }))
     }
 
-    /// A range write past the longest value this node serves (512 MiB, or `--max-frame`
-    /// when smaller: a longer value could not be read back) is refused before anything
-    /// runs, on every front (RESP answers it with Redis's text first): it is answered
-    /// `BadRange` and the batch's other ops `Aborted`. True when the batch was refused.
-    /// (Checked here, not where the store applies it, so a log replayed under another
-    /// `--max-frame` applies what was accepted.)
-    fn refuse_long_ranges(&self, batch: &BatchView<'_>, out: &mut BatchResponse, tally: &mut Counts) -> bool {
+    /// Whether `op`, a range write or an append, would make a value longer than this node
+    /// serves: 512 MiB, or `--max-frame` when smaller (a longer value could not be read
+    /// back, nor sent to a member catching up). In memory the store itself caps values at
+    /// that ([`Store::cap_values`]); a durable leader checks here, before logging, and logs
+    /// such an op as one no store runs (see [`logged_batch`]), so that a log replayed, or
+    /// applied by a member, under another `--max-frame` applies what was accepted. (Appends
+    /// to one key in flight at once are each checked against the value as it is now: the
+    /// store's own cap, 512 MiB when durable, bounds what they make together.)
+    fn too_long(&self, op: &kvshared::wire::OpRef<'_>) -> bool {
         let max = kvshared::wire::MAX_STRING.min(u64::from(self.config.max_frame));
-        let too_long = |i: usize| {
-            batch.op(i).is_ok_and(|op| {
+        match op.kind {
+            OpKind::SetRange => {
                 let offset = op.value.first_chunk::<8>().map_or(0, |o| u64::from_le_bytes(*o));
-                op.kind == OpKind::SetRange
-                    && op.value.len() > 8
-                    && offset.saturating_add(op.value.len() as u64 - 8) > max
-            })
-        };
-        // (The kinds column alone first: most batches hold no range write.)
-        if !batch.contains(OpKind::SetRange) || !(0..batch.len()).any(too_long) {
-            return false;
-        }
-        out.reset(batch.len());
-        for i in 0..batch.len() {
-            match too_long(i) {
-                true => out.set_malformed(i, kvshared::wire::MalformedOp::BadRange),
-                false => out.set(i, OpStatus::Aborted),
+                op.value.len() > 8 && offset.saturating_add(op.value.len() as u64 - 8) > max
             }
+            OpKind::Append if !op.value.is_empty() => {
+                op.value.len() as u64 > max || (self.store.value_len(op.key) + op.value.len()) as u64 > max
+            }
+            _ => false,
         }
-        tally.malformed_op += 1;
-        true
     }
 
     /// `batch` (reads only), to run from a copy once `gate` answers a read index that this
@@ -598,17 +588,30 @@ pub enum ReadMode {
     Stale(Duration),
 }
 
+/// The offset of a range write no store runs: past every value.
+const NO_OFFSET: u64 = u64::MAX;
+
 /// The ops at `positions` of `batch` as a batch of a log entry, in the log's own format
 /// (`durable::entry`; converted here, once, at the leader): first a clock op with this node's
 /// time, which every member applying the entry (and every replay) uses to decide which keys
-/// have expired (see `store::expiry`); its result is not the client's.
-fn logged_batch(batch: &BatchView<'_>, positions: &[u32]) -> Result<Vec<u8>, String> {
+/// have expired (see `store::expiry`); its result is not the client's. An op `too_long`
+/// refuses is logged as a range write at [`NO_OFFSET`], which every store refuses
+/// (`BadRange`, nothing changed), so that its answer comes back in order with the others.
+fn logged_batch(
+    batch: &BatchView<'_>,
+    positions: &[u32],
+    too_long: impl Fn(&kvshared::wire::OpRef<'_>) -> bool,
+) -> Result<Vec<u8>, String> {
     let clock = kvshared::expiry::clock_value(kvshared::expiry::now_ms());
+    let refused = NO_OFFSET.to_le_bytes();
     let ops = std::iter::once((OpKind::Clock, &[][..], &clock[..])).chain(
         positions
             .iter()
             .filter_map(|&i| batch.op(i as usize).ok())
-            .map(|op| (op.kind, op.key, op.value)),
+            .map(|op| match too_long(&op) {
+                true => (OpKind::SetRange, op.key, &refused[..]),
+                false => (op.kind, op.key, op.value),
+            }),
     );
     crate::durable::entry::encode_batch(ops).map_err(|e| e.to_string())
 }
@@ -886,10 +889,10 @@ mod tests {
         tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(wait.wait()));
     }
 
-    /// A range write past `--max-frame` is refused on the binary path too, in memory and
-    /// durable, and nothing of its batch runs.
+    /// A range write or an append that would make a value longer than `--max-frame` is
+    /// refused on the binary path too, in memory and durable, alone: the batch's other ops run.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_range_write_past_the_frame_limit_is_refused_whole() {
+    async fn a_value_past_the_frame_limit_is_refused_alone() {
         let dir = kvtestkit::scratch_file("node-range", "data");
         for data_dir in [None, Some(dir.to_path_buf())] {
             let mut node = Node::new(NodeConfig {
@@ -900,18 +903,43 @@ mod tests {
             .unwrap();
             node.open_data_dir().await.unwrap();
             let arg = |offset: u64| [&offset.to_le_bytes()[..], b"xy"].concat();
+            let mut put = BatchRequest::new();
+            put.push_put(b"a", b"1");
+            assert_eq!(run(&node, &put), ["Stored"]);
             let mut req = BatchRequest::new();
-            req.push_put(b"a", b"1");
+            req.push_put(b"b", b"1");
             req.push(OpKind::SetRange, b"r", &arg(1 << 20));
+            req.push(OpKind::Append, b"a", &vec![b'z'; 1 << 20]);
             let got = run(&node, &req);
-            assert_eq!(got[0], "Aborted");
-            assert!(got[1].starts_with("Malformed"), "{got:?}");
+            assert_eq!(got[0], "Stored");
+            assert!(
+                got[1].starts_with("Malformed") && got[2].starts_with("Malformed"),
+                "{got:?}"
+            );
             let mut ok = BatchRequest::new();
             ok.push(OpKind::SetRange, b"r", &arg((1 << 20) - 2));
             ok.push_get(b"a");
+            ok.push(OpKind::Append, b"a", b"2");
             assert_eq!(
                 run(&node, &ok),
-                [format!("{:?}", OpReply::Counted(1 << 20)), "NotFound".into()]
+                [
+                    format!("{:?}", OpReply::Counted(1 << 20)),
+                    "1".to_string(),
+                    format!("{:?}", OpReply::Counted(2)),
+                ]
+            );
+            let mut longer = BatchRequest::new();
+            longer.push(OpKind::Append, b"r", b"!");
+            longer.push(OpKind::Append, b"a", b"3");
+            assert_eq!(
+                run(&node, &longer),
+                [
+                    format!(
+                        "{:?}",
+                        OpReply::Malformed(kvshared::wire::MalformedOp::BadRange.as_str())
+                    ),
+                    format!("{:?}", OpReply::Counted(3)),
+                ]
             );
             node.close().await;
         }

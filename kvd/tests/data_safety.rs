@@ -182,7 +182,15 @@ fn a_wiped_member_waits_blank_and_is_added_back_without_losing_a_write() {
     g.restart(wiped);
     assert_eq!(g.role(wiped), "joining", "a wiped member waits blank");
     put_all(&nodes, "w", 100..150);
-    let add = kvd(&["admin", "add-replica", "--nodes", &nodes, &g.addrs[wiped]]);
+    let add = kvd(&[
+        "admin",
+        "add-replica",
+        "--nodes",
+        &nodes,
+        &g.addrs[wiped],
+        "--timeout",
+        "60s",
+    ]);
     let said = String::from_utf8_lossy(&add.stderr);
     assert!(add.status.success(), "{said}");
     assert!(said.contains("as a new member"), "{said}");

@@ -86,6 +86,16 @@ fn kv_round_trips_on_either_node_with_percent_decoded_keys() {
     let value: Vec<u8> = (0..=255u8).collect();
     assert_eq!(request(&http[0], "PUT", "/kv/bin", &value).0, 204);
     assert_eq!(request(&http[1], "GET", "/kv/bin", b""), (200, value));
+    // Keys are any bytes, escaped; an escape that is not one is refused, never taken literally.
+    assert_eq!(request(&http[0], "PUT", "/kv/%FF%00%25", b"raw").0, 204);
+    assert_eq!(request(&http[1], "GET", "/kv/%ff%00%25", b""), (200, b"raw".to_vec()));
+    for method in ["GET", "PUT", "DELETE"] {
+        let (status, body) = request(&http[0], method, "/kv/%zz", b"x");
+        assert_eq!(status, 400, "{method}");
+        let err: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(err["error"].as_str().unwrap().contains("two hex digits"), "{err}");
+    }
+    assert_eq!(request(&http[0], "GET", "/kv/%25zz", b"").0, 404);
 }
 
 #[test]

@@ -296,6 +296,54 @@ fn setrange_answers_as_redis() {
     }
 }
 
+/// APPEND stops below `--max-frame` (issue 58): a value longer than the node could send back
+/// (or send to a member catching up) is refused with Redis's text on RESP and as a bad range
+/// on the binary protocol, and nothing changes; in memory, durable, and in a replica group.
+#[test]
+fn appends_stop_below_the_frame_limit_in_every_mode() {
+    const CHUNK: usize = 600 << 10;
+    let append = |key: &str| {
+        format!(
+            "*3\r\n$6\r\nAPPEND\r\n${}\r\n{key}\r\n${CHUNK}\r\n{}\r\n",
+            key.len(),
+            "a".repeat(CHUNK)
+        )
+    };
+    let over = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n";
+    let check = |resp: &str, mode: &str| {
+        let got = raw(
+            resp,
+            format!("{}{}STRLEN big\r\nQUIT\r\n", append("big"), append("big")).as_bytes(),
+        );
+        assert_eq!(got, format!(":{CHUNK}\r\n{over}:{CHUNK}\r\n+OK\r\n"), "{mode}");
+    };
+    let frame = ["--max-frame", "1mib"];
+    // In memory and durable, both fronts.
+    let dir = common::temp_dir("append-cap");
+    let d = dir.path().display().to_string();
+    for (mode, extra) in [("in memory", vec![]), ("durable", vec!["--data-dir", d.as_str()])] {
+        let (bin, resp) = (addr(), addr());
+        let args = [&frame[..], &["--resp", &resp], &extra[..]].concat();
+        let (node, _) = start_at(&bin, &args);
+        check(&resp, mode);
+        let mut s = std::net::TcpStream::connect(&bin).unwrap();
+        let mut req = kvshared::wire::BatchRequest::new();
+        req.push(kvshared::wire::OpKind::Append, b"bin", &vec![b'b'; CHUNK]);
+        for expected in [
+            kvshared::wire::OpReply::Counted(CHUNK as i64),
+            kvshared::wire::OpReply::Malformed(kvshared::wire::MalformedOp::BadRange.as_str()),
+        ] {
+            let (_, body) = common::exchange(&mut s, &common::batch_frame(1, &req));
+            let reply = kvshared::wire::ReplyView::parse(&body).unwrap();
+            assert_eq!(reply.result(0), expected, "{mode}");
+        }
+        drop(node);
+    }
+    // A replica group: what the leader refuses is never logged.
+    let (_group, resp, leader) = common::resp_group_with("append-cap-group", &frame);
+    check(&resp[leader], "a replica group");
+}
+
 /// Counters, appends and range writes are logged like any write: after kill -9 the replayed
 /// log gives the same values.
 #[test]

@@ -69,6 +69,17 @@ impl Group {
         }
     }
 
+    /// Each running member's log, for a failure message.
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for (addr, m) in self.addrs.iter().zip(&self.members) {
+            if let Some(m) = m {
+                out.push_str(&format!("--- {addr}:\n{}\n", m.log()));
+            }
+        }
+        out
+    }
+
     /// Sends `signal` (e.g. `libc::SIGSTOP`) to member `i`.
     fn signal(&self, i: usize, signal: i32) {
         self.members[i].as_ref().expect("a running member").signal(signal);
@@ -289,7 +300,8 @@ fn assert_linearizable(recording: &Recording, what: &str) {
 /// Runs `kvd admin ARGS` against the group and returns its standard output; panics with
 /// its error when it fails.
 fn admin(args: &[&str]) -> String {
-    let out = kvd(&[&["admin"], args].concat());
+    // `--timeout` bounds how long a verb waits for a leader: here only a hang.
+    let out = kvd(&[&["admin"], args, &["--timeout", "60s"]].concat());
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
@@ -430,6 +442,7 @@ async fn a_rolling_restart_under_load_fails_no_op_and_stays_linearizable() {
     let nodes = group.addrs[..3].join("|");
     let recorder = start_recording(&client, 11);
     recorder.more(200).await;
+    let mut stopped_logs = String::new();
     for i in 0..3 {
         let me = group.addrs[i].clone();
         let leader = group.leader().await;
@@ -455,9 +468,13 @@ async fn a_rolling_restart_under_load_fails_no_op_and_stays_linearizable() {
         // sends the rest elsewhere.
         group.signal(i, libc::SIGTERM);
         let mut stopped = group.members[i].take().unwrap();
-        tokio::task::spawn_blocking(move || stopped.wait_exit(HANG))
-            .await
-            .unwrap();
+        let log = tokio::task::spawn_blocking(move || {
+            stopped.wait_exit(HANG);
+            stopped.log()
+        })
+        .await
+        .unwrap();
+        stopped_logs.push_str(&format!("--- {me} until it stopped:\n{log}\n"));
         // While it is down, stopping another voter would leave no majority.
         let leader = group.leader().await;
         let other = (0..3).find(|&j| j != i && j != leader).unwrap();
@@ -484,7 +501,14 @@ async fn a_rolling_restart_under_load_fails_no_op_and_stays_linearizable() {
         recording.unknown,
         recording.refused_total()
     );
-    assert_eq!(recording.refused_total(), 0, "ops failed: {:?}", recording.refused);
+    assert_eq!(
+        recording.refused_total(),
+        0,
+        "ops failed: {:?}\nmembers {:?}\n{stopped_logs}{}",
+        recording.refused,
+        group.addrs,
+        group.logs()
+    );
     assert_eq!(recording.unknown, 0, "ops ended unknown");
     assert_linearizable(&recording, "a rolling restart");
     for i in 0..200 {
@@ -504,21 +528,23 @@ async fn a_member_added_after_big_values_catches_up_and_the_group_keeps_a_leader
     group.kill((leader + 1) % 3);
     let value = |i: usize| vec![b'a' + i as u8; 20 << 20];
     for i in 0..6 {
-        client.put(format!("big{i}").as_bytes(), &value(i)).await.unwrap();
+        if let Err(e) = client.put(format!("big{i}").as_bytes(), &value(i)).await {
+            panic!("big{i}: {e}\n{}", group.logs());
+        }
     }
     let nodes = group.addrs[..3].join("|");
     let new = group.addrs[3].clone();
     let (n, m) = (nodes.clone(), new.clone());
-    let out = tokio::task::spawn_blocking(move || kvd(&["admin", "add-replica", "--nodes", &n, &m]))
-        .await
-        .unwrap();
+    let out =
+        tokio::task::spawn_blocking(move || kvd(&["admin", "add-replica", "--nodes", &n, &m, "--timeout", "120s"]))
+            .await
+            .unwrap();
     if !out.status.success() {
-        for (i, m) in group.members.iter().enumerate() {
-            if let Some(m) = m {
-                eprintln!("--- member {i} ---\n{}", m.log());
-            }
-        }
-        panic!("add-replica: {}", String::from_utf8_lossy(&out.stderr));
+        panic!(
+            "add-replica: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            group.logs()
+        );
     }
     group.leader().await;
     let one = group.one(3);
@@ -884,10 +910,13 @@ async fn a_member_far_behind_catches_up_from_entries_read_back_from_disk() {
 
     group.restart(away);
     let one = group.one(away);
+    // Caught up: every key, at the index the leader had applied (or later). (The index
+    // alone is not enough: on a busy machine the lead can move during the writes, and the
+    // member asked above may then be a follower a little behind the group.)
     let caught_up = until_async("the member to catch up", HANG, || async {
         match one.stats(0).await {
-            Ok(s) if s.group.applied_index >= at_leader.group.applied_index => Ok(s),
-            other => Err(other.map(|s| s.group)),
+            Ok(s) if s.group.applied_index >= at_leader.group.applied_index && s.keys == KEYS as u64 + 1 => Ok(s),
+            other => Err(other.map(|s| (s.keys, s.group))),
         }
     })
     .await;

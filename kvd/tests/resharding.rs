@@ -615,7 +615,8 @@ fn a_replica_groups_reads_count_in_its_slot_load() {
 
 /// `kvd admin` verbs honour `--timeout` and name the group that does not answer (issue 58):
 /// with one of two nodes down, `slots` and `move-slots` give up after the `--timeout` given,
-/// not after a minute, and say which node.
+/// not after a minute, and say which node; so do the group-membership verbs when no member
+/// of the group answers.
 #[test]
 fn admin_verbs_give_up_on_a_node_down_after_their_timeout_naming_it() {
     let (node, up) = common::start(&["--shard", "0/2"]);
@@ -632,6 +633,23 @@ fn admin_verbs_give_up_on_a_node_down_after_their_timeout_naming_it() {
         assert!(
             err.contains(&down) && err.contains("does not answer within --timeout 1s"),
             "{verb:?} names the node down and the timeout: {err}"
+        );
+    }
+    // The group-membership verbs, against a group none of whose members answers.
+    let other = common::addr();
+    let group = format!("{down}|{other}");
+    for verb in [
+        &["transfer-leader"][..],
+        &["remove-replica"][..],
+        &["add-replica", "--learner"][..],
+    ] {
+        let args = [&["admin"][..], verb, &["--nodes", &group, "--timeout", "1s", &other]].concat();
+        let out = kvd(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{verb:?}: {err}");
+        assert!(
+            (err.contains(&down) || err.contains(&other)) && err.contains("within --timeout 1s"),
+            "{verb:?} names a member and the timeout: {err}"
         );
     }
     drop(node);

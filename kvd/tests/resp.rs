@@ -385,6 +385,13 @@ fn small_differences_are_answered_as_redis_answers_them() {
     assert!(e.contains("increment would produce NaN or Infinity"), "{e}");
     let e = err(redis::cmd("INCRBYFLOAT").arg("f").arg("abc"), &mut con);
     assert!(e.contains("value is not a valid float"), "{e}");
+    // A sum below 1e-17 is written `0`, as Redis writes it (not 325 characters).
+    let tiny: String = redis::cmd("INCRBYFLOAT")
+        .arg("tiny")
+        .arg("1e-320")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(tiny, "0");
     let _: () = redis::cmd("SET").arg("m").arg("v").query(&mut con).unwrap();
     let e = err(
         redis::cmd("MEMORY").arg("USAGE").arg("m").arg("SAMPLES").arg("-1"),

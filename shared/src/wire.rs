@@ -280,10 +280,16 @@ pub fn decimal_f64(bytes: &[u8]) -> Option<f64> {
 }
 
 /// How `INCRBYFLOAT` writes a sum: the shortest text that reads back as the same double,
-/// without an exponent (Redis prints its long double with `%.17Lg`, trailing zeros cut:
-/// the same for most sums, a few more digits of a long double for some).
+/// without an exponent, and at most 17 digits after the point, trailing zeros cut (Redis
+/// prints its long double with `%.17Lf`: the same for most sums, a few more digits of a
+/// long double for some; a sum below 1e-17 is `0`, as in Redis).
 pub fn float_text(v: f64) -> String {
-    let text = format!("{v}");
+    let mut text = format!("{v}");
+    if text.split_once('.').is_some_and(|(_, fraction)| fraction.len() > 17) {
+        text = format!("{v:.17}");
+        let kept = text.trim_end_matches('0').trim_end_matches('.').len();
+        text.truncate(kept);
+    }
     if text == "-0" { "0".into() } else { text }
 }
 
@@ -468,8 +474,8 @@ pub enum MalformedOp {
     ValueSpan = 2,
     /// An increment's value is not 8 bytes (a little-endian `i64`, or a finite `f64`).
     BadIncrement = 3,
-    /// A range write's value is shorter than its 8-byte offset, or it would make a value
-    /// longer than [`MAX_STRING`].
+    /// A range write's value is shorter than its 8-byte offset, or a range write or an
+    /// append would make a value longer than [`MAX_STRING`] (or the node's `--max-frame`).
     BadRange = 4,
     /// An expiry op's arguments do not parse (see [`crate::expiry`]).
     BadExpiry = 5,
@@ -493,7 +499,7 @@ impl MalformedOp {
             MalformedOp::ValueSpan => "value span out of bounds",
             MalformedOp::BadIncrement => "an increment's value is not 8 bytes",
             MalformedOp::BadRange => {
-                "a range write lacks its 8-byte offset or reaches past the longest value (512 MiB, or the node's --max-frame)"
+                "a range write lacks its 8-byte offset, or a range write or append reaches past the longest value (512 MiB, or the node's --max-frame)"
             }
             MalformedOp::BadExpiry => "an expiry op's arguments do not parse",
             MalformedOp::LogOnly => "a clock op is carried only by a log entry",
@@ -913,6 +919,11 @@ impl<'a> BatchView<'a> {
         self.archived.kinds.iter().any(|k| OpKind::from(k) == kind)
     }
 
+    /// Whether any op is of one of `kinds` (one pass over the kinds).
+    pub fn contains_any(&self, kinds: &[OpKind]) -> bool {
+        self.archived.kinds.iter().any(|k| kinds.contains(&OpKind::from(k)))
+    }
+
     /// Op `i`, with its key and value spans bounds-checked.
     pub fn op(&self, i: usize) -> Result<OpRef<'a>, MalformedOp> {
         let a = self.archived;
@@ -1154,6 +1165,20 @@ pub mod v19 {
 
 #[cfg(test)]
 mod tests {
+    /// `INCRBYFLOAT`'s sums as Redis writes them: no exponent, at most 17 decimals (a tiny
+    /// sum is `0`, not 325 characters), the shortest text otherwise.
+    #[test]
+    fn float_sums_are_written_as_redis_writes_them() {
+        use super::float_text;
+        assert_eq!(float_text(1e-320), "0");
+        assert_eq!(float_text(-1e-320), "0");
+        assert_eq!(float_text(1.1), "1.1");
+        assert_eq!(float_text(3.0), "3");
+        assert_eq!(float_text(-2.5), "-2.5");
+        assert_eq!(float_text(1.234567890123e-10), "0.00000000012345679");
+        assert_eq!(float_text(1e20), "100000000000000000000");
+    }
+
     /// `OpKind::ALL` holds every kind at its byte (the match fails to compile when a kind
     /// is added, so the list is kept whole).
     #[test]

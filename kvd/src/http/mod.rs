@@ -11,6 +11,7 @@
 
 mod body;
 mod group_metrics;
+mod key;
 mod metrics;
 mod process_metrics;
 
@@ -18,7 +19,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{RawQuery, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -33,6 +34,7 @@ use crate::edge::budget::Held;
 use crate::edge::conn::{Conn, Input};
 use crate::edge::{Edge, Front, PRE_AUTH_BYTES, Peer};
 use crate::resp::pipeline::Pipeline;
+use key::Key;
 
 /// What the requests of one connection share.
 struct Shared {
@@ -256,17 +258,17 @@ async fn one_op(
     }
 }
 
-async fn get_key(State(s): State<Arc<Shared>>, Path(key): Path<String>) -> Response {
+async fn get_key(State(s): State<Arc<Shared>>, key: Key) -> Response {
     one_op(
         &s,
-        |p, node, fwd| p.get(node, fwd, key.as_bytes()),
+        |p, node, fwd| p.get(node, fwd, &key.0),
         |r, held| match r {
             OpReply::Found(v) => (
                 [(header::CONTENT_TYPE, "application/octet-stream")],
                 Body::new(body::Guarded::new(v.to_vec(), held)),
             )
                 .into_response(),
-            _ => json_error(StatusCode::NOT_FOUND, format!("no key {key:?}")),
+            _ => json_error(StatusCode::NOT_FOUND, format!("no key {:?}", key.shown())),
         },
     )
     .await
@@ -288,12 +290,7 @@ fn ttl_param(query: Option<&str>) -> Result<Option<std::time::Duration>, String>
     Ok(Some(ttl))
 }
 
-async fn put_key(
-    State(s): State<Arc<Shared>>,
-    Path(key): Path<String>,
-    RawQuery(query): RawQuery,
-    request: Body,
-) -> Response {
+async fn put_key(State(s): State<Arc<Shared>>, key: Key, RawQuery(query): RawQuery, request: Body) -> Response {
     let ttl = match ttl_param(query.as_deref()) {
         Ok(ttl) => ttl,
         Err(e) => return json_error(StatusCode::BAD_REQUEST, e),
@@ -306,7 +303,7 @@ async fn put_key(
     one_op(
         &s,
         |p, node, fwd| match ttl {
-            None => p.set(node, fwd, key.as_bytes(), &value.bytes, false),
+            None => p.set(node, fwd, &key.0, &value.bytes, false),
             Some(ttl) => {
                 use kvshared::expiry::{Deadline, PutIf, PutTtl, PutWith};
                 let put = PutWith {
@@ -314,7 +311,7 @@ async fn put_key(
                     ttl: PutTtl::Until(Deadline::after(ttl)),
                     value: &value.bytes,
                 };
-                p.set_with(node, fwd, key.as_bytes(), put, false)
+                p.set_with(node, fwd, &key.0, put, false)
             }
         },
         |_, _| StatusCode::NO_CONTENT.into_response(),
@@ -322,13 +319,13 @@ async fn put_key(
     .await
 }
 
-async fn delete_key(State(s): State<Arc<Shared>>, Path(key): Path<String>) -> Response {
+async fn delete_key(State(s): State<Arc<Shared>>, key: Key) -> Response {
     one_op(
         &s,
-        |p, node, fwd| p.count(node, fwd, &[key.as_bytes()], true),
+        |p, node, fwd| p.count(node, fwd, &[&key.0[..]], true),
         |r, _| match r {
             OpReply::Deleted => StatusCode::NO_CONTENT.into_response(),
-            _ => json_error(StatusCode::NOT_FOUND, format!("no key {key:?}")),
+            _ => json_error(StatusCode::NOT_FOUND, format!("no key {:?}", key.shown())),
         },
     )
     .await

@@ -843,6 +843,9 @@ fn error_reply(out: &mut Vec<u8>, r: Result1<'_>) {
         Result1::Reply(OpReply::OutOfMemory) => {
             reply::error(out, "OOM command not allowed when used memory > 'maxmemory'.")
         }
+        Result1::Reply(OpReply::Malformed(why)) if why == kvshared::wire::MalformedOp::BadRange.as_str() => {
+            reply::error(out, "ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+        }
         Result1::Reply(OpReply::Malformed(why)) => reply::error(out, &format!("ERR malformed: {why}")),
         // Redis's own texts, which clients match.
         Result1::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not an integer or out of range"),

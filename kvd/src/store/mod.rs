@@ -156,6 +156,8 @@ pub struct Store {
     slots: kvshared::slots::SlotTable,
     /// See [`Store::writes_through_log_only`].
     log_only_writes: bool,
+    /// The longest value an append may make (see [`Store::cap_values`]).
+    value_cap: u64,
     /// Started with `--no-slots` (see [`Store::start_without_slots`]).
     no_slots: bool,
     /// The log entry of the table's last change (0: none, or in memory).
@@ -266,6 +268,7 @@ impl Store {
             me,
             slots: kvshared::slots::SlotTable::for_shard(me),
             log_only_writes: false,
+            value_cap: kvshared::wire::MAX_STRING,
             no_slots: false,
             slots_applied: std::sync::atomic::AtomicU64::new(0),
             slots_taken: std::sync::atomic::AtomicU32::new(0),
@@ -302,6 +305,26 @@ impl Store {
     /// the store after its slot changed hands is answered `TryAgain`, not run outside the log.
     pub fn writes_through_log_only(&mut self) {
         self.log_only_writes = true;
+    }
+
+    /// Caps what an append may make at `max` bytes (at most [`kvshared::wire::MAX_STRING`],
+    /// the cap otherwise): a node in memory caps values at its `--max-frame`, the longest
+    /// value it could send back. A durable store keeps the constant, so that a log replayed
+    /// under another `--max-frame`, or applied by a member with another, applies what was
+    /// accepted; its node checks appends against `--max-frame` before logging them
+    /// (`Node::refuse_long_values`).
+    pub fn cap_values(&mut self, max: u64) {
+        self.value_cap = max.min(kvshared::wire::MAX_STRING);
+    }
+
+    /// The length of `key`'s value here (0 when absent).
+    pub fn value_len(&self, key: &[u8]) -> usize {
+        let hash = key_hash(key);
+        let s = self.shards[map_shard(hash, self.shards.len())].read();
+        s.table
+            .find(hash, key)
+            .and_then(|at| s.table.at(at))
+            .map_or(0, |e| e.value().len())
     }
 
     /// Internal map shards.
@@ -803,6 +826,10 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         let old = s.table.find(hash, key).and_then(|at| s.table.at(at)).map(|e| e.value());
+        if (old.map_or(0, <[u8]>::len) + suffix.len()) as u64 > self.value_cap {
+            ans.tally.malformed_op += 1;
+            return ans.out.set_malformed(i, kvshared::wire::MalformedOp::BadRange);
+        }
         let mut value = Vec::with_capacity(old.map_or(0, <[u8]>::len) + suffix.len());
         value.extend_from_slice(old.unwrap_or(&[]));
         value.extend_from_slice(suffix);
@@ -825,9 +852,7 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         let parsed = arg.split_first_chunk::<8>().map(|(o, b)| (u64::from_le_bytes(*o), b));
-        let Some((offset, bytes)) =
-            parsed.filter(|(o, b)| o.saturating_add(b.len() as u64) <= kvshared::wire::MAX_STRING)
-        else {
+        let Some((offset, bytes)) = parsed.filter(|(o, b)| o.saturating_add(b.len() as u64) <= self.value_cap) else {
             ans.tally.malformed_op += 1;
             return ans.out.set_malformed(i, kvshared::wire::MalformedOp::BadRange);
         };

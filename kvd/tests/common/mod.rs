@@ -214,6 +214,11 @@ pub fn resp_leads(addr: &str) -> bool {
 /// `name`) and `--resp`: its members, their RESP addresses, and which one leads (found
 /// with `INFO replication`).
 pub fn resp_group(name: &str) -> (Nodes, Vec<String>, usize) {
+    resp_group_with(name, &[])
+}
+
+/// As [`resp_group`], each member started with `extra` flags too.
+pub fn resp_group_with(name: &str, extra: &[&str]) -> (Nodes, Vec<String>, usize) {
     let bin: Vec<String> = (0..3).map(|_| addr()).collect();
     let resp: Vec<String> = (0..3).map(|_| addr()).collect();
     let members = bin.join(",");
@@ -221,7 +226,8 @@ pub fn resp_group(name: &str) -> (Nodes, Vec<String>, usize) {
     let mut procs = Vec::new();
     for i in 0..3 {
         let d = dirs[i].path().display().to_string();
-        procs.push(start_at(&bin[i], &["--data-dir", &d, "--group", &members, "--resp", &resp[i]]).0);
+        let args = [&["--data-dir", &d, "--group", &members, "--resp", &resp[i]][..], extra].concat();
+        procs.push(start_at(&bin[i], &args).0);
     }
     let init = kvd(&["admin", "init-group", "--nodes", &bin.join("|")]);
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));

@@ -626,8 +626,12 @@ impl Cluster {
         let reader = flight.reader.then(|| flight.addr());
         let reply = match flight.wait(self.config.request_timeout).await {
             // A replica group's member that does not lead ran nothing: an error, so that
-            // the next request goes to the member it names.
-            Ok(r) if r.kind == FrameKind::NotLeader => Err(r.unexpected()),
+            // the next request goes to the member it names. So is a node's refusal (shutting
+            // down, not in the group asked for: nothing ran), so that it is sent to another
+            // member. (Left as a reply, a refusal was only read as an error by the caller,
+            // past the resending: during a rolling restart, reads a member refused while it
+            // shut down failed instead of going to the next member.)
+            Ok(r) if matches!(r.kind, FrameKind::NotLeader | FrameKind::ErrorResponse) => Err(r.unexpected()),
             other => other,
         };
         match reader {

@@ -205,7 +205,11 @@ async fn run_client(
                 // Refused (node down, wrong shard, malformed): it did not take effect;
                 // nothing to record. A short pause, so a client facing a node that is down
                 // (and refused at once) does not spin through its op budget.
-                refused.entry(e.kind()).or_insert_with(|| (0, e.to_string())).0 += 1;
+                let took = Duration::from_nanos(return_ns.saturating_sub(call_ns));
+                refused
+                    .entry(e.kind())
+                    .or_insert_with(|| (0, format!("{e} (after {took:?})")))
+                    .0 += 1;
                 tokio::time::sleep(REFUSED_PAUSE).await;
                 continue;
             }
