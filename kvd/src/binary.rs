@@ -184,12 +184,25 @@ impl Binary {
         }
     }
 
+    /// Whether a whole request frame is already read into the connection's buffer (after the
+    /// drain, those are answered "shutting down" too before the connection ends).
+    fn whole_frame_buffered(&self) -> bool {
+        let buffered = self.conn.reader.buffer();
+        let Some(head) = buffered.first_chunk::<{ kvshared::frame::HEADER_LEN }>() else {
+            return false;
+        };
+        FrameHeader::decode(head, self.conn.edge.node.config.max_frame)
+            .is_ok_and(|h| buffered.len() >= kvshared::frame::HEADER_LEN + h.len as usize)
+    }
+
     /// Runs (or, during shutdown, refuses) one request and writes its reply; `Some` when
-    /// the connection ends after it.
+    /// the connection ends after it (after the drain: once no whole request is buffered).
     async fn handle(&mut self, header: FrameHeader) -> Option<End> {
-        let go_on = match self.conn.stage() {
-            Stage::Over => return Some(End::Clean),
-            Stage::Refuse => self
+        let stage = self.conn.stage();
+        let go_on = match stage {
+            // The request was read: it is answered "shutting down" even when the drain is
+            // over, then the connection ends.
+            Stage::Refuse | Stage::Over => self
                 .encode_error(
                     header.id,
                     ErrorCode::ShuttingDown,
@@ -204,6 +217,9 @@ impl Binary {
         };
         if let Err(e) = self.write_out().await {
             return Some(End::Failed(e.to_string()));
+        }
+        if stage == Stage::Over && !self.whole_frame_buffered() {
+            return Some(End::Clean);
         }
         if !go_on {
             self.conn.close_after_error().await;

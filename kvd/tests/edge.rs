@@ -726,3 +726,57 @@ fn peers_cannot_flood_the_log_through_resp_or_http() {
     assert_eq!(stats["auth_failed"], 600, "{stats}");
     assert!(stats["log_suppressed"].as_u64().unwrap() >= 600 - 6, "{stats}");
 }
+
+/// Issue 58, item 6: an HTTP client that keeps sending on its keep-alive connection through
+/// SIGTERM is answered for every request: served during the drain, then 503 "shutting down"
+/// (not run), until it pauses or the refusals end; then the connection closes. (hyper was
+/// told to close at once, and dropped the pipelined requests it had read.)
+#[test]
+fn http_requests_during_shutdown_are_served_then_refused_never_dropped() {
+    let mut f = start_fronts(&[]);
+    let mut s = TcpStream::connect(&f.http).unwrap();
+    s.set_read_timeout(Some(HANG)).unwrap();
+    let mut reader = std::io::BufReader::new(s.try_clone().unwrap());
+    let (mut served, mut refused) = (0u32, 0u32);
+    let until = Instant::now() + HANG;
+    let mut signalled = false;
+    while Instant::now() < until {
+        if s.write_all(b"GET /kv/k HTTP/1.1\r\nHost: kvd\r\n\r\n").is_err() {
+            break;
+        }
+        // The status line, the headers, and the body (its length given).
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) == 0 {
+            break; // closed: after the last answer
+        }
+        let status: u16 = line.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let mut length = 0usize;
+        loop {
+            let mut h = String::new();
+            std::io::BufRead::read_line(&mut reader, &mut h).unwrap();
+            if h == "\r\n" {
+                break;
+            }
+            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        match status {
+            404 => served += 1,
+            503 => {
+                assert!(String::from_utf8_lossy(&body).contains("shutting down"), "{body:?}");
+                refused += 1;
+            }
+            other => panic!("status {other}: {line}"),
+        }
+        if served == 20 && !signalled {
+            f.server.signal(libc::SIGTERM);
+            signalled = true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(signalled && refused > 0, "served {served}, refused {refused}");
+    assert!(f.server.wait_exit(HANG).success());
+}

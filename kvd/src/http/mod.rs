@@ -10,6 +10,7 @@
 //! paid from the buffer budget as it arrives) and drains it on shutdown.
 
 mod body;
+mod drain;
 mod group_metrics;
 mod key;
 mod metrics;
@@ -46,7 +47,7 @@ struct Shared {
 
 /// The routes of one connection from `peer`, over `edge`'s node; `cluster` (from `--nodes`)
 /// forwards keys of other shards.
-fn router(edge: Arc<Edge>, cluster: Option<Arc<Cluster>>, peer: Peer) -> Router {
+fn router(edge: Arc<Edge>, cluster: Option<Arc<Cluster>>, peer: Peer, gate: Arc<drain::Gate>) -> Router {
     let shared = Arc::new(Shared {
         edge,
         cluster,
@@ -66,6 +67,7 @@ fn router(edge: Arc<Edge>, cluster: Option<Arc<Cluster>>, peer: Peer) -> Router 
     Router::new()
         .fallback_service(routes)
         .layer(middleware::map_response(explain_method))
+        .layer(middleware::from_fn_with_state(gate, drain::gate))
 }
 
 /// A 405 says, in the JSON body every error has, which methods the path takes (axum's own
@@ -91,12 +93,13 @@ async fn explain_method(response: Response) -> Response {
 }
 
 /// Serves one connection (opened by the edge) until the client leaves, its keep-alive
-/// idles out, or shutdown (which lets the request in progress finish). (The routes are
+/// idles out, or shutdown (which answers every request read: see `drain`). (The routes are
 /// made per connection: HTTP connections are few and long, and the routes' state is the
 /// connection's edge.)
 pub(crate) async fn serve(mut conn: Conn, cluster: Option<Arc<Cluster>>) {
     let peer = Peer::new(conn.peer.id, conn.peer.addr.clone(), Front::Http);
-    let app = router(conn.edge.clone(), cluster, peer);
+    let gate = drain::Gate::new();
+    let app = router(conn.edge.clone(), cluster, peer, gate.clone());
     let config = &conn.edge.node.config;
     let headers_within = config
         .idle_timeout
@@ -134,10 +137,7 @@ pub(crate) async fn serve(mut conn: Conn, cluster: Option<Arc<Cluster>>) {
                 tracing::debug!(error = %e, "HTTP connection ended");
             }
         }
-        () = signal => {
-            served.as_mut().graceful_shutdown();
-            let _ = served.await;
-        }
+        () = signal => drain::close(&gate, served, |s| s.graceful_shutdown()).await,
     }
 }
 

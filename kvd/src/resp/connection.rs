@@ -100,34 +100,57 @@ impl Resp {
     /// Runs every complete command buffered (at most [`MAX_PIPELINE`]) as one pipeline, or
     /// refuses them during shutdown, and writes the replies.
     async fn round(&mut self) -> Result<Round, String> {
-        self.pipeline.clear();
-        self.out.clear();
         let stage = if self.start < self.buf.len() {
             self.conn.stage()
         } else {
             Stage::Serve
         };
         if stage == Stage::Over {
-            return Ok(Round::Close);
+            return self.refuse_the_rest().await;
         }
+        self.pipeline.clear();
+        self.out.clear();
         let close = self.parse_commands(stage);
-        if !self.pipeline.is_empty() {
-            let budget = self.conn.edge.budget.clone();
-            let taken = self
-                .pipeline
-                .run(
-                    &self.node,
-                    self.cluster.as_deref(),
-                    &budget,
-                    &mut self.conn.tally,
-                    &mut self.out,
-                )
-                .await;
-            self.conn.hold(taken);
-            self.session.after_round(&self.pipeline);
-            self.send().await?;
-        }
+        self.run_pipeline().await?;
         Ok(if close { Round::Close } else { Round::More })
+    }
+
+    /// The drain is over: every complete command already read is answered "shutting down"
+    /// (not run), then the connection closes. (Closing at once left the last commands of a
+    /// pipelining client, read but not run, with no answer at all.)
+    async fn refuse_the_rest(&mut self) -> Result<Round, String> {
+        loop {
+            let before = self.start;
+            self.pipeline.clear();
+            self.out.clear();
+            self.split = false;
+            let close = self.parse_commands(Stage::Over);
+            self.run_pipeline().await?;
+            if close || self.start == before || self.start >= self.buf.len() {
+                return Ok(Round::Close);
+            }
+        }
+    }
+
+    /// Runs the pipeline built (if any) and writes its replies.
+    async fn run_pipeline(&mut self) -> Result<(), String> {
+        if self.pipeline.is_empty() {
+            return Ok(());
+        }
+        let budget = self.conn.edge.budget.clone();
+        let taken = self
+            .pipeline
+            .run(
+                &self.node,
+                self.cluster.as_deref(),
+                &budget,
+                &mut self.conn.tally,
+                &mut self.out,
+            )
+            .await;
+        self.conn.hold(taken);
+        self.session.after_round(&self.pipeline);
+        self.send().await
     }
 
     /// Adds the complete commands at `start` to the pipeline (or, while refusing, answers
