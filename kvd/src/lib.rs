@@ -20,6 +20,7 @@
 //! Wire types, framing and routing come from `kvshared`; nothing here re-implements them.
 
 mod admin_cmd;
+pub mod alloc;
 mod binary;
 pub mod cli;
 pub mod client_cmd;

@@ -19,6 +19,7 @@ use kvshared::tls::TlsServer;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    kvd::alloc::purge_freed_memory_at_once();
     let cli = Cli::parse();
     // openraft logs every failed RPC to an unreachable member (an ERROR and a WARN each
     // heartbeat); kvd logs each member's change of state once instead (`network::Reach`).
