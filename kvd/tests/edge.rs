@@ -407,7 +407,8 @@ fn http_connections_are_limited_and_slow_ones_closed() {
 
 /// Finding 6: a client that pipelines requests and never reads is disconnected after
 /// --write-timeout (counted), on the binary, RESP and HTTP ports, instead of holding every
-/// connection slot; then a new client is served.
+/// connection slot; then a new client is served, and the memory their buffers took is
+/// given back.
 #[test]
 fn clients_that_never_read_are_disconnected_on_every_front() {
     let f = start_fronts(&["--write-timeout", "1s", "--max-conns", "24"]);
@@ -430,6 +431,7 @@ fn clients_that_never_read_are_disconnected_on_every_front() {
         .unwrap();
     put.stdin.take().unwrap().write_all(huge.as_bytes()).unwrap();
     assert!(put.wait().unwrap().success());
+    let idle = rss_bytes(f.server.pid());
     let mut gets = BatchRequest::new();
     for _ in 0..1024 {
         gets.push_get(b"big");
@@ -469,6 +471,16 @@ fn clients_that_never_read_are_disconnected_on_every_front() {
     let put = kvd(&["put", "--nodes", &f.binary, "k", "v"]);
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
     drop(hogs);
+    // Their buffers' memory goes back to the OS (issue 58: 1 GB stayed resident).
+    let pid = f.server.pid();
+    until("the non-readers' memory to be given back", HANG, || {
+        let rss = rss_bytes(pid);
+        if rss <= idle + (16 << 20) {
+            Ok(())
+        } else {
+            Err(format!("RSS {} MB, {} MB before them", rss >> 20, idle >> 20))
+        }
+    });
 }
 
 /// Finding 7a: SIGTERM finishes within the grace period although a RESP and a binary
