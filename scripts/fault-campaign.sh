@@ -5,7 +5,7 @@
 set -euo pipefail
 usage() {
   cat <<'TXT'
-Usage: scripts/fault-campaign.sh [BIN_DIR]
+Usage: scripts/fault-campaign.sh [--big] [BIN_DIR]
 
 Runs, one after another (as root: the disk faults mount a tmpfs and a loop file system):
   node   kill-9, sigstop (2 s), second-process (a second kvd on the data dir), cut-segment
@@ -18,9 +18,20 @@ fault (and the operator's repair where there is one) every acknowledged key is r
 Prints: fault, acknowledged writes, lost, ms until writes were acknowledged again (or what
 kvd said when it refused to start). Exit status 1 if anything acknowledged was lost.
 BIN_DIR defaults to target/release. Stops only the processes it started, by PID.
+
+--big runs the group faults with big values instead (issue 58): every member with
+--max-frame 4mib and --snapshot-every 8mib, each value 1 MiB (a quarter of the frame) and 40
+of them per fault (more than one snapshot interval), plus two faults of their own:
+  far-behind       a follower killed while the group writes 40 MiB, restarted, then the
+                   leader killed (the follower catches up by snapshot or segments read back)
+  install-killed   a wiped follower added back (kvd admin add-replica, a snapshot install of
+                   40 MiB) and the leader killed 300 ms into it
+"writes again after" is how long the group went without a leader that acknowledges writes.
 TXT
 }
 [ "${1:-}" = "--help" ] && { usage; exit 0; }
+BIG=0
+[ "${1:-}" = "--big" ] && { BIG=$((1 << 20)); shift; }
 BIN=${1:-target/release}
 KVD=$BIN/kvd
 [ -x "$KVD" ] || { echo "fault-campaign: $KVD is missing (cargo build --release)" >&2; exit 2; }
@@ -52,11 +63,21 @@ start() {
   return 1
 }
 
-# write NODES PREFIX N: stores PREFIX-i, notes acknowledged keys in $WORK/acked-PREFIX.
+# value I: the file holding the big value number I mod 26 (--big).
+value() {
+  local f="$WORK/value-$(($1 % 26))"
+  [ -f "$f" ] || head -c "$BIG" /dev/zero | tr '\0' "$(printf "\\$(printf '%03o' $((97 + $1 % 26)))")" >"$f"
+  echo "$f"
+}
+
+# write NODES PREFIX N [FROM]: stores PREFIX-i (i from FROM+1), notes acknowledged keys in
+# $WORK/acked-PREFIX (with --big, each value a file of BIG bytes).
 write() {
   local i
-  for i in $(seq 1 "$3"); do
-    if "$KVD" put --nodes "$1" --timeout 3s "$2-$i" "v$i" >/dev/null 2>&1; then echo "$2-$i v$i" >>"$WORK/acked-$2"; fi
+  for i in $(seq $((${4:-0} + 1)) $((${4:-0} + $3))); do
+    if [ "$BIG" -gt 0 ]; then
+      "$KVD" put --nodes "$1" --timeout 10s --file "$(value "$i")" "$2-$i" >/dev/null 2>&1 && echo "$2-$i $(value "$i")" >>"$WORK/acked-$2"
+    elif "$KVD" put --nodes "$1" --timeout 3s "$2-$i" "v$i" >/dev/null 2>&1; then echo "$2-$i v$i" >>"$WORK/acked-$2"; fi
   done
 }
 
@@ -64,7 +85,11 @@ write() {
 lost() {
   local n=0 k v
   while read -r k v; do
-    [ "$("$KVD" get --nodes "$1" --timeout 5s "$k" 2>/dev/null)" = "$v" ] || n=$((n + 1))
+    if [ "$BIG" -gt 0 ]; then
+      "$KVD" get --nodes "$1" --timeout 10s "$k" 2>/dev/null | cmp -s - "$v" || n=$((n + 1))
+    else
+      [ "$("$KVD" get --nodes "$1" --timeout 5s "$k" 2>/dev/null)" = "$v" ] || n=$((n + 1))
+    fi
   done <"$WORK/acked-$2"
   echo "$n"
 }
@@ -153,9 +178,9 @@ group_fault() { # name
   local name=$1 addrs=() dirs=() pids=() i nodes leader victim note=""
   for i in 0 1 2; do addrs+=("127.0.0.1:$(port)"); dirs+=("$WORK/group-$name-$i"); done
   local list; list=$(IFS=,; echo "${addrs[*]}"); nodes=$(IFS='|'; echo "${addrs[*]}")
-  for i in 0 1 2; do start "${addrs[$i]}" "${dirs[$i]}" --group "$list"; pids+=("$LAST_PID"); done
+  for i in 0 1 2; do start "${addrs[$i]}" "${dirs[$i]}" --group "$list" "${GROUP_ARGS[@]}"; pids+=("$LAST_PID"); done
   "$KVD" admin init-group --nodes "$nodes" >/dev/null 2>&1
-  write "$nodes" "$name" 50
+  write "$nodes" "$name" "$PER_FAULT"
   leader=0
   for i in 0 1 2; do "$KVD" stats --nodes "${addrs[$i]}" --json 2>/dev/null | grep -q '"role": "leader"' && leader=$i; done
   victim=$(((leader + 1) % 3))
@@ -171,10 +196,23 @@ group_fault() { # name
       order+=("${addrs[$leader]}")
       note="$(resume "$(IFS='|'; echo "${order[*]}")") ms (failover)"
       kill -CONT "${pids[$leader]}" ;;
+    far-behind)
+      kill -9 "${pids[$victim]}"
+      write "$nodes" "$name" "$PER_FAULT" "$PER_FAULT"
+      start "${addrs[$victim]}" "${dirs[$victim]}" --group "$list" "${GROUP_ARGS[@]}"
+      kill -9 "${pids[$leader]}"; note="$(resume "$nodes") ms after killing the leader (the follower restarted behind)" ;;
+    install-killed)
+      kill -9 "${pids[$victim]}"; rm -rf "${dirs[$victim]}"
+      start "${addrs[$victim]}" "${dirs[$victim]}" --group "$list" "${GROUP_ARGS[@]}"
+      "$KVD" admin add-replica --nodes "$nodes" --timeout 60s "${addrs[$victim]}" >"$WORK/install.out" 2>&1 &
+      local adder=$!
+      sleep 0.3
+      kill -9 "${pids[$leader]}"; note="$(resume "$nodes") ms after killing the leader during the install"
+      if wait "$adder"; then note="$note; add-replica finished"; else note="$note; add-replica: $(tail -1 "$WORK/install.out" | cut -c1-80)"; fi ;;
     wiped-follower)
       kill -9 "${pids[$victim]}"; rm -rf "${dirs[$victim]}"
-      start "${addrs[$victim]}" "${dirs[$victim]}" --group "$list"
-      "$KVD" admin add-replica --nodes "$nodes" "${addrs[$victim]}" >/dev/null 2>&1 && note="added back as a new member" || note="ADD-REPLICA FAILED"
+      start "${addrs[$victim]}" "${dirs[$victim]}" --group "$list" "${GROUP_ARGS[@]}"
+      "$KVD" admin add-replica --nodes "$nodes" --timeout 60s "${addrs[$victim]}" >/dev/null 2>&1 && note="added back as a new member" || note="ADD-REPLICA FAILED"
       kill -9 "${pids[$leader]}"; note="$note; $(resume "$nodes") ms after killing the old leader" ;;
     foreign-member)
       local x; x="127.0.0.1:$(port)"
@@ -184,8 +222,16 @@ group_fault() { # name
   row "$name" group "$name" "$nodes" "$note"
 }
 
-for f in kill-9 sigstop second-process cut-segment deleted-segment empty-shard-file; do node_fault "$f"; done
-for f in disk-full read-only; do disk_fault "$f"; done
-for f in kill-9-leader sigstop-leader wiped-follower foreign-member; do group_fault "$f"; done
+if [ "$BIG" -gt 0 ]; then
+  GROUP_ARGS=(--max-frame 4mib --snapshot-every 8mib)
+  PER_FAULT=40
+  for f in kill-9-leader sigstop-leader wiped-follower far-behind install-killed; do group_fault "$f"; done
+else
+  GROUP_ARGS=()
+  PER_FAULT=50
+  for f in kill-9 sigstop second-process cut-segment deleted-segment empty-shard-file; do node_fault "$f"; done
+  for f in disk-full read-only; do disk_fault "$f"; done
+  for f in kill-9-leader sigstop-leader wiped-follower foreign-member; do group_fault "$f"; done
+fi
 echo "acknowledged writes lost in all: $LOST_TOTAL"
 [ "$LOST_TOTAL" -eq 0 ]

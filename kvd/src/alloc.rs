@@ -4,11 +4,14 @@
 //! delay (1 s as built here: `mi_option_get` says 1000 ms); under churn (a store at
 //! `--max-memory` evicting values of mixed sizes, clients' large buffers freed as they
 //! disconnect) the freed spans are reused or re-delayed before the delay runs out, and RSS
-//! stayed at twice the cap and more (docs/MEMORY.md, "RSS under churn"). kvd purges at once:
-//! measured, RSS 5 s after a 10 s flood of mixed sizes against a 64 MB cap went from
-//! 136-143 MB to 68-74 MB, at no cost to the headline workload's op/s.
+//! stayed at twice the cap and more (docs/MEMORY.md, "RSS under churn"). Under
+//! `--max-memory` kvd purges at once: measured, RSS 5 s after a flood of mixed sizes against
+//! a 64 MB cap went from 127-143 MB to 67-70 MB, at no cost to the headline workload's op/s.
 //!
-//! An operator's own `MIMALLOC_PURGE_DELAY` is left as given.
+//! Not without a cap: every big buffer freed is then faulted in again when the next one is
+//! allocated, and a replica group's appends of 20 MiB values, which openraft 0.9 must finish
+//! within a heartbeat (75 ms), stopped making it on a busy machine (a member added after
+//! big values never caught up). An operator's own `MIMALLOC_PURGE_DELAY` is left as given.
 
 /// mimalloc 2.x's `mi_option_purge_delay` (the enum's 16th member; a test checks that
 /// `MIMALLOC_PURGE_DELAY` lands there, so a renumbering in a new mimalloc is caught).

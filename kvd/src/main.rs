@@ -19,7 +19,6 @@ use kvshared::tls::TlsServer;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    kvd::alloc::purge_freed_memory_at_once();
     let cli = Cli::parse();
     // openraft logs every failed RPC to an unreachable member (an ERROR and a WARN each
     // heartbeat); kvd logs each member's change of state once instead (`network::Reach`).
@@ -42,6 +41,10 @@ fn main() -> ExitCode {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.validate().map_err(anyhow::Error::msg)?;
+    if args.max_memory.is_some() {
+        // Under --max-memory, RSS is promised to stay near the cap (docs/MEMORY.md).
+        kvd::alloc::purge_freed_memory_at_once();
+    }
     // Sockets passed by socket activation (systemd, or the test harness) are taken before
     // anything binds; each front serves on the one bound to its address.
     kvd::edge::inherited::adopt_from_env().context("cannot take the sockets passed in LISTEN_FDS")?;

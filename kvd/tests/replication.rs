@@ -19,6 +19,8 @@ use kvshared::history::{CheckOptions, Verdict, check, render_timeline};
 struct Group {
     /// Members started with `--group` (the first ones); the rest with `--join`.
     voters: usize,
+    /// Flags every member is started with too.
+    extra: Vec<String>,
     addrs: Vec<String>,
     members: Vec<Option<Kvd>>,
     /// Each member's data directory (removed when the group is dropped, after its members).
@@ -35,9 +37,14 @@ impl Group {
     }
 
     fn start_shaped(name: &str, voters: usize, joiners: usize) -> Group {
+        Group::start_with(name, voters, joiners, &[])
+    }
+
+    fn start_with(name: &str, voters: usize, joiners: usize, extra: &[&str]) -> Group {
         let n = voters + joiners;
         let mut g = Group {
             voters,
+            extra: extra.iter().map(ToString::to_string).collect(),
             addrs: (0..n).map(|_| addr()).collect(),
             members: (0..n).map(|_| None).collect(),
             dirs: (0..n).map(|i| temp_dir(&format!("group-{name}-{i}"))).collect(),
@@ -59,6 +66,7 @@ impl Group {
             true => args.extend(["--group", &group]),
             false => args.push("--join"),
         }
+        args.extend(self.extra.iter().map(String::as_str));
         let (kvd, _) = start_at(&self.addrs[i], &args);
         self.members[i] = Some(kvd);
     }
@@ -989,4 +997,76 @@ async fn pre_votes_are_refused_while_the_leader_lives_and_a_paused_follower_does
     })
     .await;
     group.signal(leader, libc::SIGCONT);
+}
+
+/// Big values in faults (issue 58): members with `--max-frame 4mib` and `--snapshot-every
+/// 8mib`, values of 1 MiB (a quarter of the frame), 40 MiB written while a follower is away
+/// (more than one snapshot interval). The follower comes back and catches up; the leader is
+/// then killed and the group elects another; a wiped member added back is sent a snapshot
+/// of 40 MiB and more, and the leader is killed during that install: the group elects a
+/// leader again each time, and every acknowledged value reads back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_values_survive_a_member_far_behind_and_a_leader_killed_during_an_install() {
+    const MIB: usize = 1 << 20;
+    let mut group = Group::start_with("big-faults", 3, 1, &["--max-frame", "4mib", "--snapshot-every", "8mib"]);
+    let client = Arc::new(group.client());
+    let value = |i: usize| vec![b'a' + (i % 26) as u8; MIB];
+    let put_all = |from: usize, to: usize| {
+        let client = client.clone();
+        async move {
+            for i in from..to {
+                client.put(format!("big{i}").as_bytes(), &value(i)).await.unwrap();
+            }
+        }
+    };
+    put_all(0, 8).await;
+    // A follower away while 40 MiB are written, then back; then the leader killed.
+    let leader = group.leader().await;
+    let away = (leader + 1) % 3;
+    group.kill(away);
+    put_all(8, 48).await;
+    group.restart(away);
+    group.caught_up(away).await;
+    group.kill(leader);
+    let second = group.leader().await;
+    assert_ne!(second, leader);
+    put_all(48, 52).await;
+    // The old leader back; then the fourth member (blank) added, and the leader killed while
+    // it installs the snapshot.
+    group.restart(leader);
+    group.caught_up(leader).await;
+    let (n, m) = (group.addrs[..3].join("|"), group.addrs[3].clone());
+    let adding = tokio::task::spawn_blocking(move || {
+        kvd(&[
+            "admin",
+            "add-replica",
+            "--learner",
+            "--nodes",
+            &n,
+            &m,
+            "--timeout",
+            "60s",
+        ])
+    });
+    let one = group.one(3);
+    until_async("the new member to be sent the log or a snapshot", HANG, || async {
+        match one.stats(0).await {
+            Ok(s) if s.group.role == kvshared::stats::GroupRole::Learner || s.keys > 0 => Ok(()),
+            other => Err(other.map(|s| (s.group.role, s.keys))),
+        }
+    })
+    .await;
+    group.kill(second);
+    let third = group.leader().await;
+    assert_ne!(third, second);
+    let _ = adding.await;
+    put_all(52, 56).await;
+    for i in 0..56 {
+        let got = client.get(format!("big{i}").as_bytes()).await.unwrap();
+        assert!(
+            got.as_deref() == Some(&value(i)[..]),
+            "big{i}: {:?} bytes",
+            got.map(|v| v.len())
+        );
+    }
 }
