@@ -919,11 +919,6 @@ impl<'a> BatchView<'a> {
         self.archived.kinds.iter().any(|k| OpKind::from(k) == kind)
     }
 
-    /// Whether any op is of one of `kinds` (one pass over the kinds).
-    pub fn contains_any(&self, kinds: &[OpKind]) -> bool {
-        self.archived.kinds.iter().any(|k| kinds.contains(&OpKind::from(k)))
-    }
-
     /// Op `i`, with its key and value spans bounds-checked.
     pub fn op(&self, i: usize) -> Result<OpRef<'a>, MalformedOp> {
         let a = self.archived;
