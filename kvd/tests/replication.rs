@@ -1070,3 +1070,73 @@ async fn big_values_survive_a_member_far_behind_and_a_leader_killed_during_an_in
         );
     }
 }
+
+/// Issue 58, finding 1, as the probe did it: three members at the default `--max-frame`
+/// (64 MiB); a follower killed and its data directory deleted; six values of 20 MiB written
+/// (each acknowledged); the wiped member started with `--join` and added back. It catches up
+/// (appends of 20 MiB, over openraft's 75 ms per append, go once on a lane of their own while
+/// heartbeats keep the group led), the leader never stops its raft, and every value reads
+/// back whole from the added member's group with the old leader gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_member_added_back_after_values_of_20_mib_catches_up_and_the_group_stays_led() {
+    const MIB: usize = 1 << 20;
+    let mut group = Group::start_with("wiped-big", 3, 0, &[]);
+    let client = Arc::new(group.client());
+    // Bytes that do not compress, so that a snapshot carries them whole too.
+    let value = |i: usize| {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ i as u64;
+        (0..20 * MIB)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect::<Vec<u8>>()
+    };
+    client.put(b"small", b"x").await.unwrap();
+    let leader = group.leader().await;
+    let wiped = (leader + 1) % 3;
+    group.kill(wiped);
+    std::fs::remove_dir_all(group.dirs[wiped].path()).unwrap();
+    for i in 0..6 {
+        let put = client.put(format!("big{i}").as_bytes(), &value(i)).await;
+        assert!(put.is_ok(), "SET {i} of 20 MiB: {put:?}\n{}", group.logs());
+    }
+    group.restart(wiped);
+    let (nodes, member) = (group.addrs.join("|"), group.addrs[wiped].clone());
+    let add = tokio::task::spawn_blocking(move || {
+        kvd(&["admin", "add-replica", "--nodes", &nodes, &member, "--timeout", "120s"])
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&add.stderr);
+    assert!(add.status.success(), "{said}\n{}", group.logs());
+    group.caught_up(wiped).await;
+    let logs = group.logs();
+    assert!(!logs.contains("RaftCore"), "a member's raft stopped:\n{logs}");
+    // Each big entry was sent once (catch-ups that timed out were once sent again and again).
+    let pid = group.members[wiped].as_ref().unwrap().pid();
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    let read: u64 = io
+        .lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    eprintln!("the added member read {} MiB to catch up on 120 MiB", read >> 20);
+    assert!(
+        read < 240 * MIB as u64,
+        "{} MiB read: big appends were sent again and again",
+        read >> 20
+    );
+    let old = group.leader().await;
+    group.kill(old);
+    for i in 0..6 {
+        let got = client.get(format!("big{i}").as_bytes()).await.unwrap();
+        assert!(
+            got.as_deref() == Some(&value(i)[..]),
+            "big{i}: {:?} bytes",
+            got.map(|v| v.len())
+        );
+    }
+}

@@ -32,13 +32,14 @@ fn start_recording(rt: &tokio::runtime::Runtime, client: &Arc<Cluster>, clients:
 /// `groups` in-memory groups on loopback splitting the slots evenly, and one more started
 /// with `--no-slots`: the guards, the addresses and the `--nodes` list.
 fn with_empty_group(groups: usize) -> (common::Nodes, Vec<String>, String) {
-    with_empty_group_in(groups, None)
+    with_empty_group_in(groups, None, &[])
 }
 
 /// As [`with_empty_group`]; with `durable`, each group is a durable group of one member
 /// (`--data-dir` under the temporary directory, named by `durable`, and `--group`), as the
-/// hot-spot bench runs them: its changes go through the log.
-fn with_empty_group_in(groups: usize, durable: Option<&str>) -> (common::Nodes, Vec<String>, String) {
+/// hot-spot bench runs them: its changes go through the log. The empty group is started with
+/// `empty` too.
+fn with_empty_group_in(groups: usize, durable: Option<&str>, empty: &[&str]) -> (common::Nodes, Vec<String>, String) {
     let addrs: Vec<String> = (0..=groups).map(|_| common::addr()).collect();
     let mut guards = common::Nodes {
         procs: Vec::new(),
@@ -52,6 +53,7 @@ fn with_empty_group_in(groups: usize, durable: Option<&str>) -> (common::Nodes, 
         let mut args = vec!["--shard".to_string(), shard];
         if i == groups {
             args.push("--no-slots".into());
+            args.extend(empty.iter().map(ToString::to_string));
         }
         if let Some(name) = durable {
             let dir = common::temp_dir(&format!("{name}-{i}"));
@@ -397,7 +399,7 @@ fn one_source_moves_slots_to_two_targets_at_once() {
 }
 
 fn moves_to_two_targets(durable: Option<&str>) {
-    let (_guards, addrs, nodes) = with_empty_group_in(2, durable);
+    let (_guards, addrs, nodes) = with_empty_group_in(2, durable, &[]);
     let rt = runtime();
     let client = Arc::new(Cluster::new(&addrs, ClientConfig::default()).unwrap());
     // 6,000 keys in the moving blocks: the copy ahead takes several pages, split by target.
@@ -653,4 +655,56 @@ fn admin_verbs_give_up_on_a_node_down_after_their_timeout_naming_it() {
         );
     }
     drop(node);
+}
+
+/// Issue 58: a slot move's copy fits every frame limit. Group 0 holds 24 values of 1 MiB in
+/// the slots it gives to group 2, started with `--max-frame 4mib`: a page of the copy (up to
+/// 4 MiB and more) is loaded in batches within the target's limit; then moved back, from the
+/// small-frame group; every value reads back whole. In memory and durable.
+#[test]
+fn a_slot_move_of_big_values_fits_a_target_with_a_small_frame_limit() {
+    big_values_move_within_a_small_frame(None);
+    big_values_move_within_a_small_frame(Some("big-move"));
+}
+
+fn big_values_move_within_a_small_frame(durable: Option<&str>) {
+    let (_guards, addrs, nodes) = with_empty_group_in(2, durable, &["--max-frame", "4mib"]);
+    let rt = runtime();
+    let client = Cluster::new(&addrs, ClientConfig::default()).unwrap();
+    let value = |i: usize| vec![b'a' + (i % 26) as u8; 1 << 20];
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("big{i}"))
+        .filter(|k| kvshared::routing::key_slot(k.as_bytes()) < 8192)
+        .take(24)
+        .collect();
+    for (i, k) in keys.iter().enumerate() {
+        rt.block_on(client.put(k.as_bytes(), &value(i))).unwrap();
+    }
+    for (from, to) in [("0", "2"), ("2", "0")] {
+        let out = kvd(&[
+            "admin",
+            "move-slots",
+            "--nodes",
+            &nodes,
+            "--from",
+            from,
+            "--to",
+            to,
+            "--chunk",
+            "8192",
+            "0-8191",
+        ]);
+        assert!(
+            out.status.success(),
+            "{from} -> {to}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fresh = Cluster::new(&addrs, ClientConfig::default()).unwrap();
+        let to: usize = to.parse().unwrap();
+        assert_eq!(rt.block_on(fresh.stats(to)).unwrap().keys, 24);
+        for (i, k) in keys.iter().enumerate() {
+            let got = rt.block_on(fresh.get(k.as_bytes())).unwrap();
+            assert!(got.as_deref() == Some(&value(i)[..]), "{k}: {:?}", got.map(|v| v.len()));
+        }
+    }
 }

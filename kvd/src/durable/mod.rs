@@ -10,6 +10,7 @@
 //!
 //! Serving with `--data-dir` goes through [`raft::DurableShard`] (see `Node::execute`).
 
+pub mod bulk;
 pub mod catalog;
 pub mod direct;
 pub mod entry;

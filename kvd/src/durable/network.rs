@@ -22,6 +22,7 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::bulk::{self, Lane, Step};
 use super::raft::types::ShardRaft;
 
 /// A raft RPC from one member to another, or a request about the group.
@@ -150,6 +151,8 @@ pub enum RaftRpcReply {
 pub struct Network {
     config: ClientConfig,
     peers: HashMap<u64, Arc<Cluster>>,
+    /// Each member's bulk lane (`super::bulk`): its own connection, and the big append on it.
+    lanes: HashMap<u64, (Arc<Cluster>, Arc<Lane>)>,
     /// Whether each member answers, for the one log line per change of its state.
     reach: HashMap<u64, Arc<Reach>>,
     /// This member's group (0 until it has one), which every RPC names.
@@ -166,6 +169,7 @@ impl Network {
                 ..config
             },
             peers: HashMap::new(),
+            lanes: HashMap::new(),
             reach: HashMap::new(),
             group,
         }
@@ -208,19 +212,30 @@ impl RaftNetworkFactory<ShardRaft> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Peer {
+        let connect = || {
+            Cluster::new(std::slice::from_ref(&node.addr), self.config.clone())
+                .ok()
+                .map(Arc::new)
+        };
         let cluster = match self.peers.get(&target) {
             Some(c) if c.addr(0) == node.addr => Some(c.clone()),
-            _ => Cluster::new(std::slice::from_ref(&node.addr), self.config.clone())
-                .ok()
-                .map(Arc::new),
+            _ => connect(),
+        };
+        let lane = match self.lanes.get(&target) {
+            Some((c, lane)) if c.addr(0) == node.addr => Some((c.clone(), lane.clone())),
+            _ => connect().map(|c| (c, Arc::default())),
         };
         if let Some(c) = &cluster {
             self.peers.insert(target, c.clone());
+        }
+        if let Some(l) = &lane {
+            self.lanes.insert(target, l.clone());
         }
         Peer {
             target,
             addr: node.addr.clone(),
             cluster,
+            lane,
             group: self.group.clone(),
             reach: self.reach.entry(target).or_default().clone(),
         }
@@ -232,6 +247,8 @@ pub struct Peer {
     target: u64,
     addr: String,
     cluster: Option<Arc<Cluster>>,
+    /// The connection for big appends, and the one under way.
+    lane: Option<(Arc<Cluster>, Arc<Lane>)>,
     group: Arc<AtomicU64>,
     reach: Arc<Reach>,
 }
@@ -267,31 +284,108 @@ impl Peer {
         let Some(cluster) = &self.cluster else {
             return Err(network("no usable address for this member".into()));
         };
-        let message = RaftMessage {
+        let message = self.message(rpc);
+        exchange(cluster, &message, option.hard_ttl())
+            .await
+            .map_err(|e| match e {
+                Failed::Unreachable(e) => unreachable(&e),
+                Failed::Network(why) => network(why),
+            })
+    }
+
+    fn message(&self, rpc: RaftRpc) -> RaftMessage {
+        RaftMessage {
             group: self.group.load(Ordering::Relaxed),
             to: self.target,
             rpc,
-        };
-        // Serialised straight into the frame: an append of megabytes is copied once.
-        let call = cluster.call_with(0, FrameKind::RaftRequest, |buf| {
-            postcard::serialize_with_flavor(&message, FrameBody(buf)).map_err(|e| e.to_string())
-        });
-        let reply = tokio::time::timeout(option.hard_ttl(), call)
-            .await
-            .map_err(|_| network(format!("no answer within {:?}", option.hard_ttl())))?
-            .map_err(|e| match e {
-                ClientError::Encode { reason } => network(reason),
-                e => unreachable(&e),
-            })?;
-        if reply.kind != FrameKind::RaftResponse {
-            return Err(network(reply.unexpected().to_string()));
         }
-        postcard::from_bytes(&reply.body).map_err(|e| network(format!("the answer does not decode: {e}")))
+    }
+
+    /// Sends a big append on the bulk lane (see `super::bulk`): once, whatever openraft's
+    /// repeats; a heartbeat stands for it while it is under way.
+    async fn append_big(
+        &self,
+        rpc: AppendEntriesRequest<ShardRaft>,
+        option: &RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        let Some((cluster, lane)) = &self.lane else {
+            return Err(network("no usable address for this member".into()));
+        };
+        let beat = bulk::heartbeat(&rpc);
+        let send = |rpc: AppendEntriesRequest<ShardRaft>| {
+            let ttl = bulk::deadline(bulk::entry_bytes(&rpc));
+            let message = self.message(RaftRpc::Append(rpc));
+            let cluster = cluster.clone();
+            tokio::spawn(async move {
+                match exchange(&cluster, &message, ttl).await {
+                    Ok(RaftRpcReply::Append(r)) => Ok(r),
+                    Ok(RaftRpcReply::Refused(why)) => Err(why),
+                    Ok(_) => Err("answered another kind of RPC".into()),
+                    Err(Failed::Unreachable(e)) => Err(e.to_string()),
+                    Err(Failed::Network(why)) => Err(why),
+                }
+            })
+        };
+        match lane.append(rpc, option.soft_ttl() / 2, send).await {
+            Step::Answered(Ok(r)) => {
+                self.reach.answered(&self.addr);
+                r.map_err(|e| self.remote(e))
+            }
+            Step::Answered(Err(why)) => {
+                self.reach.failed(&self.addr, &why);
+                Err(network(why))
+            }
+            Step::Sending => {
+                let prev = beat.prev_log_id;
+                match self.append_now(beat, option).await? {
+                    AppendEntriesResponse::Success if prev.is_some() => Ok(AppendEntriesResponse::PartialSuccess(prev)),
+                    AppendEntriesResponse::Success => Err(network("a big append is still being sent".into())),
+                    other => Ok(other),
+                }
+            }
+        }
+    }
+
+    async fn append_now(
+        &self,
+        rpc: AppendEntriesRequest<ShardRaft>,
+        option: &RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        match self.call(RaftRpc::Append(rpc), option).await? {
+            RaftRpcReply::Append(r) => r.map_err(|e| self.remote(e)),
+            RaftRpcReply::Refused(why) => Err(network(why)),
+            _ => Err(network("answered another kind of RPC".into())),
+        }
     }
 
     fn remote<E: std::error::Error>(&self, e: E) -> RPCError<u64, BasicNode, E> {
         RPCError::RemoteError(RemoteError::new(self.target, e))
     }
+}
+
+/// Why an exchange with a member failed.
+enum Failed {
+    Unreachable(ClientError),
+    Network(String),
+}
+
+/// Sends `message` to `cluster`'s node and reads its answer, within `ttl`.
+async fn exchange(cluster: &Cluster, message: &RaftMessage, ttl: std::time::Duration) -> Result<RaftRpcReply, Failed> {
+    // Serialised straight into the frame: an append of megabytes is copied once.
+    let call = cluster.call_with(0, FrameKind::RaftRequest, |buf| {
+        postcard::serialize_with_flavor(message, FrameBody(buf)).map_err(|e| e.to_string())
+    });
+    let reply = tokio::time::timeout(ttl, call)
+        .await
+        .map_err(|_| Failed::Network(format!("no answer within {ttl:?}")))?
+        .map_err(|e| match e {
+            ClientError::Encode { reason } => Failed::Network(reason),
+            e => Failed::Unreachable(e),
+        })?;
+    if reply.kind != FrameKind::RaftResponse {
+        return Err(Failed::Network(reply.unexpected().to_string()));
+    }
+    postcard::from_bytes(&reply.body).map_err(|e| Failed::Network(format!("the answer does not decode: {e}")))
 }
 
 /// postcard's output appended to a frame's buffer.
@@ -321,10 +415,9 @@ impl RaftNetwork<ShardRaft> for Peer {
         rpc: AppendEntriesRequest<ShardRaft>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        match self.call(RaftRpc::Append(rpc), &option).await? {
-            RaftRpcReply::Append(r) => r.map_err(|e| self.remote(e)),
-            RaftRpcReply::Refused(why) => Err(network(why)),
-            _ => Err(network("answered another kind of RPC".into())),
+        match bulk::entry_bytes(&rpc) < bulk::BULK_BYTES {
+            true => self.append_now(rpc, &option).await,
+            false => self.append_big(rpc, &option).await,
         }
     }
 

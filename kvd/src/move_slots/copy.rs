@@ -269,9 +269,18 @@ async fn copy_pages(
     }
 }
 
-/// One page from the source as a `Load` batch for each target (in `targets`' order), and
+/// The most bytes of keys and values one `Load` batch to a target carries (at least one key
+/// a batch): a page of the source's is up to `MAX_COPY_PAGE_BYTES` and more, and a target
+/// started with a smaller `--max-frame` refused it whole, closing the connection.
+const LOAD_BATCH_BYTES: usize = 1 << 20;
+
+/// One page from the source as `Load` batches for each target (in `targets`' order), and
 /// the next cursor (0: done); `None` when the source answered `NotFound`.
-fn loads_of_page(from: usize, targets: &[Target], reply: &Reply) -> anyhow::Result<Option<(u64, Vec<BatchRequest>)>> {
+fn loads_of_page(
+    from: usize,
+    targets: &[Target],
+    reply: &Reply,
+) -> anyhow::Result<Option<(u64, Vec<Vec<BatchRequest>>)>> {
     let view = reply.batch()?;
     let bytes = match view.result(0) {
         OpReply::Found(bytes) => bytes,
@@ -279,7 +288,7 @@ fn loads_of_page(from: usize, targets: &[Target], reply: &Reply) -> anyhow::Resu
         other => bail!("group {from} did not answer a copy's page: {other:?}"),
     };
     let (next, copied) = decode_copied(bytes).context("a copy's page does not parse")?;
-    let mut loads: Vec<BatchRequest> = targets.iter().map(|_| BatchRequest::new()).collect();
+    let mut loads: Vec<Loads> = targets.iter().map(|_| Loads::default()).collect();
     let mut value = Vec::new();
     for c in &copied {
         let slot = key_slot(c.key);
@@ -292,25 +301,51 @@ fn loads_of_page(from: usize, targets: &[Target], reply: &Reply) -> anyhow::Resu
         };
         value.clear();
         encode_load(c.value, c.deadline, &mut value);
-        load.push(OpKind::Load, c.key, &value);
+        load.push(c.key, &value);
     }
-    Ok(Some((next, loads)))
+    Ok(Some((next, loads.into_iter().map(|l| l.batches).collect())))
 }
 
-/// Loads `load` into group `to`; how many keys it took.
-async fn store(groups: &Groups, to: usize, load: &BatchRequest) -> anyhow::Result<u64> {
-    if load.is_empty() {
-        return Ok(0);
-    }
-    let reply = groups.send(to, load).await?;
-    let view = reply.batch()?;
-    for i in 0..view.len() {
-        match view.result(i) {
-            OpReply::Stored => {}
-            other => bail!("group {to} did not take a copied key: {other:?}"),
+/// A target's `Load` batches, each within [`LOAD_BATCH_BYTES`].
+#[derive(Default)]
+struct Loads {
+    batches: Vec<BatchRequest>,
+    bytes: usize,
+}
+
+impl Loads {
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        let size = key.len() + value.len();
+        match self.batches.last_mut() {
+            Some(b) if self.bytes + size <= LOAD_BATCH_BYTES => {
+                b.push(OpKind::Load, key, value);
+                self.bytes += size;
+            }
+            _ => {
+                let mut b = BatchRequest::new();
+                b.push(OpKind::Load, key, value);
+                self.batches.push(b);
+                self.bytes = size;
+            }
         }
     }
-    Ok(view.len() as u64)
+}
+
+/// Loads `loads` into group `to`, one batch after another; how many keys it took.
+async fn store(groups: &Groups, to: usize, loads: &[BatchRequest]) -> anyhow::Result<u64> {
+    let mut took = 0;
+    for load in loads {
+        let reply = groups.send(to, load).await?;
+        let view = reply.batch()?;
+        for i in 0..view.len() {
+            match view.result(i) {
+                OpReply::Stored => {}
+                other => bail!("group {to} did not take a copied key: {other:?}"),
+            }
+        }
+        took += view.len() as u64;
+    }
+    Ok(took)
 }
 
 #[cfg(test)]
@@ -333,5 +368,30 @@ mod tests {
         assert!(takes(key_in(1000..=1000)));
         assert!(!takes(key_in(0..=299)));
         assert!(!takes(key_in(400..=999)));
+    }
+
+    /// A target's loads are cut into batches within `LOAD_BATCH_BYTES` (a key bigger than
+    /// that alone in its batch), in the order the page gave them.
+    #[test]
+    fn loads_are_cut_into_batches_within_the_byte_bound() {
+        let mut loads = Loads::default();
+        let big = vec![7u8; LOAD_BATCH_BYTES];
+        let small = vec![1u8; LOAD_BATCH_BYTES / 3];
+        for (key, value) in [
+            (&b"a"[..], &small),
+            (b"b", &small),
+            (b"c", &big),
+            (b"d", &small),
+            (b"e", &small),
+        ] {
+            loads.push(key, value);
+        }
+        let keys: Vec<Vec<&[u8]>> = loads
+            .batches
+            .iter()
+            .map(|b| (0..b.len()).filter_map(|i| b.key(i)).collect())
+            .collect();
+        let expected: Vec<Vec<&[u8]>> = vec![vec![b"a", b"b"], vec![b"c"], vec![b"d", b"e"]];
+        assert_eq!(keys, expected);
     }
 }

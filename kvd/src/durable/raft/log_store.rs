@@ -117,9 +117,10 @@ impl LogStore {
     }
 
     /// Bounds the entries one append to a member carries to `frame` bytes (the members'
-    /// `--max-frame`), less room for the message around them.
+    /// `--max-frame`), less room for the message around them, and to [`APPEND_BYTES`].
     pub(super) fn limit_appends(&self, frame: u32) {
-        self.inner.lock().append_bytes = (frame as usize).saturating_sub(APPEND_SLACK).max(1);
+        let limit = (frame as usize).saturating_sub(APPEND_SLACK).min(APPEND_BYTES);
+        self.inner.lock().append_bytes = limit.max(1);
     }
 
     /// Forgets the entries up to `log_id` (a snapshot holds them).
@@ -265,6 +266,11 @@ fn refuse_a_lost_log(dir: &Path, log_dir: &Path) -> Result<(), String> {
 /// Room in an append's frame for everything but the entries' payloads: the message, each
 /// entry's ids, lengths and membership.
 const APPEND_SLACK: usize = 256 * 1024;
+
+/// The most bytes of entries one append carries (an entry bigger than this goes alone): a
+/// member far behind is sent its backlog in steps that each finish well within a heartbeat
+/// on a quiet machine, and the bigger ones go on the bulk lane (`durable::bulk`).
+const APPEND_BYTES: usize = 8 << 20;
 
 /// An entry's bytes in an append (its payload, and room for its ids).
 fn entry_bytes(entry: &Entry<ShardRaft>) -> usize {
