@@ -9,7 +9,7 @@ use kvshared::client::{ClientConfig, Cluster, members};
 use kvshared::stats::GroupRole;
 
 use crate::cli::{AdminCommand, GroupArgs};
-use crate::durable::network::{AdminReply, AdminRequest, MemberIdentity, Target, admin_call};
+use kvshared::admin::{AdminReply, AdminRequest, MemberIdentity, Target};
 
 /// The reason `kvd admin` gives for its changes (kept in the leader's list of changes).
 const BY_ADMIN: &str = "kvd admin";
@@ -117,7 +117,7 @@ async fn init_group(shard: usize, addrs: &[String], config: &ClientConfig) -> an
     let mut found: Vec<(String, MemberIdentity, Cluster)> = Vec::new();
     for addr in addrs {
         let c = Cluster::new(std::slice::from_ref(addr), config.clone())?;
-        match admin_call(&c, Target::ANY, AdminRequest::Identify).await {
+        match kvshared::admin::call(&c, Target::ANY, AdminRequest::Identify).await {
             Ok(AdminReply::Identity(who)) => found.push((addr.clone(), who, c)),
             Ok(AdminReply::Failed(why)) => bail!("{addr}: {why} (start every member with --group and --data-dir)"),
             Ok(other) => bail!("{addr} did not say who it is: {other:?}"),
@@ -125,13 +125,13 @@ async fn init_group(shard: usize, addrs: &[String], config: &ClientConfig) -> an
         }
     }
     check_new_group(shard, addrs, &found)?;
-    let group = crate::durable::meta::new_member_id();
+    let group = kvshared::admin::new_id();
     for (addr, who, c) in &found {
         let to = Target {
             group: 0,
             member: who.member,
         };
-        match admin_call(c, to, AdminRequest::Adopt { group }).await? {
+        match kvshared::admin::call(c, to, AdminRequest::Adopt { group }).await? {
             AdminReply::Done(_) => {}
             other => bail!("{addr} did not take the group: {other:?}"),
         }
@@ -142,7 +142,7 @@ async fn init_group(shard: usize, addrs: &[String], config: &ClientConfig) -> an
         group,
         member: who.member,
     };
-    match admin_call(c, to, AdminRequest::Initialize { members }).await? {
+    match kvshared::admin::call(c, to, AdminRequest::Initialize { members }).await? {
         AdminReply::Done(_) => eprintln!("kvd: shard {shard}'s group {group} is initialised (asked {first})"),
         other => bail!("{first} did not initialise the group: {other:?}"),
     }
@@ -257,7 +257,7 @@ impl Group {
                 AdminRequest::AddLearner { .. } => REQUEST_LIMIT,
                 _ => self.find_leader,
             };
-            let call = admin_call(self.client(&addr)?, Target::ANY, request.clone());
+            let call = kvshared::admin::call(self.client(&addr)?, Target::ANY, request.clone());
             let Ok(answer) = tokio::time::timeout(limit, call).await else {
                 bail!("{addr} did not answer within --timeout {limit:?} (the request may still be carried out)");
             };

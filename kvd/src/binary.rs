@@ -25,11 +25,9 @@ use kvshared::wire::{
 };
 use tokio::io::AsyncWriteExt;
 
-use crate::durable::raft::LogError;
 use crate::edge::budget::ReplyAllowance;
 use crate::edge::conn::{Conn, End, Input, Stage};
-use crate::node::{LogWait, ReadMode};
-use crate::store::Scratch;
+use crate::node::{LogWait, NodeError, ReadMode, Scratch};
 
 /// A connection keeps buffers up to this size for the next frame; larger ones (left by an
 /// unusually large frame or reply) are freed, so idle connections do not hold the largest
@@ -495,15 +493,15 @@ impl Binary {
             }
             let not_leader = match head.log.finish(&mut head.response, max_reply) {
                 None => break,
-                Some(Err(LogError::Failed(e))) => {
+                Some(Err(e @ NodeError::OutcomeUnknown { .. })) => {
                     // Its outcomes are taken: it must not be waited for again (a oneshot
                     // that has answered panics when polled again) when the caller drains
                     // the queue after this error.
                     self.waiting.pop_front();
-                    return Err(format!("the shard's log failed: {e}"));
+                    return Err(e.to_string());
                 }
-                Some(Err(LogError::NotLeader(leader))) => Some(Ok(leader)),
-                Some(Err(LogError::Refused(why))) => Some(Err(why)),
+                Some(Err(NodeError::NotLeader { leader })) => Some(Ok(leader)),
+                Some(Err(e @ NodeError::DiskRefuses { .. })) => Some(Err(e.to_string())),
                 Some(Ok(())) => None,
             };
             let Some(done) = self.waiting.pop_front() else { break };

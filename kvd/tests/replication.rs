@@ -940,14 +940,15 @@ async fn a_member_far_behind_catches_up_from_entries_read_back_from_disk() {
 /// followers elect one of themselves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pre_votes_are_refused_while_the_leader_lives_and_a_paused_follower_does_not_depose_it() {
-    use kvd::durable::network::{AdminReply, AdminRequest, Target, admin_call};
+    use kvshared::admin::{AdminReply, AdminRequest, LogPosition, Target, call as admin_call};
     let group = Group::start("pre-vote");
     let leader = group.leader().await;
     let one = |i: usize| group.one(i);
-    let newest = Some(openraft::LogId::new(
-        openraft::CommittedLeaderId::new(u64::MAX, 0),
-        u64::MAX,
-    ));
+    let newest = Some(LogPosition {
+        term: u64::MAX,
+        leader: 0,
+        index: u64::MAX,
+    });
     for i in 0..3 {
         let who = match admin_call(&one(i), Target::ANY, AdminRequest::Identify).await.unwrap() {
             AdminReply::Identity(who) => who,

@@ -21,6 +21,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod auth;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -31,6 +32,7 @@ pub mod frame;
 pub mod history;
 pub mod keyspace;
 pub mod latency;
+pub mod pattern;
 pub mod routing;
 pub mod slot_copy;
 pub mod slots;

@@ -155,18 +155,63 @@ impl OpKind {
     /// Whether the op concerns the whole node rather than one key (no key routes it).
     #[inline]
     pub fn is_node_wide(self) -> bool {
-        matches!(
-            self,
-            OpKind::Scan
-                | OpKind::KeyCount
-                | OpKind::Flush
-                | OpKind::SlotSet
-                | OpKind::SlotScan
-                | OpKind::SlotMap
-                | OpKind::SlotLoad
-                | OpKind::SlotTrack
-        )
+        self.node_wide().is_some()
     }
+
+    /// The node-wide op this is, if it is one. Every kind is named here, so a kind added
+    /// later must be placed on one side or the other (a node-wide op that fell through to
+    /// another's handling once could have emptied the node).
+    pub fn node_wide(self) -> Option<NodeWide> {
+        match self {
+            OpKind::Scan => Some(NodeWide::Scan),
+            OpKind::KeyCount => Some(NodeWide::KeyCount),
+            OpKind::Flush => Some(NodeWide::Flush),
+            OpKind::SlotSet => Some(NodeWide::SlotSet),
+            OpKind::SlotScan => Some(NodeWide::SlotScan),
+            OpKind::SlotMap => Some(NodeWide::SlotMap),
+            OpKind::SlotLoad => Some(NodeWide::SlotLoad),
+            OpKind::SlotTrack => Some(NodeWide::SlotTrack),
+            OpKind::Get
+            | OpKind::Put
+            | OpKind::Delete
+            | OpKind::PutIfAbsent
+            | OpKind::PutIfPresent
+            | OpKind::IncrBy
+            | OpKind::Append
+            | OpKind::SetRange
+            | OpKind::PutWith
+            | OpKind::Expire
+            | OpKind::Ttl
+            | OpKind::Expired
+            | OpKind::Clock
+            | OpKind::Atomic
+            | OpKind::Unchanged
+            | OpKind::IncrByFloat
+            | OpKind::Rename
+            | OpKind::Load => None,
+        }
+    }
+}
+
+/// The ops that concern a whole node, each alone in its batch (see [`OpKind::node_wide`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeWide {
+    /// [`OpKind::Scan`].
+    Scan,
+    /// [`OpKind::KeyCount`].
+    KeyCount,
+    /// [`OpKind::Flush`].
+    Flush,
+    /// [`OpKind::SlotSet`].
+    SlotSet,
+    /// [`OpKind::SlotScan`].
+    SlotScan,
+    /// [`OpKind::SlotMap`].
+    SlotMap,
+    /// [`OpKind::SlotLoad`].
+    SlotLoad,
+    /// [`OpKind::SlotTrack`].
+    SlotTrack,
 }
 
 /// The longest value a read-modify-write op may make (Redis's default `proto-max-bulk-len`).

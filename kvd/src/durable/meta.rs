@@ -256,9 +256,9 @@ impl Identity {
     }
 }
 
-/// A new member id: random, non-zero, and below 2^53 so that JSON readers keep it exact.
+/// A new member id (see `kvshared::admin::new_id`).
 pub fn new_member_id() -> u64 {
-    (rand::random::<u64>() >> 11).max(1)
+    kvshared::admin::new_id()
 }
 
 #[cfg(test)]

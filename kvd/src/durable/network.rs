@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bulk::{self, Lane, Step};
 use super::raft::types::ShardRaft;
+pub use kvshared::admin::{AdminReply, AdminRequest, MemberIdentity, Target, UNREADABLE};
 
 /// A raft RPC from one member to another, or a request about the group.
 #[derive(Serialize, Deserialize)]
@@ -47,93 +48,6 @@ pub struct RaftMessage {
     /// The RPC.
     pub rpc: RaftRpc,
 }
-
-/// Who a request is for: a group and one of its members, or (operators) whoever answers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Target {
-    /// The group's id (0: any).
-    pub group: u64,
-    /// The member's id (0: any).
-    pub member: u64,
-}
-
-impl Target {
-    /// Whoever answers (an operator's request, or asking a member who it is).
-    pub const ANY: Target = Target { group: 0, member: 0 };
-}
-
-/// A change to a replica group (`kvd admin`), carried out by its leader; `Campaign` goes from
-/// a leader handing over to the member it hands over to.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-pub enum AdminRequest {
-    /// Add the member at this address as a learner and answer once it has caught up.
-    AddLearner { addr: String, why: String },
-    /// Make a learner that has caught up a voter.
-    Promote { addr: String, why: String },
-    /// Remove a voter or a learner.
-    Remove { addr: String, why: String },
-    /// Hand the leadership to this voter.
-    TransferLeader { addr: String },
-    /// Start an election now (sent by the leader that hands over to this member).
-    Campaign,
-    /// A read index for reads a follower or learner (`member`, its id) is about to serve
-    /// (follower reads): answered by the leader after a read-index round, and refused to a
-    /// node that is no longer a member (a removed learner may not know it is).
-    ReadIndex { member: u64 },
-    /// Who are you: answered [`AdminReply::Identity`] by any kvd in a replica group's role.
-    Identify,
-    /// Belong to this group from now on (written to the data directory before the answer):
-    /// sent by `kvd admin init-group` to every member of a new group, and by a leader to a
-    /// member it adds. Refused by a member of another group.
-    Adopt { group: u64 },
-    /// Would you vote for member `candidate`, whose log ends at `last_log`, now (a pre-vote:
-    /// nothing changes; see `raft::campaign`)? Answered [`AdminReply::PreVote`].
-    PreVote {
-        candidate: u64,
-        last_log: Option<openraft::LogId<u64>>,
-    },
-    /// Start the group with these members (`(id, address)`): sent by `kvd admin init-group`
-    /// to one member, once every member has adopted the group.
-    Initialize { members: Vec<(u64, String)> },
-}
-
-/// Who a member is (the answer to [`AdminRequest::Identify`]).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-pub struct MemberIdentity {
-    /// Its member id (made with its data directory).
-    pub member: u64,
-    /// Its group's id, once it belongs to one.
-    pub group: Option<u64>,
-    /// Whether its raft log holds a membership (the group was initialised and it has heard
-    /// of it).
-    pub initialised: bool,
-    /// Its `--group` list (empty with `--join`).
-    pub peers: Vec<String>,
-    /// The shard it serves (`I/N`).
-    pub shard: String,
-}
-
-/// What a member answers an [`AdminRequest`].
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-pub enum AdminReply {
-    /// Done; what was done, in words.
-    Done(String),
-    /// Only the leader carries out changes: this one (when known) leads.
-    NotLeader(Option<String>),
-    /// The change was refused or failed; why.
-    Failed(String),
-    /// The leader's read index: a member that has applied this far may serve reads that
-    /// arrived before it asked.
-    ReadIndex(u64),
-    /// Who this member is.
-    Identity(MemberIdentity),
-    /// The answer to a pre-vote.
-    PreVote(bool),
-}
-
-/// How a member refuses a request it cannot decode (the start of its `Refused` text): an
-/// older kvd asked something newer.
-pub const UNREADABLE: &str = "not a raft request";
 
 /// Its answer.
 #[derive(Serialize, Deserialize)]
@@ -446,23 +360,51 @@ impl RaftNetwork<ShardRaft> for Peer {
     }
 }
 
-/// Asks the member that is `cluster`'s node 0 to carry out `request`, as `to` says (a member
-/// of the group asking another names both; an operator asks [`Target::ANY`]).
-pub async fn admin_call(cluster: &Cluster, to: Target, request: AdminRequest) -> Result<AdminReply, ClientError> {
-    let message = RaftMessage {
-        group: to.group,
-        to: to.member,
-        rpc: RaftRpc::Admin(request),
-    };
-    let body = postcard::to_allocvec(&message).unwrap_or_default();
-    let reply = cluster.call(0, FrameKind::RaftRequest, &body).await?;
-    if reply.kind != FrameKind::RaftResponse {
-        return Err(reply.unexpected());
-    }
-    match postcard::from_bytes(&reply.body) {
-        Ok(RaftRpcReply::Admin(a)) => Ok(a),
-        Ok(RaftRpcReply::Refused(why)) => Ok(AdminReply::Failed(why)),
-        Ok(_) => Ok(AdminReply::Failed("the member answered another kind of request".into())),
-        Err(e) => Ok(AdminReply::Failed(format!("the answer does not decode: {e}"))),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kvshared's admin requests (what `kvd admin` sends) and replies are this envelope's,
+    /// byte for byte.
+    #[test]
+    fn the_admin_envelope_is_the_members_one() {
+        let request = AdminRequest::PreVote {
+            candidate: 7,
+            last_log: Some(kvshared::admin::LogPosition {
+                term: 3,
+                leader: 9,
+                index: 1234,
+            }),
+        };
+        let to = Target { group: 5, member: 6 };
+        let ours = postcard::to_allocvec(&RaftMessage {
+            group: 5,
+            to: 6,
+            rpc: RaftRpc::Admin(request.clone()),
+        })
+        .unwrap();
+        assert_eq!(kvshared::admin::encode(to, &request), ours);
+        let reply = AdminReply::Identity(MemberIdentity {
+            member: 1,
+            group: Some(2),
+            initialised: true,
+            peers: vec!["a:1".into()],
+            shard: "0/1".into(),
+        });
+        let body = postcard::to_allocvec(&RaftRpcReply::Admin(reply.clone())).unwrap();
+        assert_eq!(kvshared::admin::decode_reply(&body), reply);
+        let body = postcard::to_allocvec(&RaftRpcReply::Refused("nope".into())).unwrap();
+        assert_eq!(kvshared::admin::decode_reply(&body), AdminReply::Failed("nope".into()));
+        // openraft's log id is encoded as a log position is.
+        let id = openraft::LogId::<u64>::new(openraft::CommittedLeaderId::new(3, 9), 1234);
+        let position = kvshared::admin::LogPosition {
+            term: 3,
+            leader: 9,
+            index: 1234,
+        };
+        assert_eq!(
+            postcard::to_allocvec(&id).unwrap(),
+            postcard::to_allocvec(&position).unwrap()
+        );
     }
 }

@@ -280,7 +280,11 @@ fn raft_messages() -> Result<Vec<Sample>, String> {
             "admin-pre-vote",
             RaftRpc::Admin(AdminRequest::PreVote {
                 candidate: 12,
-                last_log: Some(log_id(2, 9)),
+                last_log: Some(kvshared::admin::LogPosition {
+                    term: 2,
+                    leader: 11,
+                    index: 9,
+                }),
             }),
         ),
         (

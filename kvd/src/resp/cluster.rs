@@ -33,7 +33,7 @@ pub enum Reads {
 pub fn redirect(ctx: &Ctx<'_>, args: &Args<'_>) -> Option<String> {
     let spec = super::table::spec(args.get(0))?;
     let me = ctx.node.config.shard;
-    let table = ctx.node.store.slot_table();
+    let table = ctx.node.slot_table();
     let mut slot = None;
     for i in spec.key_indexes(args.len()) {
         let s = key_slot(args.get(i));
@@ -104,7 +104,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
         }
         _ if is(sub, "COUNTKEYSINSLOT") && n == 3 => match slot_arg(args.get(2)) {
             Ok(slot) => {
-                let (count, _) = ctx.node.store.keys_in_slot(slot, 0);
+                let (count, _) = ctx.node.keys_in_slot(slot, 0);
                 p.immediate(|o| reply::integer(o, count as i64))
             }
             Err(e) => p.immediate(|o| reply::error(o, e)),
@@ -138,7 +138,7 @@ fn get_keys_in_slot(ctx: &Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
         Some(c) if c >= 0 => (c as usize).min(MAX_KEYS_IN_SLOT),
         _ => return p.immediate(|o| reply::error(o, "ERR Invalid number of keys")),
     };
-    let (_, keys) = ctx.node.store.keys_in_slot(slot, count);
+    let (_, keys) = ctx.node.keys_in_slot(slot, count);
     p.immediate(|o| {
         reply::array(o, keys.len());
         for k in &keys {

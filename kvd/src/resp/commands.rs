@@ -332,7 +332,7 @@ fn config(node: &Node, args: &Args<'_>, p: &mut Pipeline) {
     let durable = node.config.data_dir.is_some();
     let stats = node.stats();
     let max_memory = stats.max_memory_bytes.to_string();
-    let policy = super::info::redis_policy(&stats.eviction).to_string();
+    let policy = crate::node::redis_policy(&stats.eviction).to_string();
     let settings: [(&str, String); 5] = [
         ("save", String::new()),
         ("appendonly", if durable { "yes" } else { "no" }.into()),

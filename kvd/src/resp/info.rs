@@ -103,7 +103,7 @@ pub fn info(node: &Node, section: &[u8], client_id: u64, port: u16) -> String {
             ("used_memory", s.memory_used_bytes.to_string()),
             ("used_memory_rss", s.system.process_rss_bytes.to_string()),
             ("maxmemory", s.max_memory_bytes.to_string()),
-            ("maxmemory_policy", redis_policy(&s.eviction).into()),
+            ("maxmemory_policy", crate::node::redis_policy(&s.eviction).into()),
             ("total_system_memory", s.system.host_mem_total_bytes.to_string()),
         ],
     );
@@ -192,9 +192,4 @@ pub fn role_reply(node: &Node, out: &mut Vec<u8>) {
         );
         reply::integer(out, g.applied_index as i64);
     }
-}
-
-/// Redis's `maxmemory-policy` for kvd's eviction policy named `name` (INFO, CONFIG GET).
-pub(super) fn redis_policy(name: &str) -> &'static str {
-    crate::store::Eviction::from_name(name).map_or("noeviction", crate::store::Eviction::redis_name)
 }

@@ -19,7 +19,7 @@ use super::pipeline::{Pipeline, forward_transaction, run_local};
 use super::reply::{self, Proto};
 use crate::edge::budget::{BufferBudget, ReplyAllowance};
 use crate::node::Node;
-use crate::store::Scratch;
+use crate::node::Scratch;
 
 /// Most keys `KEYS` answers with (past it, use `SCAN`).
 pub const MAX_KEYS_REPLY: usize = 1_000_000;
@@ -100,7 +100,7 @@ fn scan_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, String> {
         }
         i += 2;
     }
-    crate::store::Pattern::new(&pattern).map_err(|e| format!("ERR {e}"))?;
+    kvshared::pattern::Pattern::new(&pattern).map_err(|e| format!("ERR {e}"))?;
     Ok(Keyspace::Scan {
         cursor,
         pattern,

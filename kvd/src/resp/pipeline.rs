@@ -14,8 +14,7 @@ use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, Re
 
 use super::reply::{self, Proto};
 use crate::edge::budget::{BufferBudget, ReplyAllowance};
-use crate::node::Node;
-use crate::store::Scratch;
+use crate::node::{Node, NodeError, Scratch};
 
 /// Where one op of the pipeline runs: in this node's batch, or forwarded.
 #[derive(Clone, Copy)]
@@ -642,7 +641,7 @@ impl Pipeline {
                 },
                 Step::Memory { op, key_len } => match result(op) {
                     Result1::Reply(OpReply::Found(v)) => {
-                        reply::integer(out, crate::store::entry_bytes(key_len, v.len()) as i64)
+                        reply::integer(out, crate::node::memory_usage(key_len, v.len()) as i64)
                     }
                     Result1::Reply(OpReply::NotFound) => reply::null(out, proto),
                     other => error_reply(out, other),
@@ -795,17 +794,25 @@ pub(super) async fn run_local(
         Some(Ok(())) => None,
         // Redis's answer from a replica, which clients with replica support act on (they go
         // to the master); kvd names the leader's binary address, the one it knows.
-        Some(Err(crate::durable::raft::LogError::NotLeader(leader))) => Some(format!(
-            "READONLY You can't write against a read only replica. (kvd: nothing ran; {})",
-            leader.map_or("no leader is known yet".to_string(), |l| format!(
-                "the group's leader is {l}"
-            ))
-        )),
-        Some(Err(crate::durable::raft::LogError::Refused(why))) => Some(format!("ERR {why}")),
-        Some(Err(e)) => Some(format!(
-            "ERR the shard's log failed; the write may or may not have taken effect: {e}"
-        )),
+        Some(Err(e)) => Some(resp_error(&e)),
         None => Some("ERR the shard's log did not answer".into()),
+    }
+}
+
+/// RESP's answer to a batch the node could not answer (Redis's prefixes: clients with
+/// replica support act on `READONLY` by going to the master; kvd names the leader's binary
+/// address, the one it knows).
+pub fn resp_error(e: &NodeError) -> String {
+    match e {
+        NodeError::NotLeader { leader } => format!(
+            "READONLY You can't write against a read only replica. (kvd: nothing ran; {})",
+            leader
+                .as_ref()
+                .map_or("no leader is known yet".to_string(), |l| format!(
+                    "the group's leader is {l}"
+                ))
+        ),
+        NodeError::DiskRefuses { .. } | NodeError::OutcomeUnknown { .. } => format!("ERR {e}"),
     }
 }
 

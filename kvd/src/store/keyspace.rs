@@ -11,15 +11,36 @@ use super::Ops;
 use kvshared::keyspace::{MAX_SCAN_PAGE_BYTES, Rename, ScanRequest, encode_page};
 use kvshared::routing::{key_hash, key_slot, map_shard};
 use kvshared::stats::Counts;
-use kvshared::wire::{BatchResponse, MalformedOp, OpKind, OpStatus};
+use kvshared::wire::{BatchResponse, MalformedOp, NodeWide, OpKind, OpStatus};
 
 use super::memory::Shard;
-use super::pattern::Pattern;
 use super::table::Table;
 use super::{Answers, ReplyRoom, Store};
+use kvshared::pattern::Pattern;
 
 /// Why a scan was refused.
 type Refusal = MalformedOp;
+
+/// A scan's page as op `first`'s answer (a read: counted as a get).
+fn answer_page(
+    page: Result<Vec<u8>, Refusal>,
+    first: usize,
+    out: &mut BatchResponse,
+    room: &mut impl ReplyRoom,
+    tally: &mut Counts,
+) {
+    tally.gets += 1;
+    match page {
+        Ok(page) if room.admit(page.len()) => {
+            out.set_found(first, &page);
+        }
+        Ok(_) => out.set(first, OpStatus::TooLarge),
+        Err(why) => {
+            tally.malformed_op += 1;
+            out.set_malformed(first, why);
+        }
+    }
+}
 
 impl Store {
     /// Runs `batch` if it holds a node-wide op: alone (after a log entry's clock) it runs;
@@ -35,36 +56,27 @@ impl Store {
     ) -> bool {
         let first = usize::from(log_index > 0 && batch.op(0).is_ok_and(|op| op.kind == OpKind::Clock));
         let Ok(op) = batch.op(first) else { return false };
-        if !op.kind.is_node_wide() || batch.len() != first + 1 {
+        let Some(wide) = op.kind.node_wide() else { return false };
+        if batch.len() != first + 1 {
             return false;
         }
         if first == 1 {
             out.set(0, OpStatus::Stored);
         }
-        match op.kind {
-            OpKind::Scan | OpKind::SlotScan => {
-                tally.gets += 1;
+        match wide {
+            NodeWide::Scan => {
                 let clock = super::expiry::batch_clock(batch, log_index);
-                let page = match op.kind {
-                    OpKind::Scan => self.scan(op.key, op.value, clock),
-                    _ => self.slot_scan(op.value, clock),
-                };
-                match page {
-                    Ok(page) if room.admit(page.len()) => {
-                        out.set_found(first, &page);
-                    }
-                    Ok(_) => out.set(first, OpStatus::TooLarge),
-                    Err(why) => {
-                        tally.malformed_op += 1;
-                        out.set_malformed(first, why);
-                    }
-                }
+                answer_page(self.scan(op.key, op.value, clock), first, out, room, tally);
             }
-            OpKind::KeyCount => {
+            NodeWide::SlotScan => {
+                let clock = super::expiry::batch_clock(batch, log_index);
+                answer_page(self.slot_scan(op.value, clock), first, out, room, tally);
+            }
+            NodeWide::KeyCount => {
                 tally.gets += 1;
                 out.set_counted(first, self.len() as i64);
             }
-            OpKind::SlotSet => match self.set_slots(op.value, log_index, tally) {
+            NodeWide::SlotSet => match self.set_slots(op.value, log_index, tally) {
                 OpStatus::Malformed => {
                     tally.malformed_op += 1;
                     out.set_malformed(first, MalformedOp::BadKeyspace);
@@ -73,15 +85,15 @@ impl Store {
             },
             // The slot table and its load are the cluster's metadata, read by clients as
             // they connect and by `kvd admin`: not counted as the users' gets.
-            OpKind::SlotMap => {
+            NodeWide::SlotMap => {
                 let mut table = Vec::new();
                 self.slot_table().encode(&mut table);
                 out.set_found(first, &table);
             }
-            OpKind::SlotLoad => {
+            NodeWide::SlotLoad => {
                 out.set_found(first, &self.slot_load_bytes());
             }
-            OpKind::SlotTrack => {
+            NodeWide::SlotTrack => {
                 let clock = super::expiry::batch_clock(batch, log_index);
                 match self.slot_track(op.value, clock) {
                     Ok(super::tracking::TrackAnswer::Done) => out.set(first, OpStatus::Stored),
@@ -96,7 +108,7 @@ impl Store {
                     }
                 }
             }
-            _ => {
+            NodeWide::Flush => {
                 tally.deletes += 1;
                 self.flush_at(log_index);
                 out.set(first, OpStatus::Stored);

@@ -26,7 +26,7 @@ use super::open::GROUP_ELECTION_MS;
 use super::shard::DurableShard;
 use super::types::{LogError, leader_hint};
 use crate::durable::meta::Identity;
-use crate::durable::network::{AdminReply, AdminRequest, MemberIdentity, Target, admin_call};
+use crate::durable::network::{AdminReply, AdminRequest, MemberIdentity, Target};
 
 /// How long a new learner may take to catch up before `AddLearner` gives up.
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(600);
@@ -48,7 +48,11 @@ impl DurableShard {
             AdminRequest::Identify => return AdminReply::Identity(self.identity()),
             AdminRequest::Adopt { group } => return self.adopt(group).await,
             AdminRequest::Initialize { members } => return self.initialize(members).await,
-            AdminRequest::PreVote { candidate, last_log } => return self.answer_pre_vote(candidate, last_log).await,
+            AdminRequest::PreVote { candidate, last_log } => {
+                return self
+                    .answer_pre_vote(candidate, last_log.map(super::campaign::log_id))
+                    .await;
+            }
             AdminRequest::Campaign => {
                 return match self.raft.trigger().elect().await {
                     Ok(()) => AdminReply::Done("campaigning".into()),
@@ -199,7 +203,7 @@ impl DurableShard {
     async fn enlist(&self, addr: &str) -> Result<u64, String> {
         let peer =
             kvshared::client::Cluster::new(&[addr.to_string()], self.client.clone()).map_err(|e| e.to_string())?;
-        let who = match admin_call(&peer, Target::ANY, AdminRequest::Identify).await {
+        let who = match kvshared::admin::call(&peer, Target::ANY, AdminRequest::Identify).await {
             Ok(AdminReply::Identity(who)) => who,
             Ok(other) => return Err(format!("{addr} did not say who it is: {other:?}")),
             Err(e) => return Err(format!("{addr} is not reachable (is it running with --join?): {e}")),
@@ -221,7 +225,7 @@ impl DurableShard {
             group: 0,
             member: who.member,
         };
-        match admin_call(&peer, to, AdminRequest::Adopt { group }).await {
+        match kvshared::admin::call(&peer, to, AdminRequest::Adopt { group }).await {
             Ok(AdminReply::Done(_)) => Ok(who.member),
             Ok(other) => Err(format!("{addr} did not join the group: {other:?}")),
             Err(e) => Err(format!("{addr}: {e}")),
@@ -390,7 +394,7 @@ impl DurableShard {
                 group: self.group.load(Ordering::Relaxed),
                 member: target,
             };
-            match admin_call(peer, to, AdminRequest::Campaign).await {
+            match kvshared::admin::call(peer, to, AdminRequest::Campaign).await {
                 Ok(AdminReply::Done(_)) => {}
                 Ok(other) => tracing::debug!(?other, "campaign request"),
                 Err(e) => tracing::debug!(error = %e, "campaign request"),

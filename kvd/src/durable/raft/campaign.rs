@@ -26,7 +26,8 @@ use tokio::time::Instant;
 
 use super::open::GROUP_ELECTION_MS;
 use super::types::ShardRaft;
-use crate::durable::network::{AdminReply, AdminRequest, Target, admin_call};
+use crate::durable::network::{AdminReply, AdminRequest, Target};
+use kvshared::admin::LogPosition;
 
 /// How often the task looks whether it is time to ask.
 const TICK: Duration = Duration::from_millis(10);
@@ -248,9 +249,9 @@ impl Campaigner {
         };
         let ask = AdminRequest::PreVote {
             candidate: self.me,
-            last_log,
+            last_log: last_log.map(position),
         };
-        match admin_call(&peer, to, ask).await {
+        match kvshared::admin::call(&peer, to, ask).await {
             Ok(AdminReply::PreVote(yes)) => yes,
             // A kvd from before pre-votes cannot read the request: it would have campaigned
             // on its own timer, so it counts as willing (its real vote still decides).
@@ -258,6 +259,20 @@ impl Campaigner {
             _ => false,
         }
     }
+}
+
+/// A log id as the admin requests carry it.
+fn position(id: LogId<u64>) -> LogPosition {
+    LogPosition {
+        term: id.leader_id.term,
+        leader: id.leader_id.node_id,
+        index: id.index,
+    }
+}
+
+/// A log id from the admin requests' form.
+pub(super) fn log_id(p: LogPosition) -> LogId<u64> {
+    LogId::new(openraft::CommittedLeaderId::new(p.term, p.leader), p.index)
 }
 
 impl super::shard::DurableShard {
@@ -284,6 +299,12 @@ mod tests {
 
     fn log(term: u64, index: u64) -> Option<LogId<u64>> {
         Some(LogId::new(CommittedLeaderId::new(term, 1), index))
+    }
+
+    #[test]
+    fn log_ids_and_positions_convert_both_ways() {
+        let id = LogId::new(CommittedLeaderId::new(4, 8), 15);
+        assert_eq!(log_id(position(id)), id);
     }
 
     fn standing(heard_ms: Option<u64>, last_log: Option<LogId<u64>>) -> Standing {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::types::{LogError, ShardRaft, leader_hint};
-use crate::durable::network::{AdminReply, AdminRequest, Target, admin_call};
+use crate::durable::network::{AdminReply, AdminRequest, Target};
 
 /// Follower reads: how long a member waits for its leader's read index, how far behind it
 /// may be and still wait to apply it (log entries), and how long it waits to apply it. All
@@ -103,7 +103,7 @@ pub(super) async fn keep_lease(
         let sent = std::time::Instant::now();
         let asked = tokio::time::timeout(
             MEMBER_READ_ASK_LIMIT,
-            admin_call(&cluster, to, AdminRequest::ReadIndex { member: me }),
+            kvshared::admin::call(&cluster, to, AdminRequest::ReadIndex { member: me }),
         )
         .await;
         if let Ok(Ok(AdminReply::ReadIndex(index))) = asked {
@@ -168,7 +168,7 @@ pub(super) async fn follow_reads(
         leader = Some((addr.clone(), cluster.clone()));
         let asked = tokio::time::timeout(
             MEMBER_READ_ASK_LIMIT,
-            admin_call(
+            kvshared::admin::call(
                 &cluster,
                 Target {
                     group: group.load(std::sync::atomic::Ordering::Relaxed),

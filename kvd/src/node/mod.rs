@@ -19,7 +19,26 @@ use crate::durable::raft::{DurableShard, LogAnswer, LogError};
 use crate::durable::{DurableConfig, GroupConfig, SnapshotEvery};
 use crate::latency::{KINDS, OpLatencies};
 use crate::sampler::Sampler;
-use crate::store::{CappedRoom, MemoryLimit, ReplyRoom, Scratch, Store};
+use crate::store::{CappedRoom, MemoryLimit, ReplyRoom, Store};
+
+mod error;
+pub use error::NodeError;
+
+/// A connection's reusable memory for running its batches (grouping ops by map shard):
+/// one per connection, handed to every [`Node::execute`].
+#[derive(Default)]
+pub struct Scratch(crate::store::Scratch);
+
+/// The bytes `MEMORY USAGE` reports for a key of `key_len` bytes holding `value_len` (what
+/// the store accounts for it against `--max-memory`).
+pub fn memory_usage(key_len: usize, value_len: usize) -> usize {
+    crate::store::entry_bytes(key_len, value_len)
+}
+
+/// Redis's `maxmemory-policy` for kvd's eviction policy named `name` (INFO, CONFIG GET).
+pub fn redis_policy(name: &str) -> &'static str {
+    crate::store::Eviction::from_name(name).map_or("noeviction", crate::store::Eviction::redis_name)
+}
 
 /// Default `--idle-timeout`.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -331,6 +350,7 @@ impl Node {
     ) -> Option<LogWait> {
         let began = Instant::now();
         let before = per_kind(tally);
+        let scratch = &mut scratch.0;
         let Some(log) = &self.durable else {
             self.store.execute(batch, out, room, scratch, tally);
             self.latencies.record(since(per_kind(tally), before), elapsed_ns(began));
@@ -484,6 +504,18 @@ impl Node {
             (Some(log), Some(_)) => log.group_figures(),
             _ => GroupFigures::default(),
         }
+    }
+
+    /// The slot table as this node knows it (its own slots exactly; the others' as last
+    /// told).
+    pub fn slot_table(&self) -> &kvshared::slots::SlotTable {
+        self.store.slot_table()
+    }
+
+    /// How many live keys slot `slot` holds here, and up to `limit` of them (Redis's
+    /// `CLUSTER COUNTKEYSINSLOT` and `GETKEYSINSLOT`).
+    pub fn keys_in_slot(&self, slot: u16, limit: usize) -> (u64, Vec<Vec<u8>>) {
+        self.store.keys_in_slot(slot, limit)
     }
 
     /// The shard group that owns `key`'s slot, as this node's slot table says (its own
@@ -648,7 +680,8 @@ impl DeferredRead {
         let batch = BatchView::parse(&self.body).map_err(|e| LogError::Failed(e.to_string()))?;
         let mut tally = Counts::default();
         let mut room = CappedRoom::new(batch.len(), max_reply);
-        DEFERRED_SCRATCH.with_borrow_mut(|scratch| self.store.execute(&batch, out, &mut room, scratch, &mut tally));
+        DEFERRED_SCRATCH
+            .with_borrow_mut(|scratch| self.store.execute(&batch, out, &mut room, &mut scratch.0, &mut tally));
         self.counters.add_counts(0, &tally);
         let (began, latencies) = self.timing;
         latencies.record(per_kind(&tally), elapsed_ns(began));
@@ -749,11 +782,15 @@ impl LogWait {
     /// it has not. `NotLeader` means nothing of the batch took effect (the client asks the
     /// leader); `Failed` means the outcome is unknown: the batch may have been logged, so
     /// the caller must not answer it as failed.
-    pub fn finish(&mut self, out: &mut BatchResponse, max_reply: usize) -> Option<Result<(), LogError>> {
+    pub fn finish(&mut self, out: &mut BatchResponse, max_reply: usize) -> Option<Result<(), NodeError>> {
         if !self.ready() {
             return None;
         }
-        Some(match std::mem::replace(&mut self.0, Waiting::Finished) {
+        Some(self.take(out, max_reply).map_err(NodeError::from))
+    }
+
+    fn take(&mut self, out: &mut BatchResponse, max_reply: usize) -> Result<(), LogError> {
+        match std::mem::replace(&mut self.0, Waiting::Finished) {
             Waiting::Refused(why) => Err(why),
             Waiting::Deferred { got, read, .. } => match got {
                 Some(Ok(_)) => read.run(out, max_reply),
@@ -768,7 +805,7 @@ impl LogWait {
                 None => Err(LogError::Failed(LOG_STOPPED.into())),
             },
             Waiting::Finished => Err(LogError::Failed("answered twice".into())),
-        })
+        }
     }
 }
 

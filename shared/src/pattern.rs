@@ -8,27 +8,38 @@
 
 use std::fmt::Write;
 
-use kvshared::keyspace::MAX_PATTERN_BYTES;
+use crate::keyspace::MAX_PATTERN_BYTES;
 use regex::bytes::{Regex, RegexBuilder};
 
 /// A compiled pattern.
 pub struct Pattern(Option<Regex>);
 
+/// Why a pattern was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// Longer than [`MAX_PATTERN_BYTES`].
+    #[error("a pattern is at most {MAX_PATTERN_BYTES} bytes")]
+    TooLong,
+    /// The regex it makes is refused (over the regex crate's size limit).
+    #[error("the pattern does not compile: {0}")]
+    DoesNotCompile(String),
+}
+
 impl Pattern {
-    /// Compiles `glob` (empty or `*`: every key). `Err` names why it was refused.
-    pub fn new(glob: &[u8]) -> Result<Pattern, String> {
+    /// Compiles `glob` (empty or `*`: every key).
+    pub fn new(glob: &[u8]) -> Result<Pattern, PatternError> {
         if glob.is_empty() || glob == b"*" {
             return Ok(Pattern(None));
         }
         if glob.len() > MAX_PATTERN_BYTES {
-            return Err(format!("a pattern is at most {MAX_PATTERN_BYTES} bytes"));
+            return Err(PatternError::TooLong);
         }
         let regex = RegexBuilder::new(&to_regex(glob))
             .unicode(false)
             .dot_matches_new_line(true)
             .size_limit(1 << 20)
             .build()
-            .map_err(|e| format!("the pattern does not compile: {e}"))?;
+            .map_err(|e| PatternError::DoesNotCompile(e.to_string()))?;
         Ok(Pattern(Some(regex)))
     }
 
@@ -124,7 +135,10 @@ mod tests {
         assert!(m("[\\]]", "]") && m("x[ab", "xb") && !m("[]", "a") && m("[^]", "a"));
         assert!(m("*", "") && m("", "anything") && m("a*", "a\nb"));
         assert!(m("{a,b}", "{a,b}") && m("a+b", "a+b") && !m("a+b", "aab"));
-        assert!(Pattern::new(&vec![b'a'; 2000]).is_err());
+        assert!(matches!(
+            Pattern::new(&vec![b'a'; 2000]),
+            Err(super::PatternError::TooLong)
+        ));
     }
 
     proptest! {
