@@ -14,6 +14,7 @@
 //! A new request kind is one arm in [`Binary::dispatch`].
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kvshared::frame::{
@@ -27,7 +28,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::edge::budget::ReplyAllowance;
 use crate::edge::conn::{Conn, End, Input, Stage};
-use crate::node::{LogWait, NodeError, ReadMode, Scratch};
+use crate::node::{LogWait, Node, NodeError, ReadMode, Scratch};
 
 /// A connection keeps buffers up to this size for the next frame; larger ones (left by an
 /// unusually large frame or reply) are freed, so idle connections do not hold the largest
@@ -100,6 +101,8 @@ enum Wait {
 /// every frame.
 struct Binary {
     conn: Conn,
+    /// The node it serves.
+    node: Arc<Node>,
     body: AlignedVec,
     out: AlignedVec,
     response: BatchResponse,
@@ -114,9 +117,10 @@ struct Binary {
 }
 
 /// Serves `conn` until the peer closes, a protocol error, or shutdown.
-pub(crate) async fn serve(conn: Conn) {
+pub(crate) async fn serve(conn: Conn, node: Arc<Node>) {
     let mut b = Binary {
         conn,
+        node,
         body: AlignedVec::new(),
         out: AlignedVec::new(),
         response: BatchResponse::default(),
@@ -189,7 +193,7 @@ impl Binary {
         let Some(head) = buffered.first_chunk::<{ kvshared::frame::HEADER_LEN }>() else {
             return false;
         };
-        FrameHeader::decode(head, self.conn.edge.node.config.max_frame)
+        FrameHeader::decode(head, self.node.config.max_frame)
             .is_ok_and(|h| buffered.len() >= kvshared::frame::HEADER_LEN + h.len as usize)
     }
 
@@ -234,7 +238,7 @@ impl Binary {
     /// must arrive whole by the edge's deadline, and its body must find room in the node's
     /// buffer budget; before the token only a small `AuthRequest` is read.
     async fn read_frame(&mut self) -> Result<Option<FrameHeader>, FrameError> {
-        let max_frame = self.conn.edge.node.config.max_frame;
+        let max_frame = self.node.config.max_frame;
         let deadline = self.conn.request_deadline();
         let header = match tokio::time::timeout_at(deadline, read_header(&mut self.conn.reader, max_frame)).await {
             Ok(header) => header?,
@@ -314,7 +318,7 @@ impl Binary {
             FrameKind::PinGroup => self.pin_group(id).map(|()| true),
             FrameKind::StatsRequest => {
                 self.conn.publish();
-                let stats = self.conn.edge.node.stats();
+                let stats = self.node.stats();
                 encode_frame(FrameKind::StatsResponse, id, &stats, &mut self.out).map(|()| true)
             }
             FrameKind::AuthRequest => {
@@ -362,7 +366,7 @@ impl Binary {
             }
         };
         let edge = &self.conn.edge;
-        let node = &edge.node;
+        let node = &self.node;
         let mut room = ReplyAllowance::new(&edge.budget, batch.len(), node.config.max_frame as usize);
         let log = node.execute_reading(
             &batch,
@@ -388,7 +392,7 @@ impl Binary {
 
     /// A raft RPC from another member of this node's replica group.
     async fn raft(&mut self, id: u64) -> Result<(), WireError> {
-        match self.conn.edge.node.serve_raft(&self.body).await {
+        match self.node.serve_raft(&self.body).await {
             Some(reply) => {
                 raw_frame(&mut self.out, FrameKind::RaftResponse, id, &reply);
                 Ok(())
@@ -413,7 +417,7 @@ impl Binary {
         if let Some(refusal) = self.wrong_group(believed) {
             return self.encode_error(id, ErrorCode::WrongGroup, refusal);
         }
-        let mine = self.conn.edge.node.group_id().unwrap_or(0);
+        let mine = self.node.group_id().unwrap_or(0);
         self.pinned_group = if believed != 0 { believed } else { mine };
         raw_frame(&mut self.out, FrameKind::ConfigOk, id, &mine.to_le_bytes());
         Ok(())
@@ -422,7 +426,7 @@ impl Binary {
     /// Why a request from a client that believes this member is in group `believed` (0: any)
     /// must not run here, if it must not.
     fn wrong_group(&self, believed: u64) -> Option<String> {
-        let mine = self.conn.edge.node.group_id();
+        let mine = self.node.group_id();
         match mine {
             _ if believed == 0 => None,
             Some(g) if g == believed => None,
@@ -460,7 +464,7 @@ impl Binary {
     /// A change of settings at run time.
     fn config(&mut self, id: u64) -> Result<(), WireError> {
         match parse_config_request(&self.body) {
-            Ok(change) => match self.conn.edge.node.configure(&change) {
+            Ok(change) => match self.node.configure(&change) {
                 Ok(()) => {
                     encode_empty_frame(FrameKind::ConfigOk, id, &mut self.out);
                     Ok(())
@@ -479,7 +483,7 @@ impl Binary {
     /// may have been logged, so it gets no answer rather than a wrong one (the client counts
     /// its outcome as unknown).
     async fn answer_logged(&mut self, wait: Wait) -> Result<(), String> {
-        let max_reply = self.conn.edge.node.config.max_frame as usize;
+        let max_reply = self.node.config.max_frame as usize;
         let mut waited = false;
         while let Some(head) = self.waiting.front_mut() {
             let must = match wait {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kvshared::client::Cluster;
 
-use crate::edge::{self, Front, Handler, Listener};
+use crate::edge::{self, EdgeConfig, Front, Handler, Listener};
 use crate::node::{Node, NodeConfig};
 
 /// A bound, not yet running, kvd.
@@ -25,8 +25,9 @@ impl Server {
         node.open_data_dir().await?;
         let node = Arc::new(node);
         crate::expiry_task::start(&node);
-        let binary: Handler = Arc::new(|conn| Box::pin(crate::binary::serve(conn)));
-        let listener = Listener::bind(addr, Front::Binary, binary, &node.config).await?;
+        let served = node.clone();
+        let binary: Handler = Arc::new(move |conn| Box::pin(crate::binary::serve(conn, served.clone())));
+        let listener = Listener::bind(addr, Front::Binary, binary, &edge_config(&node.config)).await?;
         Ok(Server {
             node,
             listeners: vec![listener],
@@ -66,6 +67,7 @@ impl Server {
         let config = cluster.as_ref().map(|c| c.config().clone()).unwrap_or_default();
         let view = crate::cluster_view::ClusterView::start(self.node.clone(), nodes, config);
         let _ = setup.set(crate::resp::Setup {
+            node: self.node.clone(),
             cluster,
             view,
             redirect,
@@ -75,7 +77,8 @@ impl Server {
 
     /// Also serves HTTP on `addr`; `cluster` (from `--nodes`) forwards keys of other shards.
     pub async fn serve_http(&mut self, addr: &str, cluster: Option<Arc<Cluster>>) -> std::io::Result<SocketAddr> {
-        let http: Handler = Arc::new(move |conn| Box::pin(crate::http::serve(conn, cluster.clone())));
+        let node = self.node.clone();
+        let http: Handler = Arc::new(move |conn| Box::pin(crate::http::serve(conn, node.clone(), cluster.clone())));
         self.add(addr, Front::Http, http).await
     }
 
@@ -86,7 +89,7 @@ impl Server {
                 format!("{} is served once", front.name()),
             ));
         }
-        let listener = Listener::bind(addr, front, handler, &self.node.config).await?;
+        let listener = Listener::bind(addr, front, handler, &edge_config(&self.node.config)).await?;
         let local = listener.local_addr()?;
         self.listeners.push(listener);
         Ok(local)
@@ -115,7 +118,22 @@ impl Server {
     /// [`edge::SHUTDOWN_GRACE`]) and closes the node's log.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Server { node, listeners } = self;
-        edge::serve(node.clone(), listeners, shutdown).await;
+        edge::serve(edge_config(&node.config), node.counters.clone(), listeners, shutdown).await;
         node.close().await;
+    }
+}
+
+/// What the edge is told of the node's settings.
+fn edge_config(c: &NodeConfig) -> EdgeConfig {
+    EdgeConfig {
+        max_conns: c.max_conns,
+        max_frame: c.max_frame,
+        idle_timeout: c.idle_timeout,
+        read_timeout: c.read_timeout,
+        write_timeout: c.write_timeout,
+        max_buffer_memory: c.max_buffer_memory,
+        auth: c.auth.clone(),
+        insecure_no_auth: c.insecure_no_auth,
+        tls: c.tls.clone(),
     }
 }

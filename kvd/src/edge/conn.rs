@@ -119,7 +119,7 @@ impl Conn {
         writer: WriteHalf,
         shutdown: broadcast::Receiver<()>,
     ) -> Conn {
-        let idle = edge.node.config.idle_timeout.map(|limit| {
+        let idle = edge.config.idle_timeout.map(|limit| {
             // Checked four times per timeout: a connection is closed between 1 and 1.25
             // timeouts after its last request, and waiting costs no timer per request.
             let period = (limit / 4).max(Duration::from_millis(1));
@@ -128,7 +128,7 @@ impl Conn {
             (limit, tick)
         });
         Conn {
-            standing: Standing::at_start(edge.node.config.auth.as_ref()),
+            standing: Standing::at_start(edge.config.auth.as_ref()),
             edge,
             peer,
             reader: BufReader::with_capacity(64 * 1024, reader),
@@ -288,7 +288,7 @@ impl Conn {
     /// When the request that begins now must have arrived whole: `--read-timeout` from
     /// now (a client trickling bytes holds nothing for longer), or sooner while draining.
     pub fn request_deadline(&self) -> Instant {
-        let limit = self.edge.node.config.read_timeout;
+        let limit = self.edge.config.read_timeout;
         let limit = match self.phase {
             Phase::Serving => limit,
             _ => limit.min(DRAIN_IDLE * 5),
@@ -301,7 +301,7 @@ impl Conn {
         self.tally.conns_read_timeout += 1;
         format!(
             "a request did not arrive whole within {:?} (--read-timeout)",
-            self.edge.node.config.read_timeout
+            self.edge.config.read_timeout
         )
     }
 
@@ -316,7 +316,7 @@ impl Conn {
 
     /// Most bytes one request may carry now: `--max-frame`, or before the token a few KiB.
     pub fn request_limit(&self) -> usize {
-        self.standing.request_limit(self.edge.node.config.max_frame as usize)
+        self.standing.request_limit(self.edge.config.max_frame as usize)
     }
 
     /// Makes sure the connection may hold `buffered` bytes in buffers, taking what that needs
@@ -371,7 +371,7 @@ impl Conn {
 
     /// Adds the local tally to the node's counters and starts it again from zero.
     pub fn publish(&mut self) {
-        self.edge.node.counters.add_counts(self.peer.id, &self.tally);
+        self.edge.counters.add_counts(self.peer.id, &self.tally);
         self.tally = Counts::default();
     }
 

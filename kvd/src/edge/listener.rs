@@ -13,12 +13,13 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 
+use super::config::EdgeConfig;
 use super::conn::Conn;
 use super::front::Front;
 use super::open::{open, refuse};
 use super::refusal::Refusal;
 use super::shared::{Edge, Peer};
-use crate::node::{Node, NodeConfig};
+use crate::counters::Counters;
 
 /// How long shutdown waits for connections to answer what they read before it closes the
 /// rest, on every front.
@@ -49,7 +50,7 @@ impl Listener {
         addr: &str,
         front: Front,
         handler: Handler,
-        config: &NodeConfig,
+        config: &EdgeConfig,
     ) -> std::io::Result<Listener> {
         let tcp = listen(addr).await?;
         let local = tcp.local_addr()?;
@@ -112,12 +113,17 @@ async fn listen(addr: &str) -> std::io::Result<TcpListener> {
 
 /// Accepts on every listener until `shutdown` resolves, then drains every connection
 /// (within [`SHUTDOWN_GRACE`]; the rest are closed).
-pub(crate) async fn serve(node: Arc<Node>, listeners: Vec<Listener>, shutdown: impl Future<Output = ()>) {
+pub(crate) async fn serve(
+    config: EdgeConfig,
+    counters: Arc<Counters>,
+    listeners: Vec<Listener>,
+    shutdown: impl Future<Output = ()>,
+) {
     let mut addrs = [None; 3];
     for l in &listeners {
         addrs[l.front.index()] = l.local_addr().ok();
     }
-    let edge = Arc::new(Edge::new(node, addrs));
+    let edge = Arc::new(Edge::new(config, counters, addrs));
     let mut by_front: [Option<Listener>; 3] = [None, None, None];
     for l in listeners {
         let i = l.front.index();
@@ -178,7 +184,7 @@ impl Admission {
         let front = listener.front;
         let edge = &self.edge;
         let refusal = if listener.protected && !peer.ip().to_canonical().is_loopback() {
-            edge.node.counters.add(front.first_id(), Counter::ProtectedRefused, 1);
+            edge.counters.add(front.first_id(), Counter::ProtectedRefused, 1);
             let mut who = Peer::new(front.first_id(), peer.to_string(), front);
             if let Some(suppressed) = edge.may_warn(&mut who) {
                 tracing::warn!(%peer, front = front.label(), suppressed, "refused a client from another host (protected mode)");
@@ -197,9 +203,9 @@ impl Admission {
         } else {
             // Over the limit: say so at once and close, as Redis does, rather than leave
             // the client waiting in the accept queue.
-            edge.node.counters.add(front.first_id(), Counter::ConnsRefused, 1);
+            edge.counters.add(front.first_id(), Counter::ConnsRefused, 1);
             tracing::debug!(%peer, front = front.label(), "refused a connection: max connections reached");
-            Refusal::TooMany(edge.node.config.max_conns)
+            Refusal::TooMany(edge.config.max_conns)
         };
         let Ok(slot) = edge.refusing.clone().try_acquire_owned() else {
             return; // Too many refusals in flight: close without a word.

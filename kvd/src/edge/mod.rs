@@ -27,6 +27,7 @@
 //! `Handler`.
 
 pub(crate) mod budget;
+mod config;
 pub(crate) mod conn;
 mod deadline;
 mod front;
@@ -40,6 +41,7 @@ mod shared;
 mod sniff;
 pub(crate) mod warn_limit;
 
+pub use config::EdgeConfig;
 pub use front::Front;
 pub use gate::PRE_AUTH_BYTES;
 pub use limits::connection_slots;

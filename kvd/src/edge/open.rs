@@ -34,14 +34,14 @@ pub(crate) async fn open(
     let _ = stream.set_nodelay(true);
     let mut peer = Peer::new(id, addr, front);
     edge.count(&peer, Counter::ConnsOpened, 1);
-    let config = &edge.node.config;
+    let config = &edge.config;
     let halves = match &config.tls {
         None => Ok(split_plain(stream)),
         Some(_) => handshake(&edge, &mut peer, stream, config.read_timeout).await,
     };
     match halves {
         Ok((read, write)) => {
-            let write = DeadlineWriter::new(write, config.write_timeout, edge.node.counters.clone(), id);
+            let write = DeadlineWriter::new(write, config.write_timeout, edge.counters.clone(), id);
             Some(Conn::new(edge, peer, read, write, shutdown))
         }
         Err(why) => {
@@ -60,7 +60,7 @@ fn split_plain(stream: TcpStream) -> Halves {
 /// The server side of TLS, after a look at the first bytes: a client that speaks one of
 /// the fronts' protocols in plaintext is told, in that protocol, to use TLS.
 async fn handshake(edge: &Edge, peer: &mut Peer, stream: TcpStream, within: Duration) -> Result<Halves, String> {
-    let Some(tls) = &edge.node.config.tls else {
+    let Some(tls) = &edge.config.tls else {
         return Ok(split_plain(stream));
     };
     let mut first = [0u8; 16];
@@ -91,7 +91,7 @@ async fn handshake(edge: &Edge, peer: &mut Peer, stream: TcpStream, within: Dura
 pub(crate) async fn refuse(edge: &Edge, front: Front, stream: TcpStream, refusal: Refusal) {
     let id = front.first_id();
     let mut peer = Peer::new(id, String::new(), front);
-    let halves = match &edge.node.config.tls {
+    let halves = match &edge.config.tls {
         None => Ok(split_plain(stream)),
         Some(_) => handshake(edge, &mut peer, stream, LAST_READ * 10).await,
     };

@@ -1,4 +1,4 @@
-//! What every connection of every front shares: the node, the token check, the buffer
+//! What every connection of every front shares: the settings, the counters, the token check, the buffer
 //! budget, the warning limits, where each front listens, and the connection slots.
 
 use std::net::SocketAddr;
@@ -8,9 +8,10 @@ use kvshared::stats::Counter;
 use tokio::sync::Semaphore;
 
 use super::budget::BufferBudget;
+use super::config::EdgeConfig;
 use super::front::Front;
 use super::warn_limit::{PER_CONNECTION, WarnLimit};
-use crate::node::Node;
+use crate::counters::Counters;
 
 /// Refusals (over the limit, protected mode) being written at once; past this, a refused
 /// connection is closed without a word rather than hold another descriptor.
@@ -18,8 +19,10 @@ const MAX_REFUSING: usize = 64;
 
 /// The node-wide state of the edge.
 pub(crate) struct Edge {
-    /// The node every front serves.
-    pub node: Arc<Node>,
+    /// The limits and the token.
+    pub config: EdgeConfig,
+    /// Where connections are counted (the node's counters).
+    pub counters: Arc<Counters>,
     /// What the connections' buffers may hold together (`--max-buffer-memory`).
     pub budget: Arc<BufferBudget>,
     /// How many warnings peers may cause.
@@ -57,15 +60,16 @@ impl Peer {
 }
 
 impl Edge {
-    /// The edge of `node`, whose fronts listen on `addrs`.
-    pub fn new(node: Arc<Node>, addrs: [Option<SocketAddr>; 3]) -> Edge {
+    /// The edge held to `config`, counting into `counters`, whose fronts listen on `addrs`.
+    pub fn new(config: EdgeConfig, counters: Arc<Counters>, addrs: [Option<SocketAddr>; 3]) -> Edge {
         Edge {
-            budget: Arc::new(BufferBudget::new(node.config.max_buffer_memory)),
+            budget: Arc::new(BufferBudget::new(config.max_buffer_memory)),
             warnings: WarnLimit::default(),
-            slots: Arc::new(Semaphore::new(node.config.max_conns.clamp(1, Semaphore::MAX_PERMITS))),
+            slots: Arc::new(Semaphore::new(config.max_conns.clamp(1, Semaphore::MAX_PERMITS))),
             refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
             addrs,
-            node,
+            config,
+            counters,
         }
     }
 
@@ -76,7 +80,7 @@ impl Edge {
 
     /// Adds `n` to counter `c` for `peer`.
     pub fn count(&self, peer: &Peer, c: Counter, n: u64) {
-        self.node.counters.add(peer.id, c, n);
+        self.counters.add(peer.id, c, n);
     }
 
     /// Whether `peer` may log a warning now (a few per connection, a few per second for
@@ -100,13 +104,13 @@ impl Edge {
 
     /// Whether the node needs a token.
     pub fn needs_token(&self) -> bool {
-        self.node.config.auth.is_some()
+        self.config.auth.is_some()
     }
 
     /// Whether `presented` is the node's token (always, when it has none). A wrong one is
     /// counted for the peer's front and logged within the limits.
     pub fn check_token(&self, peer: &mut Peer, presented: &[u8]) -> bool {
-        let Some(token) = &self.node.config.auth else {
+        let Some(token) = &self.config.auth else {
             return true;
         };
         if token.matches(presented) {

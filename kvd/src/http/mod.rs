@@ -40,6 +40,8 @@ use key::Key;
 /// What the requests of one connection share.
 struct Shared {
     edge: Arc<Edge>,
+    /// The node this front serves.
+    node: Arc<crate::node::Node>,
     cluster: Option<Arc<Cluster>>,
     /// The connection's peer, for counting and rate-limited warnings.
     peer: parking_lot::Mutex<Peer>,
@@ -47,9 +49,16 @@ struct Shared {
 
 /// The routes of one connection from `peer`, over `edge`'s node; `cluster` (from `--nodes`)
 /// forwards keys of other shards.
-fn router(edge: Arc<Edge>, cluster: Option<Arc<Cluster>>, peer: Peer, gate: Arc<drain::Gate>) -> Router {
+fn router(
+    edge: Arc<Edge>,
+    node: Arc<crate::node::Node>,
+    cluster: Option<Arc<Cluster>>,
+    peer: Peer,
+    gate: Arc<drain::Gate>,
+) -> Router {
     let shared = Arc::new(Shared {
         edge,
+        node,
         cluster,
         peer: parking_lot::Mutex::new(peer),
     });
@@ -96,11 +105,11 @@ async fn explain_method(response: Response) -> Response {
 /// idles out, or shutdown (which answers every request read: see `drain`). (The routes are
 /// made per connection: HTTP connections are few and long, and the routes' state is the
 /// connection's edge.)
-pub(crate) async fn serve(mut conn: Conn, cluster: Option<Arc<Cluster>>) {
+pub(crate) async fn serve(mut conn: Conn, node: Arc<crate::node::Node>, cluster: Option<Arc<Cluster>>) {
     let peer = Peer::new(conn.peer.id, conn.peer.addr.clone(), Front::Http);
     let gate = drain::Gate::new();
-    let app = router(conn.edge.clone(), cluster, peer, gate.clone());
-    let config = &conn.edge.node.config;
+    let app = router(conn.edge.clone(), node, cluster, peer, gate.clone());
+    let config = &conn.edge.config;
     let headers_within = config
         .idle_timeout
         .map_or(config.read_timeout, |idle| idle.min(config.read_timeout));
@@ -195,20 +204,20 @@ async fn not_found() -> Response {
 async fn metrics_page(State(s): State<Arc<Shared>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        metrics::render(&s.edge.node.stats()),
+        metrics::render(&s.node.stats()),
     )
         .into_response()
 }
 
 async fn stats(State(s): State<Arc<Shared>>) -> Response {
-    axum::Json(s.edge.node.stats()).into_response()
+    axum::Json(s.node.stats()).into_response()
 }
 
 /// `/healthz`: serving, the shard, and the node's role in its replica group (`standalone`
 /// for a node in none; else `leader`, `follower`, `learner`, `joining` or `removed`) with
 /// the leader it knows.
 async fn healthz(State(s): State<Arc<Shared>>) -> Response {
-    let node = &s.edge.node;
+    let node = &s.node;
     let shard = node.config.shard.to_string();
     let group = node.group_figures();
     let role = match group.role {
@@ -226,7 +235,7 @@ async fn one_op(
     add: impl FnOnce(&mut Pipeline, &crate::node::Node, bool),
     map: impl FnOnce(OpReply<'_>, Held) -> Response,
 ) -> Response {
-    let node = &s.edge.node;
+    let node = &s.node;
     let mut p = Pipeline::default();
     add(&mut p, node, s.cluster.is_some());
     let mut tally = Counts::default();
@@ -295,7 +304,7 @@ async fn put_key(State(s): State<Arc<Shared>>, key: Key, RawQuery(query): RawQue
         Ok(ttl) => ttl,
         Err(e) => return json_error(StatusCode::BAD_REQUEST, e),
     };
-    let config = &s.edge.node.config;
+    let config = &s.edge.config;
     let value = match body::collect(request, &s.edge.budget, config.max_frame as usize, config.read_timeout).await {
         Ok(value) => value,
         Err(refused) => return refused.into_response(),

@@ -59,7 +59,7 @@ enum Round {
 pub(crate) async fn serve(conn: Conn, setup: super::Setup) {
     let session = Session::new(conn.peer.id, conn.peer.addr.clone());
     let mut r = Resp {
-        node: conn.edge.node.clone(),
+        node: setup.node.clone(),
         conn,
         // A Redis Cluster node redirects rather than forwards.
         cluster: setup.cluster.filter(|_| !setup.redirect),

@@ -33,6 +33,8 @@ use std::sync::Arc;
 /// What every connection of a RESP front shares.
 #[derive(Clone)]
 pub struct Setup {
+    /// The node this front serves.
+    pub node: Arc<crate::node::Node>,
     /// The cluster client that forwards other shards' keys (from `--nodes`).
     pub cluster: Option<Arc<kvshared::client::Cluster>>,
     /// The cluster as this node sees it.
