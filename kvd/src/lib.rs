@@ -38,6 +38,7 @@ pub mod node;
 pub mod reshard;
 pub mod resp;
 mod restart_check;
+pub mod routed;
 mod sampler;
 pub mod server;
 pub mod store;

@@ -29,12 +29,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use kvshared::client::Cluster;
 use kvshared::stats::Counts;
-use kvshared::wire::OpReply;
+use kvshared::wire::{OpKind, OpReply};
 
 use crate::edge::budget::Held;
 use crate::edge::conn::{Conn, Input};
 use crate::edge::{Edge, Front, PRE_AUTH_BYTES, Peer};
-use crate::resp::pipeline::Pipeline;
+use crate::routed::Routed;
 use key::Key;
 
 /// What the requests of one connection share.
@@ -228,18 +228,20 @@ async fn healthz(State(s): State<Arc<Shared>>) -> Response {
     axum::Json(body).into_response()
 }
 
-/// Runs one op through the shared pipeline and maps its answer; found values are paid from
-/// the buffer budget until the response is sent.
+/// Runs one op (routed to its key's owner, as RESP's are) and maps its answer; found values
+/// are paid from the buffer budget until the response is sent.
 async fn one_op(
     s: &Shared,
-    add: impl FnOnce(&mut Pipeline, &crate::node::Node, bool),
+    (kind, key, value): (OpKind, &[u8], &[u8]),
     map: impl FnOnce(OpReply<'_>, Held) -> Response,
 ) -> Response {
     let node = &s.node;
-    let mut p = Pipeline::default();
-    add(&mut p, node, s.cluster.is_some());
+    let mut p = Routed::default();
+    p.push(node, s.cluster.is_some(), kind, key, value);
     let mut tally = Counts::default();
-    let taken = p.execute(node, s.cluster.as_deref(), &s.edge.budget, &mut tally).await;
+    let taken = p
+        .run(node, s.cluster.as_deref(), &s.edge.budget, &mut tally, None)
+        .await;
     let held = Held::adopt(s.edge.budget.clone(), taken);
     node.counters.add_counts(Front::Http.first_id(), &tally);
     match p.outcome(0) {
@@ -260,26 +262,19 @@ async fn one_op(
         Ok(OpReply::TooLarge) => json_error(StatusCode::PAYLOAD_TOO_LARGE, "the value does not fit in a reply"),
         Ok(OpReply::Malformed(why)) => json_error(StatusCode::BAD_REQUEST, why),
         Ok(reply) => map(reply, held),
-        Err(e) => json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            e.trim_start_matches("ERR ").to_string(),
-        ),
+        Err(e) => json_error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 
 async fn get_key(State(s): State<Arc<Shared>>, key: Key) -> Response {
-    one_op(
-        &s,
-        |p, node, fwd| p.get(node, fwd, &key.0),
-        |r, held| match r {
-            OpReply::Found(v) => (
-                [(header::CONTENT_TYPE, "application/octet-stream")],
-                Body::new(body::Guarded::new(v.to_vec(), held)),
-            )
-                .into_response(),
-            _ => json_error(StatusCode::NOT_FOUND, format!("no key {:?}", key.shown())),
-        },
-    )
+    one_op(&s, (OpKind::Get, &key.0, &[]), |r, held| match r {
+        OpReply::Found(v) => (
+            [(header::CONTENT_TYPE, "application/octet-stream")],
+            Body::new(body::Guarded::new(v.to_vec(), held)),
+        )
+            .into_response(),
+        _ => json_error(StatusCode::NOT_FOUND, format!("no key {:?}", key.shown())),
+    })
     .await
 }
 
@@ -309,19 +304,21 @@ async fn put_key(State(s): State<Arc<Shared>>, key: Key, RawQuery(query): RawQue
         Ok(value) => value,
         Err(refused) => return refused.into_response(),
     };
+    // With a time to live: SET key value PX ms.
+    let put_with = ttl.map(|ttl| {
+        use kvshared::expiry::{Deadline, PutIf, PutTtl, PutWith};
+        let put = PutWith {
+            cond: PutIf::Always,
+            ttl: PutTtl::Until(Deadline::after(ttl)),
+            value: &value.bytes,
+        };
+        put.encode()
+    });
     one_op(
         &s,
-        |p, node, fwd| match ttl {
-            None => p.set(node, fwd, &key.0, &value.bytes, false),
-            Some(ttl) => {
-                use kvshared::expiry::{Deadline, PutIf, PutTtl, PutWith};
-                let put = PutWith {
-                    cond: PutIf::Always,
-                    ttl: PutTtl::Until(Deadline::after(ttl)),
-                    value: &value.bytes,
-                };
-                p.set_with(node, fwd, &key.0, put, false)
-            }
+        match &put_with {
+            None => (OpKind::Put, &key.0, &value.bytes),
+            Some(put) => (OpKind::PutWith, &key.0, put),
         },
         |_, _| StatusCode::NO_CONTENT.into_response(),
     )
@@ -329,14 +326,10 @@ async fn put_key(State(s): State<Arc<Shared>>, key: Key, RawQuery(query): RawQue
 }
 
 async fn delete_key(State(s): State<Arc<Shared>>, key: Key) -> Response {
-    one_op(
-        &s,
-        |p, node, fwd| p.count(node, fwd, &[&key.0[..]], true),
-        |r, _| match r {
-            OpReply::Deleted => StatusCode::NO_CONTENT.into_response(),
-            _ => json_error(StatusCode::NOT_FOUND, format!("no key {:?}", key.shown())),
-        },
-    )
+    one_op(&s, (OpKind::Delete, &key.0, &[]), |r, _| match r {
+        OpReply::Deleted => StatusCode::NO_CONTENT.into_response(),
+        _ => json_error(StatusCode::NOT_FOUND, format!("no key {:?}", key.shown())),
+    })
     .await
 }
 

@@ -15,11 +15,12 @@ use kvshared::wire::{BatchRequest, BatchResponse, OpKind, OpReply};
 
 use super::commands::{Ctx, is, wrong_args};
 use super::parse::Args;
-use super::pipeline::{Pipeline, forward_transaction, run_local};
+use super::pipeline::{Pipeline, no_answer};
 use super::reply::{self, Proto};
 use crate::edge::budget::{BufferBudget, ReplyAllowance};
 use crate::node::Node;
 use crate::node::Scratch;
+use crate::routed::{forward_transaction, run_local};
 
 /// Most keys `KEYS` answers with (past it, use `SCAN`).
 pub const MAX_KEYS_REPLY: usize = 1_000_000;
@@ -202,8 +203,8 @@ impl Runner<'_> {
                 e
             }
         };
-        if let Some(e) = error {
-            return Err(e);
+        if let Err(e) = error {
+            return Err(no_answer(&e));
         }
         match response.result(0) {
             OpReply::Found(page) => Ok(Answer::Page(page.to_vec())),

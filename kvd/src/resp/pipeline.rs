@@ -6,23 +6,17 @@
 
 use std::ops::Range;
 
-use kvshared::client::{ClientError, Cluster, Op, Outcome};
+use kvshared::client::Cluster;
 use kvshared::expiry::{Expire, PutWith, now_ms};
-use kvshared::frame::AlignedVec;
 use kvshared::stats::Counts;
-use kvshared::wire::{BatchRequest, BatchResponse, BatchView, OpKind, OpReply, ReplyView, encode_body, watch_value};
+use kvshared::wire::{OpKind, OpReply, watch_value};
 
 use super::reply::{self, Proto};
-use crate::edge::budget::{BufferBudget, ReplyAllowance};
-use crate::node::{Node, NodeError, Scratch};
+use crate::edge::budget::BufferBudget;
+use crate::node::{Node, NodeError};
+use crate::routed::{NoAnswer, OpResult, Routed};
 
 /// Where one op of the pipeline runs: in this node's batch, or forwarded.
-#[derive(Clone, Copy)]
-enum OpAt {
-    Local(usize),
-    Remote(usize),
-}
-
 /// What one command's reply is made of.
 enum Step {
     /// A reply already written (into `Pipeline::immediate`).
@@ -141,16 +135,9 @@ pub fn redis_range(len: usize, start: i64, end: i64) -> std::ops::Range<usize> {
 #[derive(Default)]
 pub struct Pipeline {
     steps: Vec<Step>,
-    ops: Vec<OpAt>,
-    local: BatchRequest,
-    remote: Vec<(OpKind, Range<usize>, Range<usize>)>,
-    remote_bytes: Vec<u8>,
+    /// The commands' ops, here and at other shards' nodes.
+    routed: Routed,
     immediate: Vec<u8>,
-    response: BatchResponse,
-    remote_results: Vec<Result<Outcome, ClientError>>,
-    local_error: Option<String>,
-    body: AlignedVec,
-    scratch: Scratch,
     /// The protocol the connection speaks now (after this pipeline's HELLOs so far).
     proto: Proto,
     /// The protocol it spoke when this pipeline began.
@@ -162,23 +149,12 @@ pub struct Pipeline {
     keyspace_reply: Vec<u8>,
 }
 
-/// One op's result, wherever it ran.
-enum Result1<'a> {
-    Reply(OpReply<'a>),
-    Failed(String),
-}
-
 impl Pipeline {
     /// Starts a new pipeline (keeps the buffers).
     pub fn clear(&mut self) {
         self.steps.clear();
-        self.ops.clear();
-        self.local.clear();
-        self.remote.clear();
-        self.remote_bytes.clear();
+        self.routed.clear();
         self.immediate.clear();
-        self.remote_results.clear();
-        self.local_error = None;
         self.start_proto = self.proto;
         self.txn = None;
         self.keyspace = None;
@@ -228,9 +204,9 @@ impl Pipeline {
     /// and a `Unchanged` check per watched key (its value as WATCH found it), in one batch
     /// to `owner`, which runs it as one.
     pub fn begin_transaction(&mut self, owner: u32, watched: &[(Vec<u8>, [u8; 9])]) {
-        self.local.push(OpKind::Atomic, &[], &[]);
+        self.routed.push_header(OpKind::Atomic, &[], &[]);
         for (key, seen) in watched {
-            self.local.push(OpKind::Unchanged, key, seen);
+            self.routed.push_header(OpKind::Unchanged, key, seen);
         }
         self.txn = Some(Txn {
             owner,
@@ -269,17 +245,13 @@ impl Pipeline {
             [Step::Switch(_)] | [Step::Watch { .. }] | [] | [_, _, ..] => {
                 Err("ERR this command is not run inside MULTI".into())
             }
-            [_] => {
-                let local = (0..self.local.len()).filter_map(|i| self.local.key(i));
-                let remote = self.remote.iter().map(|(_, k, _)| &self.remote_bytes[k.clone()]);
-                Ok(local.chain(remote).map(|k| node.owner_of(k)).collect())
-            }
+            [_] => Ok(self.routed.keys().map(|k| node.owner_of(k)).collect()),
         }
     }
 
     /// WATCH key...: a get of each key (the session keeps what they found).
     pub fn watch(&mut self, node: &Node, forward: bool, keys: &[&[u8]]) {
-        let first = self.ops.len();
+        let first = self.routed.len();
         for key in keys {
             self.op(node, forward, OpKind::Get, key, &[]);
         }
@@ -305,24 +277,9 @@ impl Pipeline {
         out
     }
 
+    /// Adds an op (inside a transaction's batch, always this node's: the batch goes whole).
     fn op(&mut self, node: &Node, forward: bool, kind: OpKind, key: &[u8], value: &[u8]) -> usize {
-        // (A node that serves every slot computes no key's slot: 3.5% of kvd's CPU under
-        // memtier's load on one node.)
-        let local =
-            !forward || self.txn.is_some() || node.serves_every_slot() || node.owner_of(key) == node.config.shard.index;
-        let at = if local {
-            self.local.push(kind, key, value);
-            OpAt::Local(self.local.len() - 1)
-        } else {
-            let k = self.remote_bytes.len()..self.remote_bytes.len() + key.len();
-            self.remote_bytes.extend_from_slice(key);
-            let v = self.remote_bytes.len()..self.remote_bytes.len() + value.len();
-            self.remote_bytes.extend_from_slice(value);
-            self.remote.push((kind, k, v));
-            OpAt::Remote(self.remote.len() - 1)
-        };
-        self.ops.push(at);
-        self.ops.len() - 1
+        self.routed.push(node, forward && self.txn.is_none(), kind, key, value)
     }
 
     /// GET key.
@@ -443,7 +400,7 @@ impl Pipeline {
 
     /// DEL key... or EXISTS key...
     pub fn count(&mut self, node: &Node, forward: bool, keys: &[&[u8]], delete: bool) {
-        let first = self.ops.len();
+        let first = self.routed.len();
         let kind = if delete { OpKind::Delete } else { OpKind::Get };
         for key in keys {
             self.op(node, forward, kind, key, &[]);
@@ -458,7 +415,7 @@ impl Pipeline {
 
     /// MGET key...
     pub fn mget(&mut self, node: &Node, forward: bool, keys: &[&[u8]]) {
-        let first = self.ops.len();
+        let first = self.routed.len();
         for key in keys {
             self.op(node, forward, OpKind::Get, key, &[]);
         }
@@ -467,7 +424,7 @@ impl Pipeline {
 
     /// MSET key value ...
     pub fn mset(&mut self, node: &Node, forward: bool, pairs: &[(&[u8], &[u8])]) {
-        let first = self.ops.len();
+        let first = self.routed.len();
         for (key, value) in pairs {
             self.op(node, forward, OpKind::Put, key, value);
         }
@@ -513,73 +470,18 @@ impl Pipeline {
             self.keyspace_reply = reply;
             return runner.taken;
         }
-        let remote: Vec<Op<'_>> = self
-            .remote
-            .iter()
-            .map(|(kind, k, v)| {
-                let key = &self.remote_bytes[k.clone()];
-                Op::Raw(*kind, key, &self.remote_bytes[v.clone()])
-            })
-            .collect();
-        let forwarded = async {
-            match cluster {
-                Some(c) if !remote.is_empty() => c.batch(&remote).await,
-                _ => Vec::new(),
-            }
-        };
-        if let (Some(txn), Some(c)) = (self.txn, cluster)
-            && txn.owner != node.config.shard.index
-        {
-            self.local_error = forward_transaction(c, txn.owner, &self.local, &mut self.response).await;
-            return 0;
-        }
-        let mut room = ReplyAllowance::new(budget, self.local.len(), node.config.max_frame as usize);
-        let local = run_local(
-            node,
-            &self.local,
-            &mut self.body,
-            &mut self.response,
-            &mut self.scratch,
-            &mut room,
-            tally,
-        );
-        let (local_error, remote_results) = tokio::join!(local, forwarded);
-        self.local_error = local_error;
-        self.remote_results = remote_results;
-        room.taken()
+        let txn = self.txn.map(|t| t.owner);
+        self.routed.run(node, cluster, budget, tally, txn).await
     }
 
     /// Op `i`'s result after [`Pipeline::execute`]: what the store (here or at the owner)
-    /// answered, or why there is no answer (an `ERR ...` text).
-    pub fn outcome(&self, i: usize) -> Result<OpReply<'_>, String> {
-        match self.result(i) {
-            Result1::Reply(r) => Ok(r),
-            Result1::Failed(e) => Err(e),
-        }
+    /// answered, or why there is no answer.
+    pub fn outcome(&self, i: usize) -> Result<OpReply<'_>, NoAnswer> {
+        self.routed.outcome(i)
     }
 
-    fn result(&self, i: usize) -> Result1<'_> {
-        match self.ops.get(i) {
-            Some(OpAt::Local(j)) => match &self.local_error {
-                Some(e) => Result1::Failed(e.clone()),
-                None => Result1::Reply(self.response.result(*j)),
-            },
-            Some(OpAt::Remote(j)) => match self.remote_results.get(*j) {
-                Some(Ok(Outcome::Value(v))) => Result1::Reply(OpReply::Found(v)),
-                Some(Ok(Outcome::NotFound)) => Result1::Reply(OpReply::NotFound),
-                Some(Ok(Outcome::Stored)) => Result1::Reply(OpReply::Stored),
-                Some(Ok(Outcome::Deleted(true))) => Result1::Reply(OpReply::Deleted),
-                Some(Ok(Outcome::Deleted(false))) => Result1::Reply(OpReply::Absent),
-                Some(Ok(Outcome::NotStored)) => Result1::Reply(OpReply::NotStored),
-                Some(Ok(Outcome::Counted(sum))) => Result1::Reply(OpReply::Counted(*sum)),
-                Some(Ok(Outcome::NotAnInteger)) => Result1::Reply(OpReply::NotAnInteger),
-                Some(Ok(Outcome::Overflow)) => Result1::Reply(OpReply::Overflow),
-                Some(Ok(Outcome::Aborted)) => Result1::Reply(OpReply::Aborted),
-                Some(Err(e)) => Result1::Failed(format!("ERR forwarding to the key's owner failed: {e}")),
-                None => Result1::Failed("ERR no node to forward the key to".into()),
-            },
-            None => Result1::Failed("ERR internal: op out of range".into()),
-        }
+    fn result(&self, i: usize) -> OpResult<'_> {
+        self.routed.result(i)
     }
 
     fn write_replies(&self, out: &mut Vec<u8>) {
@@ -592,11 +494,12 @@ impl Pipeline {
     /// EXEC's reply: the commands' replies in an array when the batch ran; a null array
     /// when a watched key had changed; else `EXECABORT` with why.
     fn write_transaction(&self, txn: Txn, out: &mut Vec<u8>) {
-        if let Some(e) = &self.local_error {
-            return reply::error(out, e);
+        if let Some(e) = self.routed.local_error() {
+            return reply::error(out, &no_answer(e));
         }
-        let changed = (1..txn.header).any(|j| self.response.result(j) == OpReply::NotStored);
-        match self.response.result(0) {
+        let response = self.routed.response();
+        let changed = (1..txn.header).any(|j| response.result(j) == OpReply::NotStored);
+        match response.result(0) {
             OpReply::Stored if txn.set_if_none => reply::integer(out, 1),
             OpReply::Stored if txn.alone => self.write_steps(out),
             OpReply::Stored => {
@@ -606,7 +509,7 @@ impl Pipeline {
             _ if changed && txn.set_if_none => reply::integer(out, 0),
             _ if changed => reply::null_array(out, self.start_proto),
             _ => {
-                let why = (0..self.response.len()).find_map(|j| match self.response.result(j) {
+                let why = (0..response.len()).find_map(|j| match response.result(j) {
                     OpReply::Moved { owner, .. } => Some(format!("a key belongs to shard group {owner}")),
                     OpReply::TryAgain => Some("a key's slot is being moved; try again".into()),
                     OpReply::Malformed(w) => Some(w.to_string()),
@@ -627,83 +530,83 @@ impl Pipeline {
                 Step::Switch(p) => proto = p,
                 Step::Keyspace => out.extend_from_slice(&self.keyspace_reply),
                 Step::Rename { op, nx } => match result(op) {
-                    Result1::Reply(OpReply::Stored) if nx => reply::integer(out, 1),
-                    Result1::Reply(OpReply::Stored) => reply::simple(out, "OK"),
-                    Result1::Reply(OpReply::NotStored) => reply::integer(out, 0),
-                    Result1::Reply(OpReply::NotFound) => reply::error(out, "ERR no such key"),
+                    OpResult::Reply(OpReply::Stored) if nx => reply::integer(out, 1),
+                    OpResult::Reply(OpReply::Stored) => reply::simple(out, "OK"),
+                    OpResult::Reply(OpReply::NotStored) => reply::integer(out, 0),
+                    OpResult::Reply(OpReply::NotFound) => reply::error(out, "ERR no such key"),
                     other => error_reply(out, other),
                 },
                 Step::Encoding(op) => match result(op) {
-                    Result1::Reply(OpReply::Found(v)) => reply::bulk(out, redis_encoding(v).as_bytes()),
-                    Result1::Reply(OpReply::TooLarge) => reply::bulk(out, b"raw"),
-                    Result1::Reply(OpReply::NotFound) => reply::null(out, proto),
+                    OpResult::Reply(OpReply::Found(v)) => reply::bulk(out, redis_encoding(v).as_bytes()),
+                    OpResult::Reply(OpReply::TooLarge) => reply::bulk(out, b"raw"),
+                    OpResult::Reply(OpReply::NotFound) => reply::null(out, proto),
                     other => error_reply(out, other),
                 },
                 Step::Memory { op, key_len } => match result(op) {
-                    Result1::Reply(OpReply::Found(v)) => {
+                    OpResult::Reply(OpReply::Found(v)) => {
                         reply::integer(out, crate::node::memory_usage(key_len, v.len()) as i64)
                     }
-                    Result1::Reply(OpReply::NotFound) => reply::null(out, proto),
+                    OpResult::Reply(OpReply::NotFound) => reply::null(out, proto),
                     other => error_reply(out, other),
                 },
                 Step::Get(op) => value_reply(out, result(op), proto),
                 Step::Set { put, old } => match (result(put), old) {
-                    (Result1::Reply(OpReply::Stored), None) => reply::simple(out, "OK"),
-                    (Result1::Reply(OpReply::Stored | OpReply::NotStored), Some(old)) => {
+                    (OpResult::Reply(OpReply::Stored), None) => reply::simple(out, "OK"),
+                    (OpResult::Reply(OpReply::Stored | OpReply::NotStored), Some(old)) => {
                         value_reply(out, result(old), proto)
                     }
                     // SET NX/XX whose condition did not hold: a null reply, as Redis.
-                    (Result1::Reply(OpReply::NotStored), None) => reply::null(out, proto),
+                    (OpResult::Reply(OpReply::NotStored), None) => reply::null(out, proto),
                     (other, _) => error_reply(out, other),
                 },
                 Step::GetDel { get, del } => match result(del) {
-                    Result1::Reply(OpReply::Deleted | OpReply::Absent) => value_reply(out, result(get), proto),
+                    OpResult::Reply(OpReply::Deleted | OpReply::Absent) => value_reply(out, result(get), proto),
                     other => error_reply(out, other),
                 },
                 Step::Strlen(op) => match result(op) {
-                    Result1::Reply(OpReply::Found(v)) => reply::integer(out, v.len() as i64),
-                    Result1::Reply(OpReply::NotFound) => reply::integer(out, 0),
+                    OpResult::Reply(OpReply::Found(v)) => reply::integer(out, v.len() as i64),
+                    OpResult::Reply(OpReply::NotFound) => reply::integer(out, 0),
                     other => error_reply(out, other),
                 },
                 Step::GetRange { get, start, end } => match result(get) {
-                    Result1::Reply(OpReply::Found(v)) => reply::bulk(out, &v[redis_range(v.len(), start, end)]),
-                    Result1::Reply(OpReply::NotFound) => reply::bulk(out, b""),
+                    OpResult::Reply(OpReply::Found(v)) => reply::bulk(out, &v[redis_range(v.len(), start, end)]),
+                    OpResult::Reply(OpReply::NotFound) => reply::bulk(out, b""),
                     other => error_reply(out, other),
                 },
                 Step::Type(op) => match result(op) {
-                    Result1::Reply(OpReply::Found(_) | OpReply::TooLarge) => reply::simple(out, "string"),
-                    Result1::Reply(OpReply::NotFound) => reply::simple(out, "none"),
+                    OpResult::Reply(OpReply::Found(_) | OpReply::TooLarge) => reply::simple(out, "string"),
+                    OpResult::Reply(OpReply::NotFound) => reply::simple(out, "none"),
                     other => error_reply(out, other),
                 },
                 Step::Incr(op) => match result(op) {
-                    Result1::Reply(OpReply::Counted(sum)) => reply::integer(out, sum),
+                    OpResult::Reply(OpReply::Counted(sum)) => reply::integer(out, sum),
                     other => error_reply(out, other),
                 },
                 Step::IncrFloat(op) => match result(op) {
-                    Result1::Reply(OpReply::Found(v)) => reply::bulk(out, v),
-                    Result1::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not a valid float"),
-                    Result1::Reply(OpReply::Overflow) => {
+                    OpResult::Reply(OpReply::Found(v)) => reply::bulk(out, v),
+                    OpResult::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not a valid float"),
+                    OpResult::Reply(OpReply::Overflow) => {
                         reply::error(out, "ERR increment would produce NaN or Infinity")
                     }
                     other => error_reply(out, other),
                 },
                 Step::Ttl { op, shape } => match result(op) {
-                    Result1::Reply(OpReply::Counted(at)) => reply::integer(out, shape.answer(at, now_ms())),
-                    Result1::Reply(OpReply::NotFound) => reply::integer(out, -2),
+                    OpResult::Reply(OpReply::Counted(at)) => reply::integer(out, shape.answer(at, now_ms())),
+                    OpResult::Reply(OpReply::NotFound) => reply::integer(out, -2),
                     other => error_reply(out, other),
                 },
                 Step::Watch { first, n } => match (first..first + n).map(result).find(|r| {
                     !matches!(
                         r,
-                        Result1::Reply(OpReply::Found(_) | OpReply::NotFound | OpReply::TooLarge)
+                        OpResult::Reply(OpReply::Found(_) | OpReply::NotFound | OpReply::TooLarge)
                     )
                 }) {
                     None => reply::simple(out, "OK"),
                     Some(f) => error_reply(out, f),
                 },
                 Step::SetNx(put) => match result(put) {
-                    Result1::Reply(OpReply::Stored) => reply::integer(out, 1),
-                    Result1::Reply(OpReply::NotStored) => reply::integer(out, 0),
+                    OpResult::Reply(OpReply::Stored) => reply::integer(out, 1),
+                    OpResult::Reply(OpReply::NotStored) => reply::integer(out, 0),
                     other => error_reply(out, other),
                 },
                 Step::Del { first, n } | Step::Exists { first, n } => {
@@ -711,8 +614,8 @@ impl Pipeline {
                     let mut failed = None;
                     for i in first..first + n {
                         match result(i) {
-                            Result1::Reply(OpReply::Deleted | OpReply::Found(_) | OpReply::TooLarge) => count += 1,
-                            Result1::Reply(OpReply::Absent | OpReply::NotFound) => {}
+                            OpResult::Reply(OpReply::Deleted | OpReply::Found(_) | OpReply::TooLarge) => count += 1,
+                            OpResult::Reply(OpReply::Absent | OpReply::NotFound) => {}
                             other => failed = failed.or(Some(other)),
                         }
                     }
@@ -730,7 +633,7 @@ impl Pipeline {
                 Step::MSet { first, n } => {
                     match (first..first + n)
                         .map(result)
-                        .find(|r| !matches!(r, Result1::Reply(OpReply::Stored)))
+                        .find(|r| !matches!(r, OpResult::Reply(OpReply::Stored)))
                     {
                         None => reply::simple(out, "OK"),
                         Some(f) => error_reply(out, f),
@@ -741,61 +644,11 @@ impl Pipeline {
     }
 }
 
-/// Sends a transaction's batch to `owner` (the node of its keys) and puts its answer in
-/// `out`; `Some(error)` when there is none.
-pub(super) async fn forward_transaction(
-    c: &Cluster,
-    owner: u32,
-    batch: &BatchRequest,
-    out: &mut BatchResponse,
-) -> Option<String> {
-    let reply = match c.send_batch(owner as usize, batch).await {
-        Ok(reply) => reply,
-        Err(e) => return Some(format!("ERR forwarding the transaction to its keys' owner failed: {e}")),
-    };
-    let view: ReplyView<'_> = match reply.batch() {
-        Ok(view) => view,
-        Err(e) => return Some(format!("ERR {e}")),
-    };
-    out.reset(view.len());
-    for j in 0..view.len() {
-        out.copy_result(j, &view, j, |_| true);
-    }
-    None
-}
-
-/// Runs this node's part of the pipeline; `Some(error)` when it could not be answered.
-pub(super) async fn run_local(
-    node: &Node,
-    batch: &BatchRequest,
-    body: &mut AlignedVec,
-    response: &mut BatchResponse,
-    scratch: &mut Scratch,
-    room: &mut ReplyAllowance<'_>,
-    tally: &mut Counts,
-) -> Option<String> {
-    if batch.is_empty() {
-        return None;
-    }
-    // The batch goes through the same validated view as a binary-protocol frame.
-    if let Err(e) = encode_body(batch, body) {
-        return Some(format!("ERR {e}"));
-    }
-    let view = match BatchView::parse(body) {
-        Ok(view) => view,
-        Err(e) => return Some(format!("ERR {e}")),
-    };
-    tally.batches += 1;
-    let max_reply = node.config.max_frame as usize;
-    // In memory the batch is done here; with a data dir its writes wait for the log.
-    let mut log = node.execute(&view, response, room, scratch, tally)?;
-    log.wait().await;
-    match log.finish(response, max_reply) {
-        Some(Ok(())) => None,
-        // Redis's answer from a replica, which clients with replica support act on (they go
-        // to the master); kvd names the leader's binary address, the one it knows.
-        Some(Err(e)) => Some(resp_error(&e)),
-        None => Some("ERR the shard's log did not answer".into()),
+/// RESP's error for an op with no answer (`resp_error` for the node's own reasons).
+pub fn no_answer(e: &NoAnswer) -> String {
+    match e {
+        NoAnswer::Node(e) => resp_error(e),
+        other => format!("ERR {other}"),
     }
 }
 
@@ -826,10 +679,10 @@ pub fn redis_encoding(v: &[u8]) -> &'static str {
     }
 }
 
-fn value_reply(out: &mut Vec<u8>, r: Result1<'_>, proto: Proto) {
+fn value_reply(out: &mut Vec<u8>, r: OpResult<'_>, proto: Proto) {
     match r {
-        Result1::Reply(OpReply::Found(v)) => reply::bulk(out, v),
-        Result1::Reply(OpReply::NotFound) => reply::null(out, proto),
+        OpResult::Reply(OpReply::Found(v)) => reply::bulk(out, v),
+        OpResult::Reply(OpReply::NotFound) => reply::null(out, proto),
         other => error_reply(out, other),
     }
 }
@@ -837,32 +690,32 @@ fn value_reply(out: &mut Vec<u8>, r: Result1<'_>, proto: Proto) {
 /// Redis's answer while a slot is being migrated, which cluster clients retry on.
 pub(crate) const TRY_AGAIN: &str = "TRYAGAIN the key's slot is being moved to another shard group; try again";
 
-fn error_reply(out: &mut Vec<u8>, r: Result1<'_>) {
+fn error_reply(out: &mut Vec<u8>, r: OpResult<'_>) {
     match r {
-        Result1::Failed(e) => reply::error(out, &e),
-        Result1::Reply(OpReply::Moved { owner, epoch, .. }) => reply::error(
+        OpResult::Failed(e) => reply::error(out, &no_answer(&e)),
+        OpResult::Reply(OpReply::Moved { owner, epoch, .. }) => reply::error(
             out,
             &format!(
                 "ERR the key's slot belongs to shard group {owner} (epoch {epoch}); start this kvd with --nodes so it can forward it, or send it there"
             ),
         ),
-        Result1::Reply(OpReply::TryAgain) => reply::error(out, TRY_AGAIN),
-        Result1::Reply(OpReply::OutOfMemory) => {
+        OpResult::Reply(OpReply::TryAgain) => reply::error(out, TRY_AGAIN),
+        OpResult::Reply(OpReply::OutOfMemory) => {
             reply::error(out, "OOM command not allowed when used memory > 'maxmemory'.")
         }
-        Result1::Reply(OpReply::Malformed(why)) if why == kvshared::wire::MalformedOp::BadRange.as_str() => {
+        OpResult::Reply(OpReply::Malformed(why)) if why == kvshared::wire::MalformedOp::BadRange.as_str() => {
             reply::error(out, "ERR string exceeds maximum allowed size (proto-max-bulk-len)")
         }
-        Result1::Reply(OpReply::Malformed(why)) => reply::error(out, &format!("ERR malformed: {why}")),
+        OpResult::Reply(OpReply::Malformed(why)) => reply::error(out, &format!("ERR malformed: {why}")),
         // Redis's own texts, which clients match.
-        Result1::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not an integer or out of range"),
-        Result1::Reply(OpReply::Overflow) => reply::error(out, "ERR increment or decrement would overflow"),
-        Result1::Reply(OpReply::Aborted) => reply::error(out, "EXECABORT Transaction discarded"),
-        Result1::Reply(OpReply::TooLarge) => reply::error(
+        OpResult::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not an integer or out of range"),
+        OpResult::Reply(OpReply::Overflow) => reply::error(out, "ERR increment or decrement would overflow"),
+        OpResult::Reply(OpReply::Aborted) => reply::error(out, "EXECABORT Transaction discarded"),
+        OpResult::Reply(OpReply::TooLarge) => reply::error(
             out,
             "ERR the pipeline's values do not fit in one reply (--max-frame): send fewer commands at once",
         ),
-        Result1::Reply(other) => reply::error(out, &format!("ERR unexpected result {other:?}")),
+        OpResult::Reply(other) => reply::error(out, &format!("ERR unexpected result {other:?}")),
     }
 }
 
