@@ -415,3 +415,121 @@ fn small_differences_are_answered_as_redis_answers_them() {
     let e = err(redis::cmd("SCAN").arg("123456789012"), &mut con);
     assert!(e.contains("invalid cursor"), "{e}");
 }
+
+/// Issue 59: the command table is the one registry. Every command `COMMAND` lists (it reads
+/// the table) runs once with arguments of its arity: none is unknown or refused for its
+/// arity, and the connection goes on. A command added to the table without a sample here
+/// fails this test until one is added.
+#[test]
+fn every_command_of_the_table_runs_once() {
+    let (_nodes, resp) = cluster(&[]);
+    let mut con = redis::Client::open(redis_url(&resp[0]))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let listed: Vec<redis::Value> = redis::cmd("COMMAND").query(&mut con).unwrap();
+    let names: Vec<String> = listed
+        .iter()
+        .filter_map(|c| match c {
+            redis::Value::Array(fields) => match fields.first() {
+                Some(redis::Value::BulkString(name)) => Some(String::from_utf8_lossy(name).to_uppercase()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let count: usize = redis::cmd("COMMAND").arg("COUNT").query(&mut con).unwrap();
+    assert_eq!(names.len(), count, "COMMAND and COMMAND COUNT read one table");
+    let _: () = redis::cmd("SET").arg("{t}a").arg("1").query(&mut con).unwrap();
+    let samples: &[(&str, &[&[&str]])] = &[
+        ("APPEND", &[&["APPEND", "k", "v"]]),
+        ("ASKING", &[&["ASKING"]]),
+        ("AUTH", &[&["AUTH", "x"]]),
+        ("CLIENT", &[&["CLIENT", "ID"]]),
+        ("CLUSTER", &[&["CLUSTER", "KEYSLOT", "k"]]),
+        ("COMMAND", &[&["COMMAND", "COUNT"]]),
+        ("CONFIG", &[&["CONFIG", "GET", "maxmemory"]]),
+        ("DBSIZE", &[&["DBSIZE"]]),
+        ("DECR", &[&["DECR", "n"]]),
+        ("DECRBY", &[&["DECRBY", "n", "2"]]),
+        ("DEL", &[&["DEL", "gone"]]),
+        ("DISCARD", &[&["DISCARD"]]),
+        ("ECHO", &[&["ECHO", "hi"]]),
+        ("EXEC", &[&["EXEC"]]),
+        ("EXISTS", &[&["EXISTS", "k"]]),
+        ("EXPIRE", &[&["EXPIRE", "k", "100"]]),
+        ("EXPIREAT", &[&["EXPIREAT", "k", "99999999999"]]),
+        ("EXPIRETIME", &[&["EXPIRETIME", "k"]]),
+        ("FLUSHALL", &[&["FLUSHALL"]]),
+        ("FLUSHDB", &[&["FLUSHDB"]]),
+        ("GET", &[&["GET", "k"]]),
+        ("GETDEL", &[&["GETDEL", "k"]]),
+        ("GETEX", &[&["GETEX", "k", "PERSIST"]]),
+        ("GETRANGE", &[&["GETRANGE", "k", "0", "1"]]),
+        ("GETSET", &[&["GETSET", "k", "v"]]),
+        ("HELLO", &[&["HELLO", "2"]]),
+        ("INCR", &[&["INCR", "n"]]),
+        ("INCRBY", &[&["INCRBY", "n", "3"]]),
+        ("INCRBYFLOAT", &[&["INCRBYFLOAT", "f", "1.5"]]),
+        ("INFO", &[&["INFO", "server"]]),
+        ("KEYS", &[&["KEYS", "*"]]),
+        ("MEMORY", &[&["MEMORY", "USAGE", "k"]]),
+        ("MGET", &[&["MGET", "k", "n"]]),
+        ("MSET", &[&["MSET", "a", "1", "b", "2"]]),
+        ("MSETNX", &[&["MSETNX", "{t}x", "1", "{t}y", "2"]]),
+        ("MULTI", &[&["MULTI"], &["SET", "{t}q", "1"], &["EXEC"]]),
+        ("OBJECT", &[&["OBJECT", "ENCODING", "k"]]),
+        ("PERSIST", &[&["PERSIST", "k"]]),
+        ("PEXPIRE", &[&["PEXPIRE", "k", "100000"]]),
+        ("PEXPIREAT", &[&["PEXPIREAT", "k", "99999999999999"]]),
+        ("PEXPIRETIME", &[&["PEXPIRETIME", "k"]]),
+        ("PING", &[&["PING"]]),
+        ("PSETEX", &[&["PSETEX", "k", "100000", "v"]]),
+        ("PTTL", &[&["PTTL", "k"]]),
+        ("QUIT", &[]),
+        ("RANDOMKEY", &[&["RANDOMKEY"]]),
+        ("READONLY", &[&["READONLY"]]),
+        ("READWRITE", &[&["READWRITE"]]),
+        ("RENAME", &[&["SET", "{t}a", "1"], &["RENAME", "{t}a", "{t}b"]]),
+        ("RENAMENX", &[&["RENAMENX", "{t}b", "{t}c"]]),
+        ("ROLE", &[&["ROLE"]]),
+        ("SCAN", &[&["SCAN", "0"]]),
+        ("SELECT", &[&["SELECT", "0"]]),
+        ("SET", &[&["SET", "k", "v", "EX", "100"]]),
+        ("SETEX", &[&["SETEX", "k", "100", "v"]]),
+        ("SETNX", &[&["SETNX", "k2", "v"]]),
+        ("SETRANGE", &[&["SETRANGE", "k", "0", "x"]]),
+        ("STRLEN", &[&["STRLEN", "k"]]),
+        ("SUBSTR", &[&["SUBSTR", "k", "0", "1"]]),
+        ("TOUCH", &[&["TOUCH", "k"]]),
+        ("TTL", &[&["TTL", "k"]]),
+        ("TYPE", &[&["TYPE", "k"]]),
+        ("UNLINK", &[&["UNLINK", "k2"]]),
+        ("UNWATCH", &[&["UNWATCH"]]),
+        ("WATCH", &[&["WATCH", "k"], &["UNWATCH"]]),
+    ];
+    for name in &names {
+        let Some((_, steps)) = samples.iter().find(|(n, _)| n == name) else {
+            panic!("{name} is in the command table with no sample here: add one");
+        };
+        for step in steps.iter() {
+            let mut cmd = redis::cmd(step[0]);
+            for a in &step[1..] {
+                cmd.arg(*a);
+            }
+            if let Err(e) = cmd.query::<redis::Value>(&mut con) {
+                let text = e.to_string();
+                assert!(
+                    !text.contains("unknown command") && !text.contains("wrong number of arguments"),
+                    "{step:?}: {text}"
+                );
+            }
+        }
+        let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+        assert_eq!(pong, "PONG", "after {name}");
+    }
+    // QUIT last, on a connection of its own: answered, then closed.
+    assert!(names.iter().any(|n| n == "QUIT"));
+    let said = common::raw(&resp[1], b"QUIT\r\n");
+    assert_eq!(said, "+OK\r\n");
+}

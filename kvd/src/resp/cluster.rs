@@ -46,13 +46,16 @@ pub fn redirect(ctx: &Ctx<'_>, args: &Args<'_>) -> Option<String> {
     let slot = slot?;
     let entry = table.get(slot);
     let owner = u32::from(entry.owner);
-    if owner == me.index && entry.state != SlotState::Owned && (spec.write || entry.state == SlotState::Importing) {
+    if owner == me.index
+        && entry.state != SlotState::Owned
+        && (spec.has(super::table::WRITE) || entry.state == SlotState::Importing)
+    {
         // Being handed over: Redis's answer while a slot migrates, which clients retry.
         // (A slot still copied here while its source serves it names the source: MOVED
         // there below, as Redis's importing node answers a client that sent no ASKING.)
         return Some(super::pipeline::TRY_AGAIN.into());
     }
-    let replica_read = ctx.session.reads == Reads::Replica && !spec.write;
+    let replica_read = ctx.session.reads == Reads::Replica && !spec.has(super::table::WRITE);
     if owner == me.index && (replica_read || ctx.node.serves_writes()) {
         return None;
     }

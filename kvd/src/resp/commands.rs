@@ -14,7 +14,7 @@ use crate::node::Node;
 
 /// What a connection remembers between commands.
 pub struct Session {
-    id: u64,
+    pub(super) id: u64,
     peer: String,
     name: Vec<u8>,
     /// MULTI's queue and WATCH's keys.
@@ -35,12 +35,17 @@ impl Session {
         }
     }
 
-    /// Whether the command named `name` runs in a round of its own (EXEC, WATCH, the
-    /// keyspace commands, RENAME).
+    /// Whether the command named `name` runs in a round of its own: outside MULTI, those
+    /// the table marks so (the keyspace commands, RENAME, WATCH, MSETNX); inside, EXEC
+    /// (its batch is the transaction alone).
     pub fn own_round(&self, name: &[u8]) -> bool {
-        self.tx.own_round(name)
-            || (!self.tx.is_queuing()
-                && (super::keyspace::is_keyspace(name) || is(name, "RENAME") || is(name, "RENAMENX")))
+        let Some(spec) = super::table::spec(name) else {
+            return false;
+        };
+        match self.tx.is_queuing() {
+            true => spec.name == "EXEC",
+            false => spec.has(super::table::OWN_ROUND),
+        }
     }
 
     /// After a round: keeps what a WATCH in it found.
@@ -78,209 +83,272 @@ pub(super) fn wrong_args(p: &mut Pipeline, name: &[u8]) {
     p.immediate(|o| reply::error(o, &format!("ERR wrong number of arguments for '{name}' command")));
 }
 
-/// Adds one command to the pipeline; true when the connection closes after the replies.
-pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
-    let name = args.get(0);
-    if !ctx.auth.admitted() && !is(name, "AUTH") && !is(name, "HELLO") && !is(name, "QUIT") {
-        ctx.auth.refused();
-        p.immediate(|o| reply::error(o, "NOAUTH Authentication required."));
-        return false;
-    }
-    if ctx.redirect
-        && !ctx.session.tx.is_queuing()
-        && let Some(e) = super::cluster::redirect(ctx, args)
-    {
-        if e.starts_with("MOVED") {
-            ctx.node
-                .counters
-                .add(ctx.session.id, kvshared::stats::Counter::Moved, 1);
-        }
-        p.immediate(|o| reply::error(o, &e));
-        return false;
-    }
-    if super::transaction::handle(ctx, args, p) {
-        return false;
-    }
-    run(ctx, args, p)
+/// What the connection does after a command: go on, or close once its replies are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Go,
+    Close,
 }
 
-/// Adds one command (not a transaction's: see `transaction`) to the pipeline; true when
-/// the connection closes after the replies.
-pub(super) fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
+/// A command's handler: adds it to the pipeline (its ops, or a reply at once). The command
+/// table (`table`) names one per command; the arity was checked before it runs.
+pub type Handler = fn(&mut Ctx<'_>, &Args<'_>, &mut Pipeline) -> Flow;
+
+/// Adds `reply` as the command's answer at once.
+fn answer(p: &mut Pipeline, write: impl FnOnce(&mut Vec<u8>)) -> Flow {
+    p.immediate(write);
+    Flow::Go
+}
+
+fn error(p: &mut Pipeline, text: &str) -> Flow {
+    answer(p, |o| reply::error(o, text))
+}
+
+pub(super) fn get(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    p.get(ctx.node, ctx.forward, args.get(1));
+    Flow::Go
+}
+
+pub(super) fn set(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    expiry::set(ctx, args, p);
+    Flow::Go
+}
+
+pub(super) fn setex(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    expiry::setex(ctx, args, p, is(args.get(0), "PSETEX"));
+    Flow::Go
+}
+
+pub(super) fn expire(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    expiry::expire(ctx, args, p);
+    Flow::Go
+}
+
+/// TTL, PTTL, EXPIRETIME, PEXPIRETIME (the shape by name).
+pub(super) fn ttl(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
     let name = args.get(0);
+    let shape = match name {
+        _ if is(name, "PTTL") => TtlShape::Millis,
+        _ if is(name, "EXPIRETIME") => TtlShape::AtSeconds,
+        _ if is(name, "PEXPIRETIME") => TtlShape::AtMillis,
+        _ => TtlShape::Seconds,
+    };
+    expiry::ttl(ctx, args, p, shape);
+    Flow::Go
+}
+
+pub(super) fn persist(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    expiry::persist(ctx, args, p);
+    Flow::Go
+}
+
+pub(super) fn getex(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    expiry::getex(ctx, args, p);
+    Flow::Go
+}
+
+pub(super) fn setnx(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    p.setnx(ctx.node, ctx.forward, args.get(1), args.get(2));
+    Flow::Go
+}
+
+pub(super) fn append(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    p.append(ctx.node, ctx.forward, args.get(1), args.get(2));
+    Flow::Go
+}
+
+pub(super) fn setrange(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    set_range(ctx.node, ctx.forward, args, p);
+    Flow::Go
+}
+
+/// INCR and DECR.
+pub(super) fn incr(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let by = if is(args.get(0), "INCR") { 1 } else { -1 };
+    p.incr_by(ctx.node, ctx.forward, args.get(1), by);
+    Flow::Go
+}
+
+/// INCRBY and DECRBY.
+pub(super) fn incrby(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let Some(by) = decimal_i64(args.get(2)) else {
+        return error(p, "ERR value is not an integer or out of range");
+    };
+    if is(args.get(0), "INCRBY") {
+        p.incr_by(ctx.node, ctx.forward, args.get(1), by);
+        return Flow::Go;
+    }
+    // DECRBY of i64::MIN has no negation: Redis refuses it the same way.
+    match by.checked_neg() {
+        Some(neg) => p.incr_by(ctx.node, ctx.forward, args.get(1), neg),
+        None => return error(p, "ERR decrement would overflow"),
+    }
+    Flow::Go
+}
+
+pub(super) fn incrbyfloat(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    match kvshared::wire::decimal_f64(args.get(2)) {
+        Some(by) => p.incr_by_float(ctx.node, ctx.forward, args.get(1), by),
+        // Redis: `inf` and `nan` are floats, and an increment by one would make the value
+        // NaN or infinite.
+        None if std::str::from_utf8(args.get(2)).is_ok_and(|t| t.trim().parse::<f64>().is_ok()) => {
+            return error(p, "ERR increment would produce NaN or Infinity");
+        }
+        None => return error(p, "ERR value is not a valid float"),
+    }
+    Flow::Go
+}
+
+pub(super) fn getdel(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    p.getdel(ctx.node, ctx.forward, args.get(1));
+    Flow::Go
+}
+
+pub(super) fn strlen(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    p.read_of(ctx.node, ctx.forward, args.get(1), ReadShape::Strlen);
+    Flow::Go
+}
+
+pub(super) fn type_of(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    p.read_of(ctx.node, ctx.forward, args.get(1), ReadShape::Type);
+    Flow::Go
+}
+
+/// GETRANGE and SUBSTR.
+pub(super) fn getrange(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    match (decimal_i64(args.get(2)), decimal_i64(args.get(3))) {
+        (Some(start), Some(end)) => p.read_of(ctx.node, ctx.forward, args.get(1), ReadShape::Range(start, end)),
+        _ => return error(p, "ERR value is not an integer or out of range"),
+    }
+    Flow::Go
+}
+
+pub(super) fn getset(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    p.set(ctx.node, ctx.forward, args.get(1), args.get(2), true);
+    Flow::Go
+}
+
+/// DEL and UNLINK (deletes), EXISTS and TOUCH (counts of keys present).
+pub(super) fn count(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let name = args.get(0);
+    let keys: Vec<&[u8]> = args.rest(1).collect();
+    p.count(ctx.node, ctx.forward, &keys, is(name, "DEL") || is(name, "UNLINK"));
+    Flow::Go
+}
+
+pub(super) fn mget(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let keys: Vec<&[u8]> = args.rest(1).collect();
+    p.mget(ctx.node, ctx.forward, &keys);
+    Flow::Go
+}
+
+pub(super) fn mset(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
     let n = args.len();
-    let (node, forward) = (ctx.node, ctx.forward);
-    match name {
-        _ if is(name, "GET") => match n {
-            2 => p.get(node, forward, args.get(1)),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "SET") => expiry::set(ctx, args, p),
-        _ if is(name, "SETEX") || is(name, "PSETEX") => expiry::setex(ctx, args, p, is(name, "PSETEX")),
-        _ if ["EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT"]
-            .iter()
-            .any(|c| is(name, c)) =>
-        {
-            expiry::expire(ctx, args, p)
-        }
-        _ if is(name, "TTL") => expiry::ttl(ctx, args, p, TtlShape::Seconds),
-        _ if is(name, "PTTL") => expiry::ttl(ctx, args, p, TtlShape::Millis),
-        _ if is(name, "EXPIRETIME") => expiry::ttl(ctx, args, p, TtlShape::AtSeconds),
-        _ if is(name, "PEXPIRETIME") => expiry::ttl(ctx, args, p, TtlShape::AtMillis),
-        _ if is(name, "PERSIST") => expiry::persist(ctx, args, p),
-        _ if is(name, "GETEX") => expiry::getex(ctx, args, p),
-        _ if is(name, "SETNX") => match n {
-            3 => p.setnx(node, forward, args.get(1), args.get(2)),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "APPEND") => match n {
-            3 => p.append(node, forward, args.get(1), args.get(2)),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "SETRANGE") => match n {
-            4 => set_range(node, forward, args, p),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "INCR") || is(name, "DECR") => match n {
-            2 => p.incr_by(node, forward, args.get(1), if is(name, "INCR") { 1 } else { -1 }),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "INCRBY") || is(name, "DECRBY") => match (n, decimal_i64(args.get(2))) {
-            (3, Some(by)) if is(name, "INCRBY") => p.incr_by(node, forward, args.get(1), by),
-            // DECRBY of i64::MIN has no negation: Redis refuses it the same way.
-            (3, Some(by)) => match by.checked_neg() {
-                Some(neg) => p.incr_by(node, forward, args.get(1), neg),
-                None => p.immediate(|o| reply::error(o, "ERR decrement would overflow")),
-            },
-            (3, None) => p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range")),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "INCRBYFLOAT") => match (n, kvshared::wire::decimal_f64(args.get(2))) {
-            (3, Some(by)) => p.incr_by_float(node, forward, args.get(1), by),
-            // Redis: `inf` and `nan` are floats, and an increment by one would make the
-            // value NaN or infinite.
-            (3, None) if std::str::from_utf8(args.get(2)).is_ok_and(|t| t.trim().parse::<f64>().is_ok()) => {
-                p.immediate(|o| reply::error(o, "ERR increment would produce NaN or Infinity"))
-            }
-            (3, None) => p.immediate(|o| reply::error(o, "ERR value is not a valid float")),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "GETDEL") => match n {
-            2 => p.getdel(node, forward, args.get(1)),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "STRLEN") => match n {
-            2 => p.read_of(node, forward, args.get(1), ReadShape::Strlen),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "TYPE") => match n {
-            2 => p.read_of(node, forward, args.get(1), ReadShape::Type),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "GETRANGE") || is(name, "SUBSTR") => {
-            let bounds = (decimal_i64(args.get(2)), decimal_i64(args.get(3)));
-            match (n, bounds) {
-                (4, (Some(start), Some(end))) => p.read_of(node, forward, args.get(1), ReadShape::Range(start, end)),
-                (4, _) => p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range")),
-                _ => wrong_args(p, name),
-            }
-        }
-        _ if is(name, "GETSET") => match n {
-            3 => p.set(node, forward, args.get(1), args.get(2), true),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "DEL") || is(name, "UNLINK") || is(name, "EXISTS") || is(name, "TOUCH") => match n {
-            1 => wrong_args(p, name),
-            _ => {
-                let keys: Vec<&[u8]> = args.rest(1).collect();
-                p.count(node, forward, &keys, is(name, "DEL") || is(name, "UNLINK"));
-            }
-        },
-        _ if is(name, "MGET") => match n {
-            1 => wrong_args(p, name),
-            _ => {
-                let keys: Vec<&[u8]> = args.rest(1).collect();
-                p.mget(node, forward, &keys);
-            }
-        },
-        _ if is(name, "MSET") => match n {
-            _ if n < 3 || n.is_multiple_of(2) => wrong_args(p, name),
-            _ => {
-                let pairs: Vec<(&[u8], &[u8])> = (1..n).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
-                p.mset(node, forward, &pairs);
-            }
-        },
-        _ if is(name, "PING") => match n {
-            1 => p.immediate(|o| reply::simple(o, "PONG")),
-            2 => p.immediate(|o| reply::bulk(o, args.get(1))),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "ECHO") => match n {
-            2 => p.immediate(|o| reply::bulk(o, args.get(1))),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "QUIT") => {
-            p.immediate(|o| reply::simple(o, "OK"));
-            return true;
-        }
-        _ if is(name, "SELECT") => match n {
-            2 if args.get(1) == b"0" => p.immediate(|o| reply::simple(o, "OK")),
-            2 => p.immediate(|o| reply::error(o, "ERR DB index is out of range (kvd has one database, 0)")),
-            _ => wrong_args(p, name),
-        },
-        _ if super::keyspace::is_keyspace(name) => super::keyspace::parse(ctx, args, p),
-        _ if is(name, "RENAME") || is(name, "RENAMENX") => match n {
-            3 => rename(ctx, args, p, is(name, "RENAMENX")),
-            _ => wrong_args(p, name),
-        },
-        _ if is(name, "OBJECT") => match n {
-            3 if is(args.get(1), "ENCODING") => p.encoding(node, forward, args.get(2)),
-            _ => p.immediate(|o| reply::error(o, "ERR kvd answers OBJECT ENCODING <key> only")),
-        },
-        _ if is(name, "MEMORY") => match n {
-            5 if is(args.get(1), "USAGE") && is(args.get(3), "SAMPLES") => match decimal_i64(args.get(4)) {
-                Some(count) if count >= 0 => p.memory_usage(node, forward, args.get(2)),
-                Some(_) => p.immediate(|o| reply::error(o, "ERR syntax error")),
-                None => p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range")),
-            },
-            3 if is(args.get(1), "USAGE") => p.memory_usage(node, forward, args.get(2)),
-            _ => p.immediate(|o| reply::error(o, "ERR kvd answers MEMORY USAGE <key> [SAMPLES <count>] only")),
-        },
-        _ if is(name, "ROLE") => p.immediate(|o| super::info::role_reply(node, o)),
-        _ if is(name, "INFO") => {
-            let text = super::info::info(node, args.get(1), ctx.session.id, ctx.port);
-            p.immediate(|o| reply::bulk(o, text.as_bytes()));
-        }
-        _ if is(name, "CONFIG") => config(node, args, p),
-        _ if is(name, "COMMAND") => command(args, p),
-        _ if is(name, "CLIENT") => client(ctx.session, args, p),
-        _ if ["CLUSTER", "READONLY", "READWRITE", "ASKING"]
-            .iter()
-            .any(|c| is(name, c)) =>
-        {
-            super::cluster::run(ctx, args, p)
-        }
-        _ if is(name, "AUTH") => auth(ctx, args.get(n.saturating_sub(1)), n, p),
-        _ if is(name, "HELLO") => hello(ctx, args, p),
+    if n.is_multiple_of(2) {
+        wrong_args(p, args.get(0));
+        return Flow::Go;
+    }
+    let pairs: Vec<(&[u8], &[u8])> = (1..n).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
+    p.mset(ctx.node, ctx.forward, &pairs);
+    Flow::Go
+}
+
+pub(super) fn ping(_: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    match args.len() {
+        1 => answer(p, |o| reply::simple(o, "PONG")),
+        2 => answer(p, |o| reply::bulk(o, args.get(1))),
         _ => {
-            let shown = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
-            let rest: Vec<String> = args
-                .rest(1)
-                .take(8)
-                .map(|a| format!("'{}'", String::from_utf8_lossy(&a[..a.len().min(64)])))
-                .collect();
-            p.immediate(|o| {
-                reply::error(
-                    o,
-                    &format!(
-                        "ERR unknown command '{shown}', with args beginning with: {}",
-                        rest.join(" ")
-                    ),
-                )
-            });
+            wrong_args(p, args.get(0));
+            Flow::Go
         }
     }
-    false
+}
+
+pub(super) fn echo(_: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    answer(p, |o| reply::bulk(o, args.get(1)))
+}
+
+pub(super) fn quit(_: &mut Ctx<'_>, _: &Args<'_>, p: &mut Pipeline) -> Flow {
+    p.immediate(|o| reply::simple(o, "OK"));
+    Flow::Close
+}
+
+pub(super) fn select(_: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    match args.get(1) {
+        b"0" => answer(p, |o| reply::simple(o, "OK")),
+        _ => error(p, "ERR DB index is out of range (kvd has one database, 0)"),
+    }
+}
+
+/// SCAN, KEYS, DBSIZE, RANDOMKEY, FLUSHALL, FLUSHDB.
+pub(super) fn keyspace(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    super::keyspace::parse(ctx, args, p);
+    Flow::Go
+}
+
+/// RENAME and RENAMENX.
+pub(super) fn rename_cmd(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let nx = is(args.get(0), "RENAMENX");
+    rename(ctx, args, p, nx);
+    Flow::Go
+}
+
+pub(super) fn object(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    match args.len() {
+        3 if is(args.get(1), "ENCODING") => p.encoding(ctx.node, ctx.forward, args.get(2)),
+        _ => return error(p, "ERR kvd answers OBJECT ENCODING <key> only"),
+    }
+    Flow::Go
+}
+
+pub(super) fn memory(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let usage = is(args.get(1), "USAGE");
+    match args.len() {
+        5 if usage && is(args.get(3), "SAMPLES") => match decimal_i64(args.get(4)) {
+            Some(count) if count >= 0 => p.memory_usage(ctx.node, ctx.forward, args.get(2)),
+            Some(_) => return error(p, "ERR syntax error"),
+            None => return error(p, "ERR value is not an integer or out of range"),
+        },
+        3 if usage => p.memory_usage(ctx.node, ctx.forward, args.get(2)),
+        _ => return error(p, "ERR kvd answers MEMORY USAGE <key> [SAMPLES <count>] only"),
+    }
+    Flow::Go
+}
+
+pub(super) fn role(ctx: &mut Ctx<'_>, _: &Args<'_>, p: &mut Pipeline) -> Flow {
+    answer(p, |o| super::info::role_reply(ctx.node, o))
+}
+
+pub(super) fn info(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let text = super::info::info(ctx.node, args.get(1), ctx.session.id, ctx.port);
+    answer(p, |o| reply::bulk(o, text.as_bytes()))
+}
+
+pub(super) fn config_cmd(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    config(ctx.node, args, p);
+    Flow::Go
+}
+
+pub(super) fn client_cmd(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    client(ctx.session, args, p);
+    Flow::Go
+}
+
+/// CLUSTER, READONLY, READWRITE, ASKING.
+pub(super) fn cluster(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    super::cluster::run(ctx, args, p);
+    Flow::Go
+}
+
+pub(super) fn auth_cmd(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let n = args.len();
+    auth(ctx, args.get(n.saturating_sub(1)), n, p);
+    Flow::Go
+}
+
+pub(super) fn hello_cmd(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    hello(ctx, args, p);
+    Flow::Go
 }
 
 /// RENAME / RENAMENX key newkey: both keys must be of one node (else `CROSSSLOT`, as
@@ -353,17 +421,6 @@ fn config(node: &Node, args: &Args<'_>, p: &mut Pipeline) {
             reply::bulk(o, value.as_bytes());
         }
     });
-}
-
-/// COMMAND, COMMAND COUNT, COMMAND DOCS (what redis-cli asks).
-fn command(args: &Args<'_>, p: &mut Pipeline) {
-    match args.get(1) {
-        b"" => p.immediate(super::table::command_reply),
-        sub if is(sub, "COUNT") => p.immediate(|o| reply::integer(o, super::table::COMMANDS.len() as i64)),
-        // An error makes redis-cli fall back to its built-in help.
-        sub if is(sub, "DOCS") => p.immediate(|o| reply::error(o, "ERR COMMAND DOCS is not supported by kvd")),
-        _ => p.immediate(|o| reply::error(o, "ERR kvd answers COMMAND, COMMAND COUNT and COMMAND DOCS only")),
-    }
 }
 
 /// Redis's refusal of a client name (CLIENT SETNAME and HELLO ... SETNAME alike).

@@ -10,7 +10,8 @@ use kvshared::stats::Counter;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
-use super::commands::{Ctx, Session, dispatch};
+use super::commands::{Ctx, Session};
+use super::dispatch::dispatch;
 use super::parse::{Args, Parsed, parse};
 use super::pipeline::Pipeline;
 use super::reply;

@@ -46,13 +46,6 @@ pub enum Keyspace {
     RandomKey,
 }
 
-/// Whether `name` is one of these (they run in a round of their own).
-pub fn is_keyspace(name: &[u8]) -> bool {
-    ["SCAN", "KEYS", "DBSIZE", "FLUSHALL", "FLUSHDB", "RANDOMKEY"]
-        .iter()
-        .any(|c| is(name, c))
-}
-
 /// Parses one of these commands into the pipeline (or answers its error at once).
 pub fn parse(ctx: &Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     let name = args.get(0);

@@ -17,6 +17,7 @@
 mod cluster;
 mod commands;
 mod connection;
+mod dispatch;
 mod expiry;
 mod info;
 mod keyspace;

@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 
-use super::commands::{Ctx, is, run};
+use super::commands::{Ctx, Flow};
 use super::parse::Args;
 use super::pipeline::Pipeline;
 use super::reply;
@@ -33,6 +33,8 @@ pub struct TxState {
     watched: Vec<(Vec<u8>, [u8; 9])>,
     /// The keys of a WATCH in the round now running, until `after_round` keeps what it found.
     watching: Vec<Vec<u8>>,
+    /// EXEC's queued commands, for the dispatcher to add to EXEC's batch.
+    to_run: Vec<(Vec<u8>, Vec<Range<usize>>)>,
 }
 
 #[derive(Default)]
@@ -53,13 +55,9 @@ struct Queue {
 }
 
 impl TxState {
-    /// Whether `name` runs in a round of its own: EXEC (its batch is the transaction alone)
-    /// and WATCH (what it found is kept after the round).
-    pub fn own_round(&self, name: &[u8]) -> bool {
-        match self.multi {
-            Multi::Queuing(_) => is(name, "EXEC"),
-            Multi::Off => is(name, "WATCH") || is(name, "MSETNX"),
-        }
+    /// EXEC's queued commands, taken by the dispatcher to add them to EXEC's batch.
+    pub fn take_to_run(&mut self) -> Vec<(Vec<u8>, Vec<Range<usize>>)> {
+        std::mem::take(&mut self.to_run)
     }
 
     /// After a round: keeps what its WATCH found.
@@ -91,68 +89,75 @@ impl TxState {
     }
 }
 
-/// MULTI, EXEC, DISCARD, WATCH, UNWATCH, and every command while queuing; false when the
-/// command is none of them (it runs as usual).
-pub fn handle(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
-    let name = args.get(0);
-    let tx = &mut ctx.session.tx;
-    let queuing = matches!(tx.multi, Multi::Queuing(_));
-    // The common case first: no transaction, and a name none of these begins with.
-    let first = name.first().map(u8::to_ascii_uppercase);
-    if !queuing && !matches!(first, Some(b'M' | b'E' | b'D' | b'W' | b'U')) {
-        return false;
-    }
-    let answer: Result<&str, &str> = match name {
-        _ if is(name, "MULTI") && queuing => Err("ERR MULTI calls can not be nested"),
-        _ if is(name, "MULTI") => {
-            tx.multi = Multi::Queuing(Queue::default());
-            Ok("OK")
-        }
-        _ if is(name, "EXEC") => {
-            exec(ctx, p);
-            return true;
-        }
-        _ if is(name, "DISCARD") && queuing => {
-            tx.multi = Multi::Off;
-            tx.watched.clear();
-            Ok("OK")
-        }
-        _ if is(name, "DISCARD") => Err("ERR DISCARD without MULTI"),
-        _ if is(name, "WATCH") && queuing => Err("ERR WATCH inside MULTI is not allowed"),
-        _ if is(name, "WATCH") => {
-            watch(ctx, args, p);
-            return true;
-        }
-        _ if is(name, "UNWATCH") => {
-            tx.watched.clear();
-            Ok("OK")
-        }
-        _ if is(name, "MSETNX") && queuing => {
-            if let Multi::Queuing(q) = &mut tx.multi {
-                q.failed = true;
-            }
-            Err("ERR kvd does not run MSETNX inside MULTI (it is a transaction of its own)")
-        }
-        _ if is(name, "MSETNX") => {
-            msetnx(ctx, args, p);
-            return true;
-        }
-        _ if is(name, "QUIT") || !queuing => return false,
-        _ => {
-            queue(ctx, args, p);
-            return true;
-        }
-    };
-    match answer {
-        Ok(ok) => p.immediate(|o| reply::simple(o, ok)),
-        Err(e) => p.immediate(|o| reply::error(o, e)),
-    }
-    true
+fn ok(p: &mut Pipeline) -> Flow {
+    p.immediate(|o| reply::simple(o, "OK"));
+    Flow::Go
 }
 
-/// Queues a command inside MULTI, or refuses it (and the transaction with it).
-fn queue(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
-    let refused = queue_refusal(ctx, args);
+fn refuse(p: &mut Pipeline, e: &str) -> Flow {
+    p.immediate(|o| reply::error(o, e));
+    Flow::Go
+}
+
+/// MULTI: queue the commands that follow.
+pub(super) fn multi(ctx: &mut Ctx<'_>, _: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let tx = &mut ctx.session.tx;
+    if tx.is_queuing() {
+        return refuse(p, "ERR MULTI calls can not be nested");
+    }
+    tx.multi = Multi::Queuing(Queue::default());
+    ok(p)
+}
+
+/// DISCARD: drop the queued commands and the watched keys.
+pub(super) fn discard(ctx: &mut Ctx<'_>, _: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let tx = &mut ctx.session.tx;
+    if !tx.is_queuing() {
+        return refuse(p, "ERR DISCARD without MULTI");
+    }
+    tx.multi = Multi::Off;
+    tx.watched.clear();
+    ok(p)
+}
+
+/// UNWATCH: forget the watched keys.
+pub(super) fn unwatch(ctx: &mut Ctx<'_>, _: &Args<'_>, p: &mut Pipeline) -> Flow {
+    ctx.session.tx.watched.clear();
+    ok(p)
+}
+
+/// EXEC (see [`exec`]).
+pub(super) fn exec_cmd(ctx: &mut Ctx<'_>, _: &Args<'_>, p: &mut Pipeline) -> Flow {
+    exec(ctx, p);
+    Flow::Go
+}
+
+/// WATCH (see [`watch`]); refused inside MULTI.
+pub(super) fn watch_cmd(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    if ctx.session.tx.is_queuing() {
+        return refuse(p, "ERR WATCH inside MULTI is not allowed");
+    }
+    watch(ctx, args, p);
+    Flow::Go
+}
+
+/// MSETNX (see [`msetnx`]); refused inside MULTI, which it then aborts.
+pub(super) fn msetnx_cmd(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
+    if let Multi::Queuing(q) = &mut ctx.session.tx.multi {
+        q.failed = true;
+        return refuse(
+            p,
+            "ERR kvd does not run MSETNX inside MULTI (it is a transaction of its own)",
+        );
+    }
+    msetnx(ctx, args, p);
+    Flow::Go
+}
+
+/// Queues a command inside MULTI, or refuses it (and the transaction with it): `refused`
+/// is what adding it alone to a scratch pipeline found (the dispatcher's), its keys' nodes
+/// or the error it was answered with.
+pub(super) fn queue(ctx: &mut Ctx<'_>, args: &Args<'_>, refused: Result<Vec<u32>, String>, p: &mut Pipeline) {
     let Multi::Queuing(q) = &mut ctx.session.tx.multi else {
         return;
     };
@@ -185,24 +190,6 @@ fn queue(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     }
 }
 
-/// What a command queued in MULTI would do, found by adding it alone to a scratch
-/// pipeline (nothing runs): the nodes of its keys, or the error it is refused with.
-fn queue_refusal(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result<Vec<u32>, String> {
-    let name = args.get(0);
-    if ["HELLO", "AUTH", "CLIENT", "SELECT"].iter().any(|c| is(name, c)) || super::keyspace::is_keyspace(name) {
-        let shown = String::from_utf8_lossy(name).to_ascii_uppercase();
-        return Err(format!("ERR kvd does not run {shown} inside MULTI"));
-    }
-    if ctx.redirect
-        && let Some(e) = super::cluster::redirect(ctx, args)
-    {
-        return Err(e);
-    }
-    let mut scratch = Pipeline::default();
-    run(ctx, args, &mut scratch);
-    scratch.queued_owners(ctx.node)
-}
-
 /// EXEC: the queued commands as one atomic batch to the node of their keys.
 fn exec(ctx: &mut Ctx<'_>, p: &mut Pipeline) {
     let tx = &mut ctx.session.tx;
@@ -223,9 +210,8 @@ fn exec(ctx: &mut Ctx<'_>, p: &mut Pipeline) {
     // Without --nodes nothing is forwarded: another node's keys abort it here.
     let owner = owner.filter(|_| ctx.forward).unwrap_or(ctx.node.config.shard.index);
     p.begin_transaction(owner, &watched);
-    for (bytes, ranges) in &q.commands {
-        run(ctx, &Args::new(bytes, ranges), p);
-    }
+    // The dispatcher adds them to the batch now begun.
+    ctx.session.tx.to_run = q.commands;
 }
 
 /// WATCH key...: reads each key in this round; `after_round` keeps what it found.
