@@ -501,6 +501,7 @@ fn every_command_of_the_table_runs_once() {
         ("SETRANGE", &[&["SETRANGE", "k", "0", "x"]]),
         ("STRLEN", &[&["STRLEN", "k"]]),
         ("SUBSTR", &[&["SUBSTR", "k", "0", "1"]]),
+        ("TIME", &[&["TIME"]]),
         ("TOUCH", &[&["TOUCH", "k"]]),
         ("TTL", &[&["TTL", "k"]]),
         ("TYPE", &[&["TYPE", "k"]]),
@@ -528,6 +529,9 @@ fn every_command_of_the_table_runs_once() {
         let pong: String = redis::cmd("PING").query(&mut con).unwrap();
         assert_eq!(pong, "PONG", "after {name}");
     }
+    // TIME, added as one entry and one handler: Redis's shape.
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+    assert!(secs > 1_700_000_000 && micros < 1_000_000);
     // QUIT last, on a connection of its own: answered, then closed.
     assert!(names.iter().any(|n| n == "QUIT"));
     let said = common::raw(&resp[1], b"QUIT\r\n");

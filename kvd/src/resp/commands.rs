@@ -315,6 +315,19 @@ pub(super) fn memory(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Fl
     Flow::Go
 }
 
+/// TIME: the server's clock, as Redis answers it (seconds and microseconds, as text).
+pub(super) fn time(_: &mut Ctx<'_>, _: &Args<'_>, p: &mut Pipeline) -> Flow {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let (secs, micros) = (now.as_secs().to_string(), now.subsec_micros().to_string());
+    answer(p, |o| {
+        reply::array(o, 2);
+        reply::bulk(o, secs.as_bytes());
+        reply::bulk(o, micros.as_bytes());
+    })
+}
+
 pub(super) fn role(ctx: &mut Ctx<'_>, _: &Args<'_>, p: &mut Pipeline) -> Flow {
     answer(p, |o| super::info::role_reply(ctx.node, o))
 }

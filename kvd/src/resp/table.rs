@@ -167,6 +167,7 @@ pub const COMMANDS: &[Spec] = &[
     write("SETRANGE", 4, 1, 1, 1, c::setrange),
     read("STRLEN", 2, 1, 1, 1, c::strlen),
     read("SUBSTR", 4, 1, 1, 1, c::getrange),
+    no_keys("TIME", 1, c::time),
     read("TOUCH", -2, 1, -1, 1, c::count),
     read("TTL", 2, 1, 1, 1, c::ttl),
     read("TYPE", 2, 1, 1, 1, c::type_of),
