@@ -9,33 +9,23 @@ use std::fmt::Write;
 use kvshared::routing::{SLOTS, key_slot};
 use kvshared::slots::SlotState;
 
-use super::commands::{Ctx, is, wrong_args};
+use super::ctx::{CROSSSLOT, Ctx, Reads, is, wrong_args};
 use super::parse::Args;
 use super::pipeline::Pipeline;
 use super::reply::{self, Proto};
-use super::transaction::CROSSSLOT;
 use crate::cluster_view::{MemberView, View};
 
 /// Most keys `CLUSTER GETKEYSINSLOT` answers at once.
 const MAX_KEYS_IN_SLOT: usize = 100_000;
 
-/// A connection's Redis Cluster standing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Reads {
-    /// Reads of this shard's slots go to its master (Redis's default).
-    #[default]
-    Master,
-    /// `READONLY`: a replica serves reads of its shard's slots.
-    Replica,
-}
-
-/// In a Redis Cluster node: the error `args` gets instead of running here, or `None`.
-pub fn redirect(ctx: &Ctx<'_>, args: &Args<'_>) -> Option<String> {
-    let spec = super::table::spec(args.get(0))?;
+/// In a Redis Cluster node: the error `args` gets instead of running here, or `None`; its
+/// keys are the arguments at `keys`, and `write` says whether it changes data (both from
+/// the command table).
+pub fn redirect(ctx: &Ctx<'_>, args: &Args<'_>, keys: impl Iterator<Item = usize>, write: bool) -> Option<String> {
     let me = ctx.node.config.shard;
     let table = ctx.node.slot_table();
     let mut slot = None;
-    for i in spec.key_indexes(args.len()) {
+    for i in keys {
         let s = key_slot(args.get(i));
         match slot {
             None => slot = Some(s),
@@ -46,16 +36,13 @@ pub fn redirect(ctx: &Ctx<'_>, args: &Args<'_>) -> Option<String> {
     let slot = slot?;
     let entry = table.get(slot);
     let owner = u32::from(entry.owner);
-    if owner == me.index
-        && entry.state != SlotState::Owned
-        && (spec.has(super::table::WRITE) || entry.state == SlotState::Importing)
-    {
+    if owner == me.index && entry.state != SlotState::Owned && (write || entry.state == SlotState::Importing) {
         // Being handed over: Redis's answer while a slot migrates, which clients retry.
         // (A slot still copied here while its source serves it names the source: MOVED
         // there below, as Redis's importing node answers a client that sent no ASKING.)
-        return Some(super::pipeline::TRY_AGAIN.into());
+        return Some(super::errors::TRY_AGAIN.into());
     }
-    let replica_read = ctx.session.reads == Reads::Replica && !spec.has(super::table::WRITE);
+    let replica_read = ctx.session.reads == Reads::Replica && !write;
     if owner == me.index && (replica_read || ctx.node.serves_writes()) {
         return None;
     }

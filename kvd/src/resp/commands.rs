@@ -3,96 +3,13 @@
 
 use kvshared::wire::decimal_i64;
 
+use super::ctx::{Ctx, Flow, Session, is, wrong_args};
 use super::expiry;
 use super::info::REDIS_VERSION;
 use super::parse::Args;
 use super::pipeline::{Pipeline, ReadShape, TtlShape};
 use super::reply::{self, Proto};
-use super::transaction::TxState;
-use crate::edge::conn::Auth;
 use crate::node::Node;
-
-/// What a connection remembers between commands.
-pub struct Session {
-    pub(super) id: u64,
-    peer: String,
-    name: Vec<u8>,
-    /// MULTI's queue and WATCH's keys.
-    pub(super) tx: TxState,
-    /// READONLY or READWRITE (Redis Cluster).
-    pub(super) reads: super::cluster::Reads,
-}
-
-impl Session {
-    /// A new connection's session.
-    pub fn new(id: u64, peer: String) -> Session {
-        Session {
-            id,
-            peer,
-            name: Vec::new(),
-            tx: TxState::default(),
-            reads: Default::default(),
-        }
-    }
-
-    /// Whether the command named `name` runs in a round of its own: outside MULTI, those
-    /// the table marks so (the keyspace commands, RENAME, WATCH, MSETNX); inside, EXEC
-    /// (its batch is the transaction alone).
-    pub fn own_round(&self, name: &[u8]) -> bool {
-        let Some(spec) = super::table::spec(name) else {
-            return false;
-        };
-        match self.tx.is_queuing() {
-            true => spec.name == "EXEC",
-            false => spec.has(super::table::OWN_ROUND),
-        }
-    }
-
-    /// After a round: keeps what a WATCH in it found.
-    pub fn after_round(&mut self, p: &Pipeline) {
-        self.tx.after_round(p);
-    }
-
-    /// Bytes the session holds (queued commands, watched keys).
-    pub fn held_bytes(&self) -> usize {
-        self.tx.held_bytes()
-    }
-}
-
-/// What a command may use: the node, whether other shards' keys are forwarded (or, in a
-/// Redis Cluster node, redirected), the connection's session and its standing with the token.
-pub struct Ctx<'a> {
-    pub node: &'a Node,
-    pub forward: bool,
-    /// `--resp-cluster`: a command for another shard's keys is answered `-MOVED`.
-    pub redirect: bool,
-    /// The cluster as this node sees it (CLUSTER SLOTS, MOVED's addresses).
-    pub view: Option<&'a crate::cluster_view::ClusterView>,
-    pub session: &'a mut Session,
-    pub auth: Auth<'a>,
-    /// The port this node serves RESP on (INFO's `tcp_port`).
-    pub port: u16,
-}
-
-pub(super) fn is(arg: &[u8], name: &str) -> bool {
-    arg.eq_ignore_ascii_case(name.as_bytes())
-}
-
-pub(super) fn wrong_args(p: &mut Pipeline, name: &[u8]) {
-    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
-    p.immediate(|o| reply::error(o, &format!("ERR wrong number of arguments for '{name}' command")));
-}
-
-/// What the connection does after a command: go on, or close once its replies are sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flow {
-    Go,
-    Close,
-}
-
-/// A command's handler: adds it to the pipeline (its ops, or a reply at once). The command
-/// table (`table`) names one per command; the arity was checked before it runs.
-pub type Handler = fn(&mut Ctx<'_>, &Args<'_>, &mut Pipeline) -> Flow;
 
 /// Adds `reply` as the command's answer at once.
 fn answer(p: &mut Pipeline, write: impl FnOnce(&mut Vec<u8>)) -> Flow {
@@ -282,7 +199,7 @@ pub(super) fn select(_: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow
 
 /// SCAN, KEYS, DBSIZE, RANDOMKEY, FLUSHALL, FLUSHDB.
 pub(super) fn keyspace(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
-    super::keyspace::parse(ctx, args, p);
+    super::keyspace_args::parse(ctx, args, p);
     Flow::Go
 }
 
@@ -370,7 +287,7 @@ fn rename(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline, nx: bool) {
     let (from, to) = (args.get(1), args.get(2));
     let owner = ctx.node.owner_of(from);
     if owner != ctx.node.owner_of(to) {
-        return p.immediate(|o| reply::error(o, super::transaction::CROSSSLOT));
+        return p.immediate(|o| reply::error(o, super::ctx::CROSSSLOT));
     }
     if !p.in_transaction() && !ctx.session.tx.is_queuing() {
         p.begin_alone(

@@ -10,7 +10,7 @@ use kvshared::stats::Counter;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
-use super::commands::{Ctx, Session};
+use super::ctx::{Ctx, Session};
 use super::dispatch::dispatch;
 use super::parse::{Args, Parsed, parse};
 use super::pipeline::Pipeline;
@@ -164,7 +164,7 @@ impl Resp {
                 Ok(Parsed::Command { consumed }) => {
                     let args = Args::new(&rest[..consumed], &self.ranges);
                     // EXEC and WATCH run in a round of their own (see `transaction`).
-                    let alone = self.session.own_round(args.get(0));
+                    let alone = super::dispatch::own_round(&self.session, args.get(0));
                     if alone && !self.pipeline.is_empty() {
                         self.split = true;
                         return false;

@@ -2,7 +2,7 @@
 //! token's gate, Redis Cluster's redirect, MULTI's queue, the arity, then the command's
 //! handler. EXEC's queued commands are added to its batch here.
 
-use super::commands::{Ctx, Flow};
+use super::ctx::{Ctx, Flow, Session};
 use super::parse::Args;
 use super::pipeline::Pipeline;
 use super::reply;
@@ -19,7 +19,7 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
     let queuing = ctx.session.tx.is_queuing();
     if ctx.redirect
         && !queuing
-        && let Some(e) = super::cluster::redirect(ctx, args)
+        && let Some(e) = redirect(ctx, args)
     {
         if e.starts_with("MOVED") {
             ctx.node
@@ -41,6 +41,26 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
     flow == Flow::Close
 }
 
+/// A Redis Cluster node's redirect for `args`, its keys found by the table (an unknown
+/// command has none: it runs, to be answered as unknown).
+fn redirect(ctx: &Ctx<'_>, args: &Args<'_>) -> Option<String> {
+    let spec = table::spec(args.get(0))?;
+    super::cluster::redirect(ctx, args, spec.key_indexes(args.len()), spec.has(table::WRITE))
+}
+
+/// Whether the command named `name` runs in a round of its own: outside MULTI, those the
+/// table marks so (the keyspace commands, RENAME, WATCH, MSETNX); inside, EXEC (its batch
+/// is the transaction alone).
+pub fn own_round(session: &Session, name: &[u8]) -> bool {
+    let Some(spec) = table::spec(name) else {
+        return false;
+    };
+    match session.tx.is_queuing() {
+        true => spec.name == "EXEC",
+        false => spec.has(table::OWN_ROUND),
+    }
+}
+
 /// Runs one command (none of MULTI's rules): unknown, or of the wrong arity, it is answered
 /// Redis's error; else its handler adds it.
 pub fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
@@ -50,7 +70,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
         return Flow::Go;
     };
     if !spec.takes(args.len()) {
-        super::commands::wrong_args(p, name);
+        super::ctx::wrong_args(p, name);
         return Flow::Go;
     }
     (spec.run)(ctx, args, p)
@@ -81,7 +101,7 @@ fn queue_refusal(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result<Vec<u32>, String>
         return Err(format!("ERR kvd does not run {} inside MULTI", spec.name));
     }
     if ctx.redirect
-        && let Some(e) = super::cluster::redirect(ctx, args)
+        && let Some(e) = redirect(ctx, args)
     {
         return Err(e);
     }

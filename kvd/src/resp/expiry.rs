@@ -5,7 +5,7 @@
 use kvshared::expiry::{Deadline, Expire, ExpireIf, MAX_TTL_MS, PutIf, PutTtl, PutWith};
 use kvshared::wire::{OpKind, decimal_i64};
 
-use super::commands::{Ctx, is, wrong_args};
+use super::ctx::{Ctx, is, wrong_args};
 use super::parse::Args;
 use super::pipeline::{Pipeline, TtlShape};
 use super::reply;

@@ -4,28 +4,38 @@
 //! when kvd is given `--nodes`. The edge (`crate::edge`) accepts, limits and times the
 //! connections; this module only parses and dispatches. Docs: docs/RESP.md.
 //!
-//! # Layout
+//! # Layout (each line imports only from the lines above it: no circle)
 //!
-//! `parse` (commands read in place) -> `commands` (what each command becomes) ->
-//! `pipeline` (one batch through the node, forwarding, replies in order) -> `reply`
-//! (RESP writers); `expiry` reads the expiry commands' arguments; `transaction` runs MULTI/EXEC/WATCH; `keyspace` runs the commands
-//! that span the cluster (SCAN, KEYS, DBSIZE, FLUSHALL, RANDOMKEY); `info` answers INFO; `connection` runs the loop.
-//! `table` is the command table (names, where the keys are); `cluster` is Redis Cluster
-//! (`CLUSTER ...`, and `-MOVED` with `--resp-cluster`, where keyspace commands cover this
-//! node alone, as in Redis Cluster).
+//! - `reply` (RESP writers), `parse` (commands read in place), `errors` (RESP's texts for
+//!   what has no answer);
+//! - `keyspace` runs the commands that span the cluster (SCAN, KEYS, DBSIZE, FLUSHALL,
+//!   RANDOMKEY) node by node; `pipeline` is one pipeline's steps over `crate::routed` (the
+//!   ops split between this node and others, shared with HTTP) and writes the replies;
+//! - `tx_state` (MULTI's queue, the watched keys), `ctx` (a connection's session, what a
+//!   handler is given, the flow after it);
+//! - the handlers: `commands` (strings, connection, server), `expiry`, `keyspace_args`,
+//!   `transaction` (MULTI/EXEC/WATCH), `cluster` (Redis Cluster: `CLUSTER ...`, `-MOVED`
+//!   with `--resp-cluster`), `info`;
+//! - `table`, the one command table (names, arity, keys, flags, handler);
+//! - `dispatch` (the gate, the redirect, MULTI's queue, the arity, then the handler), and
+//!   `connection`, the loop.
 
 mod cluster;
 mod commands;
 mod connection;
+mod ctx;
 mod dispatch;
+mod errors;
 mod expiry;
 mod info;
 mod keyspace;
+mod keyspace_args;
 pub mod parse;
 pub(crate) mod pipeline;
 mod reply;
 mod table;
 mod transaction;
+mod tx_state;
 
 pub(crate) use connection::serve;
 

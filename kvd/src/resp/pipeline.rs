@@ -11,9 +11,10 @@ use kvshared::expiry::{Expire, PutWith, now_ms};
 use kvshared::stats::Counts;
 use kvshared::wire::{OpKind, OpReply, watch_value};
 
+use super::errors::{TRY_AGAIN, no_answer};
 use super::reply::{self, Proto};
 use crate::edge::budget::BufferBudget;
-use crate::node::{Node, NodeError};
+use crate::node::Node;
 use crate::routed::{NoAnswer, OpResult, Routed};
 
 /// Where one op of the pipeline runs: in this node's batch, or forwarded.
@@ -644,31 +645,6 @@ impl Pipeline {
     }
 }
 
-/// RESP's error for an op with no answer (`resp_error` for the node's own reasons).
-pub fn no_answer(e: &NoAnswer) -> String {
-    match e {
-        NoAnswer::Node(e) => resp_error(e),
-        other => format!("ERR {other}"),
-    }
-}
-
-/// RESP's answer to a batch the node could not answer (Redis's prefixes: clients with
-/// replica support act on `READONLY` by going to the master; kvd names the leader's binary
-/// address, the one it knows).
-pub fn resp_error(e: &NodeError) -> String {
-    match e {
-        NodeError::NotLeader { leader } => format!(
-            "READONLY You can't write against a read only replica. (kvd: nothing ran; {})",
-            leader
-                .as_ref()
-                .map_or("no leader is known yet".to_string(), |l| format!(
-                    "the group's leader is {l}"
-                ))
-        ),
-        NodeError::DiskRefuses { .. } | NodeError::OutcomeUnknown { .. } => format!("ERR {e}"),
-    }
-}
-
 /// How Redis 7 would encode a string value: `int` when it reads as a 64-bit integer
 /// (canonically), `embstr` up to 44 bytes, `raw` past that.
 pub fn redis_encoding(v: &[u8]) -> &'static str {
@@ -686,9 +662,6 @@ fn value_reply(out: &mut Vec<u8>, r: OpResult<'_>, proto: Proto) {
         other => error_reply(out, other),
     }
 }
-
-/// Redis's answer while a slot is being migrated, which cluster clients retry on.
-pub(crate) const TRY_AGAIN: &str = "TRYAGAIN the key's slot is being moved to another shard group; try again";
 
 fn error_reply(out: &mut Vec<u8>, r: OpResult<'_>) {
     match r {

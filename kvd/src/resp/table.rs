@@ -6,7 +6,8 @@
 //! Redis Cluster node's key checks (`cluster::redirect`). A new command is one entry here
 //! and one handler.
 
-use super::commands::{self as c, Ctx, Flow, Handler};
+use super::commands as c;
+use super::ctx::{Ctx, Flow, Handler, is};
 use super::parse::Args;
 use super::pipeline::Pipeline;
 use super::reply;
@@ -180,9 +181,9 @@ pub const COMMANDS: &[Spec] = &[
 fn command(_: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
     match args.get(1) {
         b"" => p.immediate(command_reply),
-        sub if c::is(sub, "COUNT") => p.immediate(|o| reply::integer(o, COMMANDS.len() as i64)),
+        sub if is(sub, "COUNT") => p.immediate(|o| reply::integer(o, COMMANDS.len() as i64)),
         // An error makes redis-cli fall back to its built-in help.
-        sub if c::is(sub, "DOCS") => p.immediate(|o| reply::error(o, "ERR COMMAND DOCS is not supported by kvd")),
+        sub if is(sub, "DOCS") => p.immediate(|o| reply::error(o, "ERR COMMAND DOCS is not supported by kvd")),
         _ => p.immediate(|o| reply::error(o, "ERR kvd answers COMMAND, COMMAND COUNT and COMMAND DOCS only")),
     }
     Flow::Go

@@ -9,12 +9,11 @@
 //! `EXEC`'s array and the others still run. Limits: [`MAX_QUEUED`] commands,
 //! [`MAX_QUEUED_BYTES`] of them, [`MAX_WATCHED`] watched keys.
 
-use std::ops::Range;
-
-use super::commands::{Ctx, Flow};
+use super::ctx::{CROSSSLOT, Ctx, Flow};
 use super::parse::Args;
 use super::pipeline::Pipeline;
 use super::reply;
+use super::tx_state::{Multi, Queue};
 
 /// Most commands one transaction queues.
 pub const MAX_QUEUED: usize = 4096;
@@ -22,72 +21,6 @@ pub const MAX_QUEUED: usize = 4096;
 pub const MAX_QUEUED_BYTES: usize = 4 << 20;
 /// Most keys one connection watches.
 pub const MAX_WATCHED: usize = 1024;
-
-pub(super) const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
-
-/// A connection's transaction state.
-#[derive(Default)]
-pub struct TxState {
-    multi: Multi,
-    /// Watched keys and what WATCH found (see `wire::watch_value`).
-    watched: Vec<(Vec<u8>, [u8; 9])>,
-    /// The keys of a WATCH in the round now running, until `after_round` keeps what it found.
-    watching: Vec<Vec<u8>>,
-    /// EXEC's queued commands, for the dispatcher to add to EXEC's batch.
-    to_run: Vec<(Vec<u8>, Vec<Range<usize>>)>,
-}
-
-#[derive(Default)]
-enum Multi {
-    #[default]
-    Off,
-    Queuing(Queue),
-}
-
-#[derive(Default)]
-struct Queue {
-    commands: Vec<(Vec<u8>, Vec<Range<usize>>)>,
-    bytes: usize,
-    /// The node that owns every key queued so far.
-    owner: Option<u32>,
-    /// A command was refused when queued: EXEC answers EXECABORT.
-    failed: bool,
-}
-
-impl TxState {
-    /// EXEC's queued commands, taken by the dispatcher to add them to EXEC's batch.
-    pub fn take_to_run(&mut self) -> Vec<(Vec<u8>, Vec<Range<usize>>)> {
-        std::mem::take(&mut self.to_run)
-    }
-
-    /// After a round: keeps what its WATCH found.
-    pub fn after_round(&mut self, p: &Pipeline) {
-        if self.watching.is_empty() {
-            return;
-        }
-        let seen = p.watched();
-        for (key, value) in std::mem::take(&mut self.watching).into_iter().zip(seen) {
-            match self.watched.iter_mut().find(|(k, _)| *k == key) {
-                Some(w) => w.1 = value,
-                None => self.watched.push((key, value)),
-            }
-        }
-    }
-
-    /// Whether MULTI is queuing commands.
-    pub fn is_queuing(&self) -> bool {
-        matches!(self.multi, Multi::Queuing(_))
-    }
-
-    /// Bytes the queued commands and watched keys hold (charged to the buffer budget).
-    pub fn held_bytes(&self) -> usize {
-        let queued = match &self.multi {
-            Multi::Queuing(q) => q.bytes,
-            Multi::Off => 0,
-        };
-        queued + self.watched.iter().map(|(k, _)| k.len() + 9).sum::<usize>()
-    }
-}
 
 fn ok(p: &mut Pipeline) -> Flow {
     p.immediate(|o| reply::simple(o, "OK"));
