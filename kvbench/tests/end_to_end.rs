@@ -695,11 +695,11 @@ async fn ops_redirected_by_a_slot_move_are_sent_again_and_succeed() {
     };
     let live = Live::new(&cfg);
     let run = tokio::spawn(engine::run(cluster, Shared::new(spec, 7), cfg, live.clone()));
-    let groups = kvd::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
+    let groups = kvd::control::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
     for (from, to) in [(0, 1), (1, 0), (0, 1)] {
         // Ops before each move, whatever this machine's speed.
         more(&live, 2_000).await;
-        kvd::move_slots::move_slots(&groups, (from, to), &[[0, 4095]], 64)
+        kvd::control::move_slots::move_slots(&groups, (from, to), &[[0, 4095]], 64)
             .await
             .unwrap();
     }
@@ -777,8 +777,8 @@ async fn rebalance_by_load_moves_hot_slots_to_the_idle_group() {
             }
         })
     };
-    let groups = kvd::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
-    kvd::reshard::rebalance_by_load(&groups, std::time::Duration::from_secs(1), 64)
+    let groups = kvd::control::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
+    kvd::control::reshard::rebalance_by_load(&groups, std::time::Duration::from_secs(1), 64)
         .await
         .unwrap();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -19,12 +19,11 @@
 //!
 //! Wire types, framing and routing come from `kvshared`; nothing here re-implements them.
 
-mod admin_cmd;
 pub mod alloc;
 mod binary;
 pub mod cli;
-pub mod client_cmd;
 pub mod cluster_view;
+pub mod control;
 mod counters;
 pub mod durable;
 pub mod edge;
@@ -32,10 +31,7 @@ mod expiry_task;
 pub mod http;
 mod latency;
 pub mod local;
-pub mod manager;
-pub mod move_slots;
 pub mod node;
-pub mod reshard;
 pub mod resp;
 mod restart_check;
 pub mod routed;

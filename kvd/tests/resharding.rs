@@ -436,9 +436,9 @@ fn moves_to_two_targets(durable: Option<&str>) {
     };
     let to_one = with_block(ours[..half].to_vec(), 7000..7300);
     let to_two = with_block(ours[half..].to_vec(), 7300..7700);
-    let groups = kvd::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
+    let groups = kvd::control::move_slots::Groups::new(&addrs, ClientConfig::default()).unwrap();
     let targets = [(1, to_one.clone()), (2, to_two.clone())];
-    let outcomes = rt.block_on(kvd::move_slots::move_from(&groups, 0, &targets, 100));
+    let outcomes = rt.block_on(kvd::control::move_slots::move_from(&groups, 0, &targets, 100));
     for o in &outcomes {
         assert!(o.is_ok(), "{o:?}");
     }

@@ -65,8 +65,8 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
             slots,
         } => {
             let wanted = kvshared::slots::parse_ranges(&slots).map_err(|e| anyhow::anyhow!("SLOTS: {e}"))?;
-            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
-            crate::move_slots::move_slots(&groups, (from, to), &wanted, usize::from(chunk)).await?;
+            let groups = crate::control::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            crate::control::move_slots::move_slots(&groups, (from, to), &wanted, usize::from(chunk)).await?;
         }
         AdminCommand::Rebalance {
             nodes,
@@ -74,29 +74,29 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
             window,
             chunk,
         } => {
-            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            let groups = crate::control::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
             match by {
                 crate::cli::RebalanceBy::Slots => {
                     let keep: Vec<usize> = (0..groups.count()).collect();
-                    crate::reshard::rebalance(&groups, &keep, usize::from(chunk)).await?;
+                    crate::control::reshard::rebalance(&groups, &keep, usize::from(chunk)).await?;
                 }
                 crate::cli::RebalanceBy::Load => {
-                    crate::reshard::rebalance_by_load(&groups, window, usize::from(chunk)).await?;
+                    crate::control::reshard::rebalance_by_load(&groups, window, usize::from(chunk)).await?;
                 }
             }
         }
         AdminCommand::AddShard { nodes, group, chunk } => {
-            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            let groups = crate::control::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
             let new = group.unwrap_or(groups.count().saturating_sub(1));
-            crate::reshard::add_shard(&groups, new, usize::from(chunk)).await?;
+            crate::control::reshard::add_shard(&groups, new, usize::from(chunk)).await?;
         }
         AdminCommand::RemoveShard { nodes, group, chunk } => {
-            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
-            crate::reshard::remove_shard(&groups, group, usize::from(chunk)).await?;
+            let groups = crate::control::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            crate::control::reshard::remove_shard(&groups, group, usize::from(chunk)).await?;
         }
         AdminCommand::Slots { nodes } => {
-            let groups = crate::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
-            crate::move_slots::print_slots(&groups).await?;
+            let groups = crate::control::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
+            crate::control::move_slots::print_slots(&groups).await?;
         }
         AdminCommand::InitGroup { nodes } => {
             let config = nodes.client_config()?;

@@ -9,7 +9,7 @@ use kvshared::stats::{GroupRole, NodeStats};
 
 use super::decision::{DecisionLine, decision, finished, print};
 use super::policy::{Decision, Policy, ShardLoad, ShardState};
-use crate::admin_cmd::Group;
+use crate::control::admin_cmd::Group;
 use kvshared::admin::AdminRequest;
 
 /// One shard as the manager follows it.

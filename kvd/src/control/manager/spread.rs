@@ -4,7 +4,7 @@
 //! plan are tested without a cluster. Every key keeps one copy: a move costs a copy of the
 //! moved keys once, not a replica of the whole shard for as long as it is hot.
 
-use crate::reshard::Planned;
+use crate::control::reshard::Planned;
 
 /// Consecutive owned slots judged together when choosing what to move: the moved slots
 /// stay in few ranges (a sampled slot's count is noisy; a block's much less).
@@ -264,7 +264,7 @@ mod tests {
         let worst = *after.iter().max().unwrap() as f64;
         assert!(worst <= mean * 1.3, "{after:?}");
         for p in &plan {
-            assert!(crate::reshard::ranges(&p.slots).len() <= 4, "{p:?}");
+            assert!(crate::control::reshard::ranges(&p.slots).len() <= 4, "{p:?}");
         }
     }
 

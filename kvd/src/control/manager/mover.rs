@@ -16,8 +16,8 @@ use tokio::task::JoinHandle;
 
 use super::decision::{DecisionLine, decision, finished, print};
 use super::spread::{Lever, SpreadPolicy, SpreadState, group_loads, plan_spread, slots_load};
-use crate::move_slots::{Groups, move_from};
-use crate::reshard::{Planned, learn_map, owned_by_group, ranges, tables};
+use crate::control::move_slots::{Groups, move_from};
+use crate::control::reshard::{Planned, learn_map, owned_by_group, ranges, tables};
 
 /// A sampled counter that went back (a restarted node) or jumped by more than this in one
 /// interval is read as no load.

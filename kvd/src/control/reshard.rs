@@ -6,7 +6,7 @@ use anyhow::bail;
 use kvshared::routing::SLOTS;
 use kvshared::slots::{Slot, SlotChange, SlotState};
 
-use crate::move_slots::{Groups, move_slots};
+use crate::control::move_slots::{Groups, move_slots};
 
 /// One planned move: from a group, to a group, these slots (ascending).
 #[derive(Clone, Debug, PartialEq, Eq)]

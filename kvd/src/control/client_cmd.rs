@@ -53,8 +53,8 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             0
         }
         Command::Stats { nodes, json } => stats(&nodes, json).await?,
-        Command::Admin(admin) => crate::admin_cmd::run(admin).await?,
-        Command::Manager(args) => crate::manager::run(args).await?,
+        Command::Admin(admin) => crate::control::admin_cmd::run(admin).await?,
+        Command::Manager(args) => crate::control::manager::run(args).await?,
         Command::Config {
             nodes,
             max_memory,

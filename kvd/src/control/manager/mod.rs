@@ -27,7 +27,7 @@ use anyhow::bail;
 use kvshared::client::ClientConfig;
 
 use crate::cli::ManagerArgs;
-use crate::move_slots::Groups;
+use crate::control::move_slots::Groups;
 use learners::Learners;
 use mover::SlotMover;
 use policy::Policy;
