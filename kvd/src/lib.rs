@@ -27,7 +27,7 @@ pub mod control;
 mod counters;
 pub mod durable;
 pub mod edge;
-mod expiry_task;
+
 pub mod http;
 mod latency;
 pub mod local;

@@ -24,10 +24,10 @@ impl Server {
         let mut node = Node::new(config)?;
         node.open_data_dir().await?;
         let node = Arc::new(node);
-        crate::expiry_task::start(&node);
+        crate::node::expiry_task::start(&node);
         let served = node.clone();
         let binary: Handler = Arc::new(move |conn| Box::pin(crate::binary::serve(conn, served.clone())));
-        let listener = Listener::bind(addr, Front::Binary, binary, &edge_config(&node.config)).await?;
+        let listener = Listener::bind(addr, Front::Binary, binary, &edge_config(node.config())).await?;
         Ok(Server {
             node,
             listeners: vec![listener],
@@ -63,7 +63,7 @@ impl Server {
             })
         });
         let bound = self.add(addr, Front::Resp, resp).await?;
-        let _ = self.node.resp_addr.set(bound);
+        self.node.set_resp_addr(bound);
         let config = cluster.as_ref().map(|c| c.config().clone()).unwrap_or_default();
         let view = crate::cluster_view::ClusterView::start(self.node.clone(), nodes, config);
         let _ = setup.set(crate::resp::Setup {
@@ -89,7 +89,7 @@ impl Server {
                 format!("{} is served once", front.name()),
             ));
         }
-        let listener = Listener::bind(addr, front, handler, &edge_config(&self.node.config)).await?;
+        let listener = Listener::bind(addr, front, handler, &edge_config(self.node.config())).await?;
         let local = listener.local_addr()?;
         self.listeners.push(listener);
         Ok(local)
@@ -118,7 +118,7 @@ impl Server {
     /// [`edge::SHUTDOWN_GRACE`]) and closes the node's log.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Server { node, listeners } = self;
-        edge::serve(edge_config(&node.config), node.counters.clone(), listeners, shutdown).await;
+        edge::serve(edge_config(node.config()), node.counters().clone(), listeners, shutdown).await;
         node.close().await;
     }
 }

@@ -218,7 +218,7 @@ async fn stats(State(s): State<Arc<Shared>>) -> Response {
 /// the leader it knows.
 async fn healthz(State(s): State<Arc<Shared>>) -> Response {
     let node = &s.node;
-    let shard = node.config.shard.to_string();
+    let shard = node.config().shard.to_string();
     let group = node.group_figures();
     let role = match group.role {
         kvshared::stats::GroupRole::None => "standalone",
@@ -243,7 +243,7 @@ async fn one_op(
         .run(node, s.cluster.as_deref(), &s.edge.budget, &mut tally, None)
         .await;
     let held = Held::adopt(s.edge.budget.clone(), taken);
-    node.counters.add_counts(Front::Http.first_id(), &tally);
+    node.counters().add_counts(Front::Http.first_id(), &tally);
     match p.outcome(0) {
         Ok(OpReply::Moved { owner, epoch, .. }) => json_error(
             StatusCode::MISDIRECTED_REQUEST,

@@ -22,6 +22,7 @@ use crate::sampler::Sampler;
 use crate::store::{CappedRoom, MemoryLimit, ReplyRoom, Store};
 
 mod error;
+pub(crate) mod expiry_task;
 pub use error::NodeError;
 
 /// A connection's reusable memory for running its batches (grouping ops by map shard):
@@ -151,11 +152,11 @@ impl Default for NodeConfig {
 /// The store, the counters and the system sampler of one node.
 pub struct Node {
     /// How it was set up.
-    pub config: NodeConfig,
+    config: NodeConfig,
     /// The data.
-    pub store: Arc<Store>,
+    store: Arc<Store>,
     /// What it has done.
-    pub(crate) counters: Arc<Counters>,
+    counters: Arc<Counters>,
     /// How long its batches took, per op kind.
     latencies: Arc<OpLatencies>,
     /// The shard's log, with `--data-dir`: batches with writes go through it.
@@ -169,7 +170,7 @@ pub struct Node {
     window: parking_lot::Mutex<LoadWindow>,
     /// Where the RESP front listens, once bound (reported in stats for the other nodes'
     /// `CLUSTER SLOTS` and `-MOVED`).
-    pub resp_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    resp_addr: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 struct LoadWindow {
@@ -280,8 +281,8 @@ impl Node {
     }
 
     /// What this node's active expiry cycle does now (see `expiry_task`).
-    pub(crate) fn expiry_mode(&self) -> crate::expiry_task::ExpiryMode {
-        use crate::expiry_task::ExpiryMode;
+    pub(crate) fn expiry_mode(&self) -> crate::node::expiry_task::ExpiryMode {
+        use crate::node::expiry_task::ExpiryMode;
         match &self.durable {
             None => ExpiryMode::Remove,
             Some(log) if log.leadership().is_ok() => ExpiryMode::Log,
@@ -504,6 +505,27 @@ impl Node {
             (Some(log), Some(_)) => log.group_figures(),
             _ => GroupFigures::default(),
         }
+    }
+
+    /// How it was set up.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// Where its ops, connections and errors are counted (every front adds to them).
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Where its RESP front listens, once bound.
+    pub fn resp_addr(&self) -> Option<std::net::SocketAddr> {
+        self.resp_addr.get().copied()
+    }
+
+    /// Notes where its RESP front listens (once; reported in stats for the other nodes'
+    /// `CLUSTER SLOTS` and `-MOVED`).
+    pub fn set_resp_addr(&self, addr: std::net::SocketAddr) {
+        let _ = self.resp_addr.set(addr);
     }
 
     /// The slot table as this node knows it (its own slots exactly; the others' as last

@@ -23,7 +23,7 @@ pub fn dispatch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> bool {
     {
         if e.starts_with("MOVED") {
             ctx.node
-                .counters
+                .counters()
                 .add(ctx.session.id, kvshared::stats::Counter::Moved, 1);
         }
         p.immediate(|o| reply::error(o, &e));

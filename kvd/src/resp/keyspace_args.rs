@@ -74,7 +74,7 @@ fn flush_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, String> {
         2 if is(args.get(1), "ASYNC") || is(args.get(1), "SYNC") => true,
         _ => return Err("ERR syntax error".into()),
     };
-    if ctx.node.config.data_dir.is_some() && !explicit {
+    if ctx.node.config().data_dir.is_some() && !explicit {
         let name = String::from_utf8_lossy(args.get(0)).to_ascii_uppercase();
         return Err(format!(
             "ERR kvd: {name} on a durable node (--data-dir) deletes acknowledged data for good; send {name} SYNC (or ASYNC) to mean it"
