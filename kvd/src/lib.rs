@@ -7,15 +7,18 @@
 //!   the drain on shutdown. The fronts below only parse and dispatch.
 //! * [`server`]: a node and its listeners, each wired to its front.
 //! * `binary`: the binary protocol's front: frame in, execute, frame out.
-//! * [`resp`] and [`http`]: the RESP and HTTP fronts.
+//! * [`resp`] and [`http`]: the RESP and HTTP fronts, which share [`routed`] (ops split
+//!   between this node and the others).
 //! * [`store`]: the sharded map and batch execution (knows nothing of sockets).
 //! * [`durable`]: `--data-dir`: the shard's log (openraft: one voter, or a `--group`) over checked segment files.
-//! * [`node`]: what connections share: config, store, counters, sampler; builds stats.
+//! * [`node`]: the one door to the engine (`Node::execute`, `NodeError`): config, store,
+//!   counters, sampler; builds stats.
 //! * `counters`: striped per-connection counters for the hot path.
 //! * [`local`]: in-process nodes on 127.0.0.1 ports for tests and benchmarks.
 //! * `sampler`: the once-a-second sysinfo thread (CPU, memory, network).
-//! * [`cli`], [`client_cmd`] and `admin_cmd`: the command line, its client verbs, `kvd admin`.
-//! * [`manager`]: `kvd manager`, which gives hot shards read replicas on spare members.
+//! * [`cli`]: the command line.
+//! * [`control`]: a client of the cluster: the client verbs, `kvd admin` (slot moves,
+//!   rebalance, group membership) and `kvd manager` (hot shards).
 //!
 //! Wire types, framing and routing come from `kvshared`; nothing here re-implements them.
 
