@@ -469,7 +469,7 @@ impl Binary {
                     encode_empty_frame(FrameKind::ConfigOk, id, &mut self.out);
                     Ok(())
                 }
-                Err(why) => self.encode_error(id, ErrorCode::Refused, why),
+                Err(why) => self.encode_error(id, ErrorCode::Refused, why.to_string()),
             },
             Err(e) => {
                 self.conn.tally.malformed_body += 1;

@@ -3,7 +3,7 @@
 //! own outcome (moved, out of memory, too large, malformed...) is not an error of the
 //! batch: it is that op's result in the response (`kvshared::wire::OpReply`).
 
-use crate::durable::raft::LogError;
+use crate::durable::raft::SubmitError;
 
 /// Why a batch got no answer. Each variant says whether anything of it ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,6 +22,16 @@ pub enum NodeError {
     OutcomeUnknown { reason: String },
 }
 
+/// Why a change of settings at run time (`kvd config`) was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A flush of a durable node: it would have to go through the log to survive a restart.
+    #[error(
+        "a node with --data-dir does not flush (a restart would bring the keys back): restart it on an empty data directory instead"
+    )]
+    DurableFlush,
+}
+
 fn leader_text(leader: &Option<String>) -> String {
     match leader {
         Some(l) => format!("{l} is"),
@@ -36,12 +46,12 @@ impl NodeError {
     }
 }
 
-impl From<LogError> for NodeError {
-    fn from(e: LogError) -> NodeError {
+impl From<SubmitError> for NodeError {
+    fn from(e: SubmitError) -> NodeError {
         match e {
-            LogError::NotLeader(leader) => NodeError::NotLeader { leader },
-            LogError::Refused(reason) => NodeError::DiskRefuses { reason },
-            LogError::Failed(reason) => NodeError::OutcomeUnknown { reason },
+            SubmitError::NotLeader(leader) => NodeError::NotLeader { leader },
+            SubmitError::Refused(reason) => NodeError::DiskRefuses { reason },
+            SubmitError::Failed(reason) => NodeError::OutcomeUnknown { reason },
         }
     }
 }
@@ -53,17 +63,17 @@ mod tests {
     /// The texts users see (RESP's `-ERR`, binary error frames, HTTP bodies carry them).
     #[test]
     fn each_error_says_what_happened() {
-        let e = NodeError::from(LogError::NotLeader(Some("10.0.0.2:7000".into())));
+        let e = NodeError::from(SubmitError::NotLeader(Some("10.0.0.2:7000".into())));
         assert_eq!(e.to_string(), "not the leader of the group (10.0.0.2:7000 is)");
         assert!(e.nothing_ran());
-        let e = NodeError::from(LogError::NotLeader(None));
+        let e = NodeError::from(SubmitError::NotLeader(None));
         assert_eq!(e.to_string(), "not the leader of the group (none known)");
-        let e = NodeError::from(LogError::Refused(
+        let e = NodeError::from(SubmitError::Refused(
             "the disk refuses writes: No space left on device".into(),
         ));
         assert_eq!(e.to_string(), "the disk refuses writes: No space left on device");
         assert!(e.nothing_ran());
-        let e = NodeError::from(LogError::Failed("no commit within 3s".into()));
+        let e = NodeError::from(SubmitError::Failed("no commit within 3s".into()));
         assert_eq!(
             e.to_string(),
             "the shard's log failed; the write may or may not have taken effect: no commit within 3s"

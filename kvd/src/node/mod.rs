@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use crate::counters::Counters;
 use crate::durable::log::FsyncPolicy;
-use crate::durable::raft::{DurableShard, LogAnswer, LogError};
+use crate::durable::raft::{DurableShard, LogAnswer, SubmitError};
 use crate::durable::{DurableConfig, GroupConfig, SnapshotEvery};
 use crate::latency::{KINDS, OpLatencies};
 use crate::sampler::Sampler;
@@ -23,7 +23,7 @@ use crate::store::{CappedRoom, MemoryLimit, ReplyRoom, Store};
 
 mod error;
 pub(crate) mod expiry_task;
-pub use error::NodeError;
+pub use error::{ConfigError, NodeError};
 
 /// A connection's reusable memory for running its batches (grouping ops by map shard):
 /// one per connection, handed to every [`Node::execute`].
@@ -361,7 +361,7 @@ impl Node {
             // (A malformed op goes to the leader too, which answers it as such.)
             let reads_only =
                 !batch.is_empty() && (0..batch.len()).all(|i| batch.op(i).is_ok_and(|op| op.kind.follower_may_serve()));
-            if !reads_only || !matches!(not_leader, LogError::NotLeader(Some(_))) {
+            if !reads_only || !matches!(not_leader, SubmitError::NotLeader(Some(_))) {
                 // A member that does not lead its group runs no write and says who leads.
                 return Some(LogWait::refused(not_leader));
             }
@@ -393,7 +393,7 @@ impl Node {
             && let Some(why) = log.write_refusal()
         {
             // The disk refuses writes: nothing of the batch runs (reads alone go on).
-            return Some(LogWait::refused(LogError::Refused(why)));
+            return Some(LogWait::refused(SubmitError::Refused(why)));
         }
         if logged.is_empty() {
             if shared {
@@ -421,7 +421,7 @@ impl Node {
             Ok(entry) => log.submit(entry),
             Err(e) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                let _ = tx.send(Err(LogError::Failed(e)));
+                let _ = tx.send(Err(SubmitError::Failed(e)));
                 rx
             }
         };
@@ -465,7 +465,7 @@ impl Node {
     /// member has applied.
     fn read_after(
         &self,
-        gate: oneshot::Receiver<Result<u64, LogError>>,
+        gate: oneshot::Receiver<Result<u64, SubmitError>>,
         batch: &BatchView<'_>,
         began: Instant,
     ) -> LogWait {
@@ -483,9 +483,9 @@ impl Node {
     /// Applies a change of settings at run time (flush first, then the cap). A durable node
     /// refuses a flush: it would have to go through the log to survive a restart, and a
     /// benchmark's fresh start is better had from an empty data directory.
-    pub fn configure(&self, change: &ConfigRequest) -> Result<(), String> {
+    pub fn configure(&self, change: &ConfigRequest) -> Result<(), ConfigError> {
         if change.flush && self.durable.is_some() {
-            return Err("a node with --data-dir does not flush (a restart would bring the keys back): restart it on an empty data directory instead".into());
+            return Err(ConfigError::DurableFlush);
         }
         if change.flush {
             self.store.flush();
@@ -698,8 +698,8 @@ struct DeferredRead {
 }
 
 impl DeferredRead {
-    fn run(self, out: &mut BatchResponse, max_reply: usize) -> Result<(), LogError> {
-        let batch = BatchView::parse(&self.body).map_err(|e| LogError::Failed(e.to_string()))?;
+    fn run(self, out: &mut BatchResponse, max_reply: usize) -> Result<(), SubmitError> {
+        let batch = BatchView::parse(&self.body).map_err(|e| SubmitError::Failed(e.to_string()))?;
         let mut tally = Counts::default();
         let mut room = CappedRoom::new(batch.len(), max_reply);
         DEFERRED_SCRATCH
@@ -720,11 +720,11 @@ pub struct LogWait(Waiting);
 /// What a [`LogWait`] waits for.
 enum Waiting {
     /// Nothing ran, and why (this member does not lead its group).
-    Refused(LogError),
+    Refused(SubmitError),
     /// Reads to run from a copy once `gate` answers a read index this member has applied.
     Deferred {
-        gate: oneshot::Receiver<Result<u64, LogError>>,
-        got: Option<Result<u64, LogError>>,
+        gate: oneshot::Receiver<Result<u64, SubmitError>>,
+        got: Option<Result<u64, SubmitError>>,
         read: DeferredRead,
     },
     /// Ops that went to the log: their results come with the entry's answer.
@@ -742,12 +742,12 @@ enum Waiting {
 
 impl LogWait {
     /// Nothing ran: this member does not lead its group.
-    fn refused(why: LogError) -> LogWait {
+    fn refused(why: SubmitError) -> LogWait {
         LogWait(Waiting::Refused(why))
     }
 
     /// Reads waiting to run until this member has applied a read index (`gate`).
-    fn deferred(gate: oneshot::Receiver<Result<u64, LogError>>, read: DeferredRead) -> LogWait {
+    fn deferred(gate: oneshot::Receiver<Result<u64, SubmitError>>, read: DeferredRead) -> LogWait {
         LogWait(Waiting::Deferred { gate, got: None, read })
     }
 
@@ -758,7 +758,7 @@ impl LogWait {
             Waiting::Deferred {
                 gate, got: got @ None, ..
             } => {
-                *got = Some(gate.await.unwrap_or(Err(LogError::NotLeader(None))));
+                *got = Some(gate.await.unwrap_or(Err(SubmitError::NotLeader(None))));
             }
             Waiting::Logged {
                 answer,
@@ -768,7 +768,7 @@ impl LogWait {
                 *got = Some(
                     answer
                         .await
-                        .unwrap_or_else(|_| Err(LogError::Failed(LOG_STOPPED.into()))),
+                        .unwrap_or_else(|_| Err(SubmitError::Failed(LOG_STOPPED.into()))),
                 );
             }
             _ => {}
@@ -783,7 +783,7 @@ impl LogWait {
             } => match gate.try_recv() {
                 Ok(g) => *got = Some(g),
                 Err(oneshot::error::TryRecvError::Empty) => return false,
-                Err(oneshot::error::TryRecvError::Closed) => *got = Some(Err(LogError::NotLeader(None))),
+                Err(oneshot::error::TryRecvError::Closed) => *got = Some(Err(SubmitError::NotLeader(None))),
             },
             Waiting::Logged {
                 answer,
@@ -792,7 +792,7 @@ impl LogWait {
             } => match answer.try_recv() {
                 Ok(a) => *got = Some(a),
                 Err(oneshot::error::TryRecvError::Empty) => return false,
-                Err(oneshot::error::TryRecvError::Closed) => *got = Some(Err(LogError::Failed(LOG_STOPPED.into()))),
+                Err(oneshot::error::TryRecvError::Closed) => *got = Some(Err(SubmitError::Failed(LOG_STOPPED.into()))),
             },
             _ => {}
         }
@@ -811,22 +811,22 @@ impl LogWait {
         Some(self.take(out, max_reply).map_err(NodeError::from))
     }
 
-    fn take(&mut self, out: &mut BatchResponse, max_reply: usize) -> Result<(), LogError> {
+    fn take(&mut self, out: &mut BatchResponse, max_reply: usize) -> Result<(), SubmitError> {
         match std::mem::replace(&mut self.0, Waiting::Finished) {
             Waiting::Refused(why) => Err(why),
             Waiting::Deferred { got, read, .. } => match got {
                 Some(Ok(_)) => read.run(out, max_reply),
                 Some(Err(e)) => Err(e),
-                None => Err(LogError::NotLeader(None)),
+                None => Err(SubmitError::NotLeader(None)),
             },
             Waiting::Logged {
                 got, positions, served, ..
             } => match got {
                 Some(Ok(reply)) => merge_logged(&reply, &positions, served, out, max_reply),
                 Some(Err(e)) => Err(e),
-                None => Err(LogError::Failed(LOG_STOPPED.into())),
+                None => Err(SubmitError::Failed(LOG_STOPPED.into())),
             },
-            Waiting::Finished => Err(LogError::Failed("answered twice".into())),
+            Waiting::Finished => Err(SubmitError::Failed("answered twice".into())),
         }
     }
 }
@@ -874,14 +874,14 @@ fn merge_logged(
     served: Served,
     out: &mut BatchResponse,
     max_reply: usize,
-) -> Result<(), LogError> {
+) -> Result<(), SubmitError> {
     let mut body: AlignedVec = AlignedVec::new();
     body.extend_from_slice(reply);
     // (The entry's first op is its clock: see `logged_batch`.)
     let view = match ReplyView::parse(&body) {
         Ok(view) if view.len() == positions.len() + 1 => view,
-        Ok(_) => return Err(LogError::Failed("the log answered a different number of ops".into())),
-        Err(e) => return Err(LogError::Failed(format!("the log's answer does not decode: {e}"))),
+        Ok(_) => return Err(SubmitError::Failed("the log answered a different number of ops".into())),
+        Err(e) => return Err(SubmitError::Failed(format!("the log's answer does not decode: {e}"))),
     };
     served.count(&view);
     let room = BatchResponse::value_room(out.len(), max_reply);

@@ -32,13 +32,91 @@ pub(super) const SLOT_TABLE_FOLLOWS: u32 = u32::MAX;
 /// Bytes of a map shard's header.
 pub(super) const SHARD_HEADER: usize = 16;
 
+/// Why an export (a snapshot's data: an untrusted file) was refused, saying where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImportError {
+    /// Shorter than the map shard count.
+    #[error("the data is shorter than its header")]
+    ShortHeader,
+    /// A map shard count no kvd writes.
+    #[error("the data says {0} map shards")]
+    ShardCount(usize),
+    /// Bytes after the last map shard's pairs.
+    #[error("{0} bytes after the last map shard")]
+    Trailing(usize),
+    /// The slot table before the shards, and why.
+    #[error("the slot table: {0}")]
+    SlotTable(String),
+    /// A map shard's header.
+    #[error("map shard {shard}: {why}")]
+    Section { shard: usize, why: SectionFault },
+    /// A pair of a map shard.
+    #[error("map shard {shard}: pair {pair} at byte {at}: {why}")]
+    Pair {
+        shard: usize,
+        pair: u64,
+        at: usize,
+        why: PairFault,
+    },
+}
+
+/// What is wrong with a map shard's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SectionFault {
+    #[error("header cut short")]
+    HeaderCut,
+    #[error("pairs length too large")]
+    TooLong,
+    #[error("pairs run past the end")]
+    PastEnd,
+}
+
+/// What is wrong with a pair.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PairFault {
+    #[error("header cut short")]
+    HeaderCut,
+    #[error("key runs past the end")]
+    KeyPastEnd,
+    #[error("value runs past the end")]
+    ValuePastEnd,
+    #[error("deadline runs past the end")]
+    DeadlinePastEnd,
+    #[error("empty key")]
+    EmptyKey,
+    /// A key of a slot this node has handed over.
+    #[error("a key of a slot shard {0} does not hold")]
+    NotOwned(kvshared::routing::ShardId),
+    #[error("no room for it (--max-memory, or the machine's memory)")]
+    NoRoom,
+}
+
+/// A pair's fault and where it is in its section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fault {
+    pair: u64,
+    at: usize,
+    why: PairFault,
+}
+
+impl Fault {
+    fn in_shard(self, shard: usize) -> ImportError {
+        ImportError::Pair {
+            shard,
+            pair: self.pair,
+            at: self.at,
+            why: self.why,
+        }
+    }
+}
+
 impl Store {
     /// Replaces the store's contents with an export (a snapshot's data); returns how many
     /// pairs. Until [`Store::end_replay`], log entries applied with an index the snapshot's
     /// copy of their key's map shard already holds are skipped. Refuses data that does not
     /// parse, a key this node does not own, or pairs that do not fit under `--max-memory`,
     /// saying which pair.
-    pub fn import(&self, data: &[u8]) -> Result<u64, String> {
+    pub fn import(&self, data: &[u8]) -> Result<u64, ImportError> {
         self.flush();
         let mut data = data;
         match data.split_first_chunk::<4>() {
@@ -49,29 +127,25 @@ impl Store {
             // From before slot maps: the even split of --shard.
             _ => self.reset_slots(),
         }
-        let (count, rest) = data
-            .split_first_chunk::<4>()
-            .ok_or_else(|| "the data is shorter than its header".to_string())?;
+        let (count, rest) = data.split_first_chunk::<4>().ok_or(ImportError::ShortHeader)?;
         let count = u32::from_le_bytes(*count) as usize;
         if count == 0 || count > 1 << 20 {
-            return Err(format!("the data says {count} map shards"));
+            return Err(ImportError::ShardCount(count));
         }
         let sections = sections(rest, count)?;
         let total = sections.iter().try_fold(0usize, |n, (shard, _, section)| {
             let mut pairs = 0usize;
             for pair in Pairs::new(section) {
-                pair.map_err(|e| format!("map shard {shard}: {e}"))?;
+                pair.map_err(|e| e.in_shard(*shard))?;
                 pairs += 1;
             }
-            Ok::<_, String>(n + pairs)
+            Ok::<_, ImportError>(n + pairs)
         })?;
         self.reserve_for_import(total);
         let mut held = Vec::with_capacity(sections.len());
         let mut pairs = 0u64;
         for (shard, applied, section) in sections {
-            pairs += self
-                .import_pairs(section)
-                .map_err(|e| format!("map shard {shard}: {e}"))?;
+            pairs += self.import_pairs(section).map_err(|e| e.in_shard(shard))?;
             held.push(applied);
         }
         *self.replay.write() = Some(held);
@@ -112,7 +186,7 @@ impl Store {
         *self.replay.write() = None;
     }
 
-    fn import_pairs(&self, data: &[u8]) -> Result<u64, String> {
+    fn import_pairs(&self, data: &[u8]) -> Result<u64, Fault> {
         let mut out = BatchResponse::default();
         let mut tally = Counts::default();
         let mut ans = Answers {
@@ -132,15 +206,15 @@ impl Store {
                 deadline,
                 at,
             } = pair?;
-            let bad = |why: &str| format!("pair {pairs} at byte {at}: {why}");
+            let bad = |why| Fault { pair: pairs, at, why };
             let hash = key_hash(key);
             if self.slots.get(key_slot(key)).state == kvshared::slots::SlotState::Gone {
-                return Err(bad(&format!("a key of a slot shard {} does not hold", self.me)));
+                return Err(bad(PairFault::NotOwned(self.me)));
             }
             let shard = map_shard(hash, self.shards.len());
             let mut s = self.shards[shard].write();
             if !self.put(shard, &mut s, hash, key, value, &mut ans) {
-                return Err(bad("no room for it (--max-memory, or the machine's memory)"));
+                return Err(bad(PairFault::NoRoom));
             }
             if deadline.is_some() {
                 self.set_deadline(&mut s, key, deadline);
@@ -156,22 +230,22 @@ impl Store {
 type Section<'a> = (usize, u64, &'a [u8]);
 
 /// An export's map-shard sections, every length checked.
-fn sections(mut rest: &[u8], count: usize) -> Result<Vec<Section<'_>>, String> {
+fn sections(mut rest: &[u8], count: usize) -> Result<Vec<Section<'_>>, ImportError> {
     let mut out = Vec::with_capacity(count.min(rest.len() / SHARD_HEADER + 1));
     for shard in 0..count {
-        let bad = |why: &str| format!("map shard {shard}: {why}");
+        let bad = |why| ImportError::Section { shard, why };
         let (header, body) = rest
             .split_first_chunk::<SHARD_HEADER>()
-            .ok_or_else(|| bad("header cut short"))?;
+            .ok_or_else(|| bad(SectionFault::HeaderCut))?;
         let applied = u64::from_le_bytes(header[..8].try_into().unwrap_or_default());
         let len = u64::from_le_bytes(header[8..].try_into().unwrap_or_default());
-        let len = usize::try_from(len).map_err(|_| bad("pairs length too large"))?;
-        let section = body.get(..len).ok_or_else(|| bad("pairs run past the end"))?;
+        let len = usize::try_from(len).map_err(|_| bad(SectionFault::TooLong))?;
+        let section = body.get(..len).ok_or_else(|| bad(SectionFault::PastEnd))?;
         out.push((shard, applied, section));
         rest = body.get(len..).unwrap_or_default();
     }
     if !rest.is_empty() {
-        return Err(format!("{} bytes after the last map shard", rest.len()));
+        return Err(ImportError::Trailing(rest.len()));
     }
     Ok(out)
 }
@@ -201,34 +275,34 @@ impl<'a> Pairs<'a> {
         }
     }
 
-    fn parse(&self) -> Result<(Pair<'a>, usize), String> {
+    fn parse(&self) -> Result<(Pair<'a>, usize), Fault> {
         let (rest, pairs) = (self.rest, self.count);
         let at = self.data.len() - rest.len();
-        let bad = |why: &str| format!("pair {pairs} at byte {at}: {why}");
+        let bad = |why| Fault { pair: pairs, at, why };
         let (header, body) = rest
             .split_first_chunk::<PAIR_HEADER>()
-            .ok_or_else(|| bad("header cut short"))?;
+            .ok_or_else(|| bad(PairFault::HeaderCut))?;
         let key_len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
         let value_len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
         let has_deadline = value_len & HAS_DEADLINE != 0;
         let value_len = (value_len & !HAS_DEADLINE) as usize;
-        let key = body.get(..key_len).ok_or_else(|| bad("key runs past the end"))?;
+        let key = body.get(..key_len).ok_or_else(|| bad(PairFault::KeyPastEnd))?;
         let value = body
             .get(key_len..key_len + value_len)
-            .ok_or_else(|| bad("value runs past the end"))?;
+            .ok_or_else(|| bad(PairFault::ValuePastEnd))?;
         let mut pair_len = key_len + value_len;
         let deadline = if has_deadline {
             let at = body
                 .get(pair_len..pair_len + 8)
                 .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .ok_or_else(|| bad("deadline runs past the end"))?;
+                .ok_or_else(|| bad(PairFault::DeadlinePastEnd))?;
             pair_len += 8;
             Some(u64::from_le_bytes(at))
         } else {
             None
         };
         if key.is_empty() {
-            return Err(bad("empty key"));
+            return Err(bad(PairFault::EmptyKey));
         }
         Ok((
             Pair {
@@ -243,7 +317,7 @@ impl<'a> Pairs<'a> {
 }
 
 impl<'a> Iterator for Pairs<'a> {
-    type Item = Result<Pair<'a>, String>;
+    type Item = Result<Pair<'a>, Fault>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.rest.is_empty() {
@@ -636,6 +710,13 @@ mod tests {
         let e = store
             .import(&one_shard(&[(other.into_bytes(), Vec::new())]))
             .unwrap_err();
-        assert!(e.contains("a slot shard 0/2 does not hold"), "{e}");
+        assert!(
+            matches!(&e, ImportError::Pair { shard: 0, pair: 0, why: PairFault::NotOwned(me), .. } if *me == store.me),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "map shard 0: pair 0 at byte 0: a key of a slot shard 0/2 does not hold"
+        );
     }
 }

@@ -33,6 +33,7 @@ mod slots;
 mod table;
 mod tracking;
 
+pub use dump::{ImportError, PairFault, SectionFault};
 pub use expiry::CycleFigures;
 use expiry::batch_clock;
 pub use export::Exported;

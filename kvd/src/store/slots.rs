@@ -334,14 +334,12 @@ impl Store {
     }
 
     /// Loads a table written by [`Store::export_slots`]; returns the bytes it took.
-    pub(super) fn import_slots(&self, data: &[u8]) -> Result<usize, String> {
-        let (applied, rest) = data
-            .split_first_chunk::<8>()
-            .ok_or_else(|| "the slot table is cut short".to_string())?;
-        let table = rest
-            .get(..kvshared::slots::ENCODED_LEN)
-            .ok_or_else(|| "the slot table is cut short".to_string())?;
-        self.slots.load(table)?;
+    pub(super) fn import_slots(&self, data: &[u8]) -> Result<usize, super::dump::ImportError> {
+        use super::dump::ImportError;
+        let cut = || ImportError::SlotTable("cut short".into());
+        let (applied, rest) = data.split_first_chunk::<8>().ok_or_else(cut)?;
+        let table = rest.get(..kvshared::slots::ENCODED_LEN).ok_or_else(cut)?;
+        self.slots.load(table).map_err(ImportError::SlotTable)?;
         self.slots_applied
             .store(u64::from_le_bytes(*applied), std::sync::atomic::Ordering::Release);
         Ok(8 + kvshared::slots::ENCODED_LEN)

@@ -24,7 +24,7 @@ use openraft::{BasicNode, ChangeMembers, ServerState};
 
 use super::open::GROUP_ELECTION_MS;
 use super::shard::DurableShard;
-use super::types::{LogError, leader_hint};
+use super::types::{SubmitError, leader_hint};
 use crate::durable::meta::Identity;
 use crate::durable::network::{AdminReply, AdminRequest, MemberIdentity, Target};
 
@@ -61,7 +61,7 @@ impl DurableShard {
             }
             _ => {}
         }
-        if let Err(LogError::NotLeader(leader)) = self.leadership() {
+        if let Err(SubmitError::NotLeader(leader)) = self.leadership() {
             return AdminReply::NotLeader(leader);
         }
         if let AdminRequest::ReadIndex { member } = request {
@@ -156,8 +156,8 @@ impl DurableShard {
         }
         match self.read_index_round().await {
             Ok(Ok(index)) => AdminReply::ReadIndex(index),
-            Ok(Err(LogError::NotLeader(leader))) => AdminReply::NotLeader(leader),
-            Ok(Err(LogError::Failed(why) | LogError::Refused(why))) => AdminReply::Failed(why),
+            Ok(Err(SubmitError::NotLeader(leader))) => AdminReply::NotLeader(leader),
+            Ok(Err(SubmitError::Failed(why) | SubmitError::Refused(why))) => AdminReply::Failed(why),
             Err(_) => AdminReply::NotLeader(None),
         }
     }
@@ -429,9 +429,9 @@ impl DurableShard {
 }
 
 /// An error that says who leads when openraft named a leader.
-fn leader_or(hint: Option<LogError>, why: String) -> String {
+fn leader_or(hint: Option<SubmitError>, why: String) -> String {
     match hint {
-        Some(LogError::NotLeader(Some(l))) => format!("not the leader any more ({l} is): {why}"),
+        Some(SubmitError::NotLeader(Some(l))) => format!("not the leader any more ({l} is): {why}"),
         _ => why,
     }
 }

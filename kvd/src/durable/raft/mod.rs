@@ -52,7 +52,7 @@ pub(crate) mod types;
 pub use log_store::{decode_record, encode_record};
 pub use open::Recovery;
 pub use shard::DurableShard;
-pub use types::{LogAnswer, LogError, ShardRaft};
+pub use types::{LogAnswer, ShardRaft, SubmitError};
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::types::{LogAnswer, LogError, ShardRaft, leader_hint};
+use super::types::{LogAnswer, ShardRaft, SubmitError, leader_hint};
 use crate::durable::entry::LogPayload;
 
 /// Most batches in one entry.
@@ -69,7 +69,7 @@ pub(super) async fn propose(
         if quiet.load(std::sync::atomic::Ordering::Relaxed) {
             // Nothing of these ran; the client asks again, of the next leader.
             for (_, answer) in waiting {
-                let _ = answer.send(Err(LogError::NotLeader(None)));
+                let _ = answer.send(Err(SubmitError::NotLeader(None)));
             }
             continue;
         }
@@ -86,7 +86,7 @@ pub(super) async fn propose(
                 Ok(r) => r,
                 Err(_) => {
                     // A disk that stopped taking writes meanwhile is the likelier reason: say so.
-                    let why = LogError::Failed(match health.stall_reason() {
+                    let why = SubmitError::Failed(match health.stall_reason() {
                         Some(disk) => format!(
                             "the node's disk refuses writes ({disk}): the write is queued in the log and the outcome is unknown until the disk takes writes again"
                         ),
@@ -107,7 +107,7 @@ pub(super) async fn propose(
                 Err(e) => {
                     let why = match e.forward_to_leader() {
                         Some(f) => leader_hint(f),
-                        None => LogError::Failed(e.to_string()),
+                        None => SubmitError::Failed(e.to_string()),
                     };
                     for answer in answers {
                         let _ = answer.send(Err(why.clone()));

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::types::{LogError, ShardRaft, leader_hint};
+use super::types::{ShardRaft, SubmitError, leader_hint};
 use crate::durable::network::{AdminReply, AdminRequest, Target};
 
 /// Follower reads: how long a member waits for its leader's read index, how far behind it
@@ -21,16 +21,16 @@ pub(super) const CONFIRM_LIMIT: std::time::Duration = std::time::Duration::from_
 /// Queues a read for a read-index round on `queue`.
 pub(super) fn queue_for_read_index(
     queue: &tokio::sync::mpsc::UnboundedSender<ReadIndexWaiter>,
-) -> tokio::sync::oneshot::Receiver<Result<u64, LogError>> {
+) -> tokio::sync::oneshot::Receiver<Result<u64, SubmitError>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     if let Err(tokio::sync::mpsc::error::SendError(tx)) = queue.send(tx) {
-        let _ = tx.send(Err(LogError::NotLeader(None)));
+        let _ = tx.send(Err(SubmitError::NotLeader(None)));
     }
     rx
 }
 
 /// Where a read-index round's outcome goes: the read index, or why there is none.
-pub type ReadIndexWaiter = tokio::sync::oneshot::Sender<Result<u64, LogError>>;
+pub type ReadIndexWaiter = tokio::sync::oneshot::Sender<Result<u64, SubmitError>>;
 
 /// Confirms leadership for the reads that asked: one read-index round (a heartbeat to a
 /// majority) for every request queued when it starts; requests that arrive during a round
@@ -56,9 +56,9 @@ pub(super) async fn confirm(
             Ok(Ok(read)) => Ok(read.map_or(0, |l| l.index)),
             Ok(Err(e)) => Err(match e.forward_to_leader() {
                 Some(f) => leader_hint(f),
-                None => LogError::NotLeader(None),
+                None => SubmitError::NotLeader(None),
             }),
-            Err(_) => Err(LogError::NotLeader(None)),
+            Err(_) => Err(SubmitError::NotLeader(None)),
         };
         for w in waiting {
             let _ = w.send(outcome.clone());
@@ -149,7 +149,7 @@ pub(super) async fn follow_reads(
         }
         let Some((leader_id, addr)) = leader_of(&raft) else {
             for w in waiting {
-                let _ = w.send(Err(LogError::NotLeader(None)));
+                let _ = w.send(Err(SubmitError::NotLeader(None)));
             }
             continue;
         };
@@ -161,7 +161,7 @@ pub(super) async fn follow_reads(
         };
         let Some(cluster) = cluster else {
             for w in waiting {
-                let _ = w.send(Err(LogError::NotLeader(Some(addr.clone()))));
+                let _ = w.send(Err(SubmitError::NotLeader(Some(addr.clone()))));
             }
             continue;
         };
@@ -183,13 +183,13 @@ pub(super) async fn follow_reads(
             Ok(Ok(AdminReply::NotLeader(named))) => {
                 let named = named.or(Some(addr));
                 for w in waiting {
-                    let _ = w.send(Err(LogError::NotLeader(named.clone())));
+                    let _ = w.send(Err(SubmitError::NotLeader(named.clone())));
                 }
                 continue;
             }
             _ => {
                 for w in waiting {
-                    let _ = w.send(Err(LogError::NotLeader(Some(addr.clone()))));
+                    let _ = w.send(Err(SubmitError::NotLeader(Some(addr.clone()))));
                 }
                 continue;
             }
@@ -199,7 +199,7 @@ pub(super) async fn follow_reads(
         let applied = raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
         if applied.saturating_add(MEMBER_READ_MAX_BEHIND) < index {
             for w in waiting {
-                let _ = w.send(Err(LogError::NotLeader(Some(addr.clone()))));
+                let _ = w.send(Err(SubmitError::NotLeader(Some(addr.clone()))));
             }
             continue;
         }
@@ -212,7 +212,7 @@ pub(super) async fn follow_reads(
                 .await;
             let outcome = match applied {
                 Ok(_) => Ok(index),
-                Err(_) => Err(LogError::NotLeader(Some(addr))),
+                Err(_) => Err(SubmitError::NotLeader(Some(addr))),
             };
             for w in waiting {
                 let _ = w.send(outcome.clone());

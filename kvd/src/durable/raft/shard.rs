@@ -7,7 +7,7 @@ use super::propose::Proposal;
 use super::reads::{ReadIndexWaiter, queue_for_read_index};
 use super::state_machine::Snapshots;
 use super::tasks::Tasks;
-use super::types::{LogAnswer, LogError, ShardRaft};
+use super::types::{LogAnswer, ShardRaft, SubmitError};
 use crate::durable::log::{FsyncPolicy, GroupCommit};
 
 /// How long after a snapshot chunk a follower holds its campaign back.
@@ -68,19 +68,19 @@ impl DurableShard {
     pub fn submit(&self, batch_body: Vec<u8>) -> tokio::sync::oneshot::Receiver<LogAnswer> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         if let Err(tokio::sync::mpsc::error::SendError((_, tx))) = self.proposals.send((batch_body, tx)) {
-            let _ = tx.send(Err(LogError::Failed("the shard's log has stopped".into())));
+            let _ = tx.send(Err(SubmitError::Failed("the shard's log has stopped".into())));
         }
         rx
     }
 
     /// Whether this member may serve now: `Ok` when it leads its group (as far as it knows;
     /// reads confirm it with [`DurableShard::read_index_round`]), else who does.
-    pub fn leadership(&self) -> Result<(), LogError> {
+    pub fn leadership(&self) -> Result<(), SubmitError> {
         if !self.grouped {
             return Ok(());
         }
         if self.handing_over.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(LogError::NotLeader(None));
+            return Err(SubmitError::NotLeader(None));
         }
         // Read in place: this runs once per batch, and the metrics hold the membership.
         let metrics = self.raft.metrics();
@@ -92,7 +92,7 @@ impl DurableShard {
             if m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term) {
                 return Ok(());
             }
-            return Err(LogError::NotLeader(None));
+            return Err(SubmitError::NotLeader(None));
         }
         // (A member that restarted may still hold its own old leadership in its vote: it
         // names nobody rather than itself.)
@@ -100,7 +100,7 @@ impl DurableShard {
             .current_leader
             .filter(|id| *id != self.me)
             .and_then(|id| m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()));
-        Err(LogError::NotLeader(leader))
+        Err(SubmitError::NotLeader(leader))
     }
 
     /// Whether another member may serve this group's reads: a replica group whose
@@ -124,14 +124,14 @@ impl DurableShard {
     /// member's: answers the read index once a majority has confirmed, after they arrived,
     /// that this member still leads, and this member has applied everything committed when
     /// that round began (openraft's `ensure_linearizable`); the reads may run then.
-    pub fn read_index_round(&self) -> tokio::sync::oneshot::Receiver<Result<u64, LogError>> {
+    pub fn read_index_round(&self) -> tokio::sync::oneshot::Receiver<Result<u64, SubmitError>> {
         queue_for_read_index(&self.confirms)
     }
 
     /// On a follower or learner, for reads not yet run: answers `Ok` once this member has
     /// applied the leader's read index (see `follow_reads`); the reads may run then. `None`
     /// outside a replica group.
-    pub fn member_read(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, LogError>>> {
+    pub fn member_read(&self) -> Option<tokio::sync::oneshot::Receiver<Result<u64, SubmitError>>> {
         if !self.is_member() {
             return None;
         }

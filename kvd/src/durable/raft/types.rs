@@ -43,33 +43,27 @@ pub(super) fn io_error(e: impl std::fmt::Display) -> StorageError<u64> {
     }
 }
 
-/// Why the log did not answer a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LogError {
+/// Why the replicated log did not answer a batch submitted to it (not to be confused with
+/// `durable::log::LogError`, why the log's files could not be read or written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
     /// This member does not lead its group (the leader's address, when known): nothing of
     /// the batch ran; the client should ask the leader.
+    #[error("not the leader of the group ({})", .0.as_deref().map_or("none known".to_string(), |l| format!("{l} is")))]
     NotLeader(Option<String>),
     /// The log failed; the batch may have been logged (its outcome is unknown).
+    #[error("{0}")]
     Failed(String),
     /// The batch was refused before anything of it ran (the disk refuses writes); why.
+    #[error("{0}")]
     Refused(String),
 }
 
-impl std::fmt::Display for LogError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LogError::NotLeader(Some(l)) => write!(f, "not the leader of the group ({l} is)"),
-            LogError::NotLeader(None) => write!(f, "not the leader of the group (none known)"),
-            LogError::Failed(why) | LogError::Refused(why) => f.write_str(why),
-        }
-    }
-}
-
 /// The leader's address from openraft's forward-to-leader hint.
-pub(super) fn leader_hint(f: &openraft::error::ForwardToLeader<u64, BasicNode>) -> LogError {
-    LogError::NotLeader(f.leader_node.as_ref().map(|n| n.addr.clone()))
+pub(super) fn leader_hint(f: &openraft::error::ForwardToLeader<u64, BasicNode>) -> SubmitError {
+    SubmitError::NotLeader(f.leader_node.as_ref().map(|n| n.addr.clone()))
 }
 
 /// What the log answers a submitted batch: its encoded response body, or why it failed (the
 /// outcome is then unknown: the batch may have been logged).
-pub type LogAnswer = Result<Vec<u8>, LogError>;
+pub type LogAnswer = Result<Vec<u8>, SubmitError>;
