@@ -152,10 +152,22 @@ impl OpKind {
         OpKind::SlotTrack,
     ];
 
-    /// Whether the op concerns the whole node rather than one key (no key routes it).
+    /// Whether the op concerns the whole node rather than one key (no key routes it): a
+    /// bit test on the hot path (one per op); `node_wide` is the exhaustive list, and
+    /// `tests::node_wide_kinds_agree` holds the two equal.
     #[inline]
     pub fn is_node_wide(self) -> bool {
-        self.node_wide().is_some()
+        matches!(
+            self,
+            OpKind::Scan
+                | OpKind::KeyCount
+                | OpKind::Flush
+                | OpKind::SlotSet
+                | OpKind::SlotScan
+                | OpKind::SlotMap
+                | OpKind::SlotLoad
+                | OpKind::SlotTrack
+        )
     }
 
     /// The node-wide op this is, if it is one. Every kind is named here, so a kind added
@@ -1256,6 +1268,13 @@ mod tests {
         }
     }
     use super::*;
+
+    #[test]
+    fn node_wide_kinds_agree() {
+        for kind in OpKind::ALL {
+            assert_eq!(kind.is_node_wide(), kind.node_wide().is_some(), "{kind:?}");
+        }
+    }
 
     /// A slot copy's tracking is the leader's: a batch holding it goes to the leader even
     /// when a client spreads reads over followers, and a follower refuses it.
