@@ -26,8 +26,28 @@ use super::raft::types::ShardRaft;
 /// An append of at least this many bytes of entries goes on the bulk lane.
 pub const BULK_BYTES: usize = 1 << 20;
 
-/// How a member answered an append, or why it did not (the transport's reason).
-pub type Outcome = Result<Result<AppendEntriesResponse<u64>, RaftError<u64>>, String>;
+/// Why a bulk send got no answer: the transport's reason, and whether the member could not
+/// be reached at all (openraft then backs off before it tries again, as for any RPC).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoReply {
+    /// The member could not be reached (no connection).
+    pub unreachable: bool,
+    /// Why, in words.
+    pub why: String,
+}
+
+impl NoReply {
+    /// A failure after the member was reached (or before: `unreachable` false).
+    pub fn failed(why: impl Into<String>) -> NoReply {
+        NoReply {
+            unreachable: false,
+            why: why.into(),
+        }
+    }
+}
+
+/// How a member answered an append, or why it did not.
+pub type Outcome = Result<Result<AppendEntriesResponse<u64>, RaftError<u64>>, NoReply>;
 
 /// The bytes of entries an append carries (payloads; raft's own entries count a little).
 pub fn entry_bytes(rpc: &AppendEntriesRequest<ShardRaft>) -> usize {
@@ -109,7 +129,9 @@ impl Lane {
                     let (tx, rx) = watch::channel(None);
                     let task = send(rpc);
                     tokio::spawn(async move {
-                        let outcome = task.await.unwrap_or_else(|e| Err(format!("the send failed: {e}")));
+                        let outcome = task
+                            .await
+                            .unwrap_or_else(|e| Err(NoReply::failed(format!("the send failed: {e}"))));
                         let _ = tx.send(Some(outcome));
                     });
                     *slot = Some(Sending {
@@ -145,7 +167,7 @@ fn answer(s: &Sending, asked: &Key) -> Outcome {
         Some(Ok(Ok(r))) => Ok(Ok(copy(r))),
         Some(Ok(Err(e))) => Ok(Err(e.clone())),
         Some(Err(e)) => Err(e.clone()),
-        None => Err("no answer".into()),
+        None => Err(NoReply::failed("no answer")),
     }
 }
 

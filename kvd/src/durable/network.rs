@@ -22,7 +22,7 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::bulk::{self, Lane, Step};
+use super::bulk::{self, Lane, NoReply, Step};
 use super::raft::types::ShardRaft;
 pub use kvshared::admin::{AdminReply, AdminRequest, MemberIdentity, Target, UNREADABLE};
 
@@ -233,10 +233,13 @@ impl Peer {
             tokio::spawn(async move {
                 match exchange(&cluster, &message, ttl).await {
                     Ok(RaftRpcReply::Append(r)) => Ok(r),
-                    Ok(RaftRpcReply::Refused(why)) => Err(why),
-                    Ok(_) => Err("answered another kind of RPC".into()),
-                    Err(Failed::Unreachable(e)) => Err(e.to_string()),
-                    Err(Failed::Network(why)) => Err(why),
+                    Ok(RaftRpcReply::Refused(why)) => Err(NoReply::failed(why)),
+                    Ok(_) => Err(NoReply::failed("answered another kind of RPC")),
+                    Err(Failed::Unreachable(e)) => Err(NoReply {
+                        unreachable: true,
+                        why: e.to_string(),
+                    }),
+                    Err(Failed::Network(why)) => Err(NoReply::failed(why)),
                 }
             })
         };
@@ -245,9 +248,14 @@ impl Peer {
                 self.reach.answered(&self.addr);
                 r.map_err(|e| self.remote(e))
             }
-            Step::Answered(Err(why)) => {
-                self.reach.failed(&self.addr, &why);
-                Err(network(why))
+            // A member that cannot be reached is backed off from, as on the ordinary path
+            // (else every retry would start another send at once).
+            Step::Answered(Err(no)) => {
+                self.reach.failed(&self.addr, &no.why);
+                match no.unreachable {
+                    true => Err(RPCError::Unreachable(Unreachable::new(&std::io::Error::other(no.why)))),
+                    false => Err(network(no.why)),
+                }
             }
             Step::Sending => {
                 let prev = beat.prev_log_id;
