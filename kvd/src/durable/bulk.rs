@@ -172,7 +172,7 @@ fn answer(s: &Sending, asked: &Key) -> Outcome {
 }
 
 /// A copy of an answer (openraft's type is not `Clone`).
-pub fn copy(r: &AppendEntriesResponse<u64>) -> AppendEntriesResponse<u64> {
+fn copy(r: &AppendEntriesResponse<u64>) -> AppendEntriesResponse<u64> {
     match r {
         AppendEntriesResponse::Success => AppendEntriesResponse::Success,
         AppendEntriesResponse::PartialSuccess(m) => AppendEntriesResponse::PartialSuccess(*m),
