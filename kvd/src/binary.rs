@@ -27,7 +27,7 @@ use kvshared::wire::{
 use tokio::io::AsyncWriteExt;
 
 use crate::edge::budget::ReplyAllowance;
-use crate::edge::conn::{Conn, End, Input, Stage};
+use crate::edge::conn::{Conn, ConnError, End, Input, Stage};
 use crate::node::{LogWait, Node, NodeError, ReadMode, Scratch};
 
 /// A connection keeps buffers up to this size for the next frame; larger ones (left by an
@@ -162,7 +162,7 @@ impl Binary {
                 // Nothing more is queued: publish counters, push out the answers so far, wait.
                 self.conn.publish();
                 if let Err(e) = self.conn.writer.flush().await {
-                    return End::Failed(e.to_string());
+                    return End::Failed(e.into());
                 }
                 let oldest = self.waiting.front_mut().map(|w| w.log.wait());
                 match self.conn.wait_for_input(oldest).await {
@@ -177,7 +177,7 @@ impl Binary {
                 Ok(None) => return End::Clean,
                 Err(e) => {
                     self.reply_connection_error(&e).await;
-                    return End::Failed(e.to_string());
+                    return End::Failed(e.into());
                 }
             };
             if let Some(end) = self.handle(header).await {
@@ -215,17 +215,17 @@ impl Binary {
         };
         let go_on = match go_on {
             Ok(go_on) => go_on,
-            Err(e) => return Some(End::Failed(format!("cannot encode a reply: {e}"))),
+            Err(e) => return Some(End::Failed(e.into())),
         };
         if let Err(e) = self.write_out().await {
-            return Some(End::Failed(e.to_string()));
+            return Some(End::Failed(e.into()));
         }
         if stage == Stage::Over && !self.whole_frame_buffered() {
             return Some(End::Clean);
         }
         if !go_on {
             self.conn.close_after_error().await;
-            return Some(End::Failed("the client presented a wrong token".into()));
+            return Some(End::Failed(ConnError::WrongToken));
         }
         self.settle_buffers();
         if self.conn.tally.batches >= PUBLISH_EVERY {
@@ -482,7 +482,7 @@ impl Binary {
     /// the oldest, or all of them. An error ends the connection: a batch whose log failed
     /// may have been logged, so it gets no answer rather than a wrong one (the client counts
     /// its outcome as unknown).
-    async fn answer_logged(&mut self, wait: Wait) -> Result<(), String> {
+    async fn answer_logged(&mut self, wait: Wait) -> Result<(), ConnError> {
         let max_reply = self.node.config().max_frame as usize;
         let mut waited = false;
         while let Some(head) = self.waiting.front_mut() {
@@ -502,18 +502,16 @@ impl Binary {
                     // that has answered panics when polled again) when the caller drains
                     // the queue after this error.
                     self.waiting.pop_front();
-                    return Err(e.to_string());
+                    return Err(e.into());
                 }
                 Some(Err(NodeError::NotLeader { leader })) => Some(Ok(leader)),
-                Some(Err(e @ NodeError::DiskRefuses { .. })) => Some(Err(e.to_string())),
+                Some(Err(e @ NodeError::DiskRefuses { .. })) => Some(Err(e)),
                 Some(Ok(())) => None,
             };
             let Some(done) = self.waiting.pop_front() else { break };
             match not_leader {
                 // Nothing of the batch ran, and will not anywhere now: the client is told why.
-                Some(Err(why)) => self
-                    .encode_error(done.id, ErrorCode::Refused, why)
-                    .map_err(|e| format!("cannot encode a reply: {e}"))?,
+                Some(Err(why)) => self.encode_error(done.id, ErrorCode::Refused, why.to_string())?,
                 // Nothing of the batch ran: the client sends it to the leader.
                 Some(Ok(leader)) => raw_frame(
                     &mut self.out,
@@ -521,10 +519,9 @@ impl Binary {
                     done.id,
                     leader.unwrap_or_default().as_bytes(),
                 ),
-                None => encode_frame(FrameKind::BatchResponse, done.id, &done.response, &mut self.out)
-                    .map_err(|e| format!("cannot encode a reply: {e}"))?,
+                None => encode_frame(FrameKind::BatchResponse, done.id, &done.response, &mut self.out)?,
             }
-            self.write_out().await.map_err(|e| e.to_string())?;
+            self.write_out().await?;
             self.spares.give(done.response);
         }
         Ok(())

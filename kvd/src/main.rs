@@ -40,7 +40,7 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    args.validate().map_err(anyhow::Error::msg)?;
+    args.validate()?;
     if args.max_memory.is_some() {
         // Under --max-memory, RSS is promised to stay near the cap (docs/MEMORY.md).
         kvd::alloc::purge_freed_memory_at_once();
@@ -53,7 +53,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
         .max(1);
     let map_shards = args.map_shards.unwrap_or((8 * threads).max(16));
-    args.capacity_fits(map_shards).map_err(anyhow::Error::msg)?;
+    args.capacity_fits(map_shards)?;
     let config = NodeConfig {
         shard: args.shard,
         no_slots: args.no_slots,

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use kvshared::client::{ClientConfig, Cluster};
+use kvshared::client::{ClientConfig, ClientError, Cluster};
 use kvshared::stats::{GroupRole, NodeStats};
 
 /// How long one member may take to answer its stats.
@@ -52,6 +52,7 @@ pub async fn run(
                 return Ok(1);
             }
             Err(why) => {
+                let why = why.to_string();
                 if why != last {
                     eprintln!("kvd: waiting: {why}");
                     last = why;
@@ -63,13 +64,68 @@ pub async fn run(
 }
 
 /// What each address answered (or why it did not).
-type Answers = Vec<(String, Result<NodeStats, String>)>;
+type Answers = Vec<(String, Result<NodeStats, ClientError>)>;
+
+/// Why a member has not caught up.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum Behind {
+    #[error("{addr} has applied {applied} of the {commit} entries committed")]
+    Applying { addr: String, applied: u64, commit: u64 },
+    #[error("{addr} does not answer ({source})")]
+    Silent { addr: String, source: ClientError },
+    #[error("{0} was not asked")]
+    NotAsked(String),
+}
+
+/// Why the member may not be stopped now.
+#[derive(Debug, PartialEq, thiserror::Error)]
+enum NotNow {
+    #[error("no member says it leads the group (asked {0}): an election?")]
+    NoLeader(String),
+    #[error("it leads the group (term {0}): move the lead first with kvd admin transfer-leader")]
+    Leads(u64),
+    #[error("it is not a member of the group led by {leader} (members {members})")]
+    NotMember { leader: String, members: String },
+    #[error("it has not caught up: {0}")]
+    NotCaughtUp(Behind),
+    #[error(
+        "without it, {ready} of {voters} voters have caught up and a majority needs {majority} ({})",
+        behind.iter().map(Behind::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    NoMajority {
+        ready: usize,
+        voters: usize,
+        majority: usize,
+        behind: Vec<Behind>,
+    },
+}
+
+/// Why the member may be stopped.
+#[derive(Debug, PartialEq)]
+struct MayStop {
+    leader: String,
+    applied: u64,
+    commit: u64,
+    ready: usize,
+    voters: usize,
+    majority: usize,
+}
+
+impl std::fmt::Display for MayStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "not the leader ({} leads); applied {} of {} committed; without it {} of {} voters have caught up (a majority is {})",
+            self.leader, self.applied, self.commit, self.ready, self.voters, self.majority
+        )
+    }
+}
 
 async fn ask(addrs: &[String], config: &ClientConfig) -> Answers {
     let asks = addrs.iter().map(|a| async move {
         let stats = match Cluster::new(std::slice::from_ref(a), config.clone()) {
-            Ok(c) => c.stats(0).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+            Ok(c) => c.stats(0).await,
+            Err(e) => Err(e),
         };
         (a.clone(), stats)
     });
@@ -77,7 +133,7 @@ async fn ask(addrs: &[String], config: &ClientConfig) -> Answers {
 }
 
 /// The verdict on `addr` now: why it may be stopped, or why not.
-async fn check(members: &[String], config: &ClientConfig, addr: &str) -> Result<String, String> {
+async fn check(members: &[String], config: &ClientConfig, addr: &str) -> Result<MayStop, NotNow> {
     // First the leader (and its commit index), then every voter's applied index.
     let mut addrs: Vec<String> = members.to_vec();
     if !addrs.iter().any(|m| m == addr) {
@@ -89,41 +145,37 @@ async fn check(members: &[String], config: &ClientConfig, addr: &str) -> Result<
         .filter_map(|(a, s)| s.as_ref().ok().map(|s| (a, s)))
         .filter(|(_, s)| s.group.role == GroupRole::Leader)
         .max_by_key(|(_, s)| s.group.term)
-        .ok_or_else(|| {
-            format!(
-                "no member says it leads the group (asked {}): an election?",
-                addrs.join(", ")
-            )
-        })?;
+        .ok_or_else(|| NotNow::NoLeader(addrs.join(", ")))?;
     if leader == addr {
-        return Err(format!(
-            "it leads the group (term {}): move the lead first with kvd admin transfer-leader",
-            leader_stats.group.term
-        ));
+        return Err(NotNow::Leads(leader_stats.group.term));
     }
     let commit = leader_stats.group.commit_index;
     let voters = leader_stats.group.members.clone();
     let mut everyone = voters.clone();
     everyone.extend(leader_stats.group.learners.iter().cloned());
     if !everyone.iter().any(|m| m == addr) {
-        return Err(format!(
-            "it is not a member of the group led by {leader} (members {})",
-            everyone.join(", ")
-        ));
+        return Err(NotNow::NotMember {
+            leader: leader.clone(),
+            members: everyone.join(", "),
+        });
     }
     let now = ask(&everyone, config).await;
-    let caught_up = |a: &str| -> Result<u64, String> {
+    let caught_up = |a: &str| -> Result<u64, Behind> {
         match now.iter().find(|(m, _)| m == a).map(|(_, s)| s) {
             Some(Ok(s)) if s.group.applied_index >= commit => Ok(s.group.applied_index),
-            Some(Ok(s)) => Err(format!(
-                "{a} has applied {} of the {commit} entries committed",
-                s.group.applied_index
-            )),
-            Some(Err(e)) => Err(format!("{a} does not answer ({e})")),
-            None => Err(format!("{a} was not asked")),
+            Some(Ok(s)) => Err(Behind::Applying {
+                addr: a.to_string(),
+                applied: s.group.applied_index,
+                commit,
+            }),
+            Some(Err(e)) => Err(Behind::Silent {
+                addr: a.to_string(),
+                source: e.clone(),
+            }),
+            None => Err(Behind::NotAsked(a.to_string())),
         }
     };
-    let applied = caught_up(addr).map_err(|why| format!("it has not caught up: {why}"))?;
+    let applied = caught_up(addr).map_err(NotNow::NotCaughtUp)?;
     verdict(addr, leader, &voters, commit, applied, &caught_up)
 }
 
@@ -134,23 +186,25 @@ fn verdict(
     voters: &[String],
     commit: u64,
     applied: u64,
-    caught_up: &dyn Fn(&str) -> Result<u64, String>,
-) -> Result<String, String> {
+    caught_up: &dyn Fn(&str) -> Result<u64, Behind>,
+) -> Result<MayStop, NotNow> {
     let majority = voters.len() / 2 + 1;
     let others: Vec<&String> = voters.iter().filter(|v| *v != addr).collect();
     let (ready, behind): (Vec<_>, Vec<_>) = others.iter().map(|v| caught_up(v)).partition(Result::is_ok);
     if ready.len() < majority {
-        let why: Vec<String> = behind.into_iter().filter_map(Result::err).collect();
-        return Err(format!(
-            "without it, {} of {} voters have caught up and a majority needs {majority} ({})",
-            ready.len(),
-            voters.len(),
-            why.join("; ")
-        ));
+        return Err(NotNow::NoMajority {
+            ready: ready.len(),
+            voters: voters.len(),
+            majority,
+            behind: behind.into_iter().filter_map(Result::err).collect(),
+        });
     }
-    Ok(format!(
-        "not the leader ({leader} leads); applied {applied} of {commit} committed; without it {} of {} voters have caught up (a majority is {majority})",
-        ready.len(),
-        voters.len()
-    ))
+    Ok(MayStop {
+        leader: leader.to_string(),
+        applied,
+        commit,
+        ready: ready.len(),
+        voters: voters.len(),
+        majority,
+    })
 }

@@ -166,9 +166,14 @@ pub fn init_logging(default: Option<&str>) -> Logging {
     }
 }
 
+/// A size flag that is not a size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0} (try 512mb, 2gb, 1gib or a number of bytes)")]
+pub struct SizeError(parse_size::Error);
+
 /// Parses a size such as `512mb`, `2gb`, `1gib` or a plain number of bytes (for flags).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    parse_size::parse_size(s).map_err(|e| format!("{e} (try 512mb, 2gb, 1gib or a number of bytes)"))
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
+    parse_size::parse_size(s).map_err(SizeError)
 }
 
 /// Exit status for usage errors and failures to run at all.

@@ -64,7 +64,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 None => None,
                 Some("none") => Some(0),
                 Some(size) => {
-                    let total = parse_size(size).map_err(anyhow::Error::msg)?;
+                    let total = parse_size(size)?;
                     Some((total / nodes.node_list()?.len() as u64).max(1))
                 }
             };

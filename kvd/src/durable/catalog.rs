@@ -48,6 +48,20 @@ pub fn prune(dir: &Path) -> std::io::Result<Option<u64>> {
     Ok(all.get(KEPT.min(all.len()).wrapping_sub(1)).map(|(i, _)| *i))
 }
 
+/// Why a snapshot that reads back whole cannot be started from.
+#[derive(Debug, thiserror::Error)]
+pub enum Unusable {
+    /// Its metadata does not decode.
+    #[error("its metadata does not decode: {0}")]
+    Meta(#[from] postcard::Error),
+    /// The log entries after it are gone.
+    #[error("the log after it is missing (the log on disk starts at entry {first_on_disk})")]
+    LogMissing {
+        /// The first entry the log on disk holds.
+        first_on_disk: u64,
+    },
+}
+
 /// What [`newest_usable`] found: the snapshot to start from, if any, and why each newer
 /// one was passed over.
 pub type Found = (Option<(PathBuf, Snapshot)>, Vec<String>);
@@ -55,7 +69,7 @@ pub type Found = (Option<(PathBuf, Snapshot)>, Vec<String>);
 /// The newest snapshot that reads back whole and that `usable` accepts (the log after it
 /// must be there), and why each newer one was passed over. The caller decides whether what
 /// is left is enough (the whole log, from entry 0, also is).
-pub fn newest_usable(dir: &Path, mut usable: impl FnMut(&Snapshot) -> Result<(), String>) -> std::io::Result<Found> {
+pub fn newest_usable(dir: &Path, mut usable: impl FnMut(&Snapshot) -> Result<(), Unusable>) -> std::io::Result<Found> {
     let mut passed_over = Vec::new();
     for (_, path) in list(dir)? {
         let why = match snapshot::read(&path) {

@@ -78,18 +78,23 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// Why a record of an older log format does not read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LegacyError {
+    #[error("does not decode: {0}")]
+    Decode(#[from] postcard::Error),
+    #[error(transparent)]
+    Batch(#[from] EntryError),
+}
+
 /// A log record of segment format 2 as an entry of this build.
-pub(crate) fn entry_v2(record: &[u8]) -> Result<Entry<ShardRaft>, String> {
-    let old: Entry<LegacyRaft> = postcard::from_bytes(record).map_err(|e| format!("does not decode: {e}"))?;
+pub(crate) fn entry_v2(record: &[u8]) -> Result<Entry<ShardRaft>, LegacyError> {
+    let old: Entry<LegacyRaft> = postcard::from_bytes(record)?;
     let payload = match old.payload {
         EntryPayload::Blank => EntryPayload::Blank,
         EntryPayload::Membership(m) => EntryPayload::Membership(m),
         EntryPayload::Normal(WriteBatchV2(bodies)) => {
-            let batches = bodies
-                .iter()
-                .map(|b| batch_v19(b))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?;
+            let batches = bodies.iter().map(|b| batch_v19(b)).collect::<Result<Vec<_>, _>>()?;
             EntryPayload::Normal(LogPayload::from_batches(&batches))
         }
     };

@@ -499,13 +499,33 @@ impl LogFiles {
     }
 }
 
+/// Why an append was not made durable: told to every append of the failed group commit
+/// (so it is shared).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AppendError {
+    /// The files failed in a way retrying does not mend.
+    #[error("cannot {what}: {source}")]
+    Failed {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: Arc<LogError>,
+    },
+    /// The log was stopped while the disk refused writes.
+    #[error("the log stopped while the disk refused writes: {0}")]
+    StoppedWhileStalled(Arc<LogError>),
+    /// The writer thread is gone.
+    #[error("the log writer has stopped")]
+    WriterGone,
+}
+
 /// Work for the writer thread.
 enum Job {
     /// Records to append, and who to tell once they are written (and durable).
     Append {
         first: u64,
         payloads: Vec<Vec<u8>>,
-        done: Box<dyn FnOnce(Result<(), String>) + Send>,
+        done: Box<dyn FnOnce(Result<(), AppendError>) + Send>,
     },
     /// Delete the segments that only hold records up to this index.
     Purge(u64),
@@ -627,7 +647,12 @@ impl GroupCommit {
 
     /// Queues records `first..` and calls `done` once they are written (and durable, under
     /// `--fsync always`).
-    pub fn append(&self, first: u64, payloads: Vec<Vec<u8>>, done: impl FnOnce(Result<(), String>) + Send + 'static) {
+    pub fn append(
+        &self,
+        first: u64,
+        payloads: Vec<Vec<u8>>,
+        done: impl FnOnce(Result<(), AppendError>) + Send + 'static,
+    ) {
         let job = Job::Append {
             first,
             payloads,
@@ -638,7 +663,7 @@ impl GroupCommit {
             None => Err(mpsc::SendError(job)),
         };
         if let Err(mpsc::SendError(Job::Append { done, .. })) = sent {
-            done(Err("the log writer has stopped".into()));
+            done(Err(AppendError::WriterGone));
         }
     }
 
@@ -759,7 +784,7 @@ impl Writer {
     }
 
     /// Appends one job's records, retrying a failing disk.
-    fn write(&mut self, first: u64, payloads: Vec<Vec<u8>>) -> Result<(), String> {
+    fn write(&mut self, first: u64, payloads: Vec<Vec<u8>>) -> Result<(), AppendError> {
         self.retried("append to the log", |f| f.append(first, &payloads))?;
         self.files.appended(payloads);
         Ok(())
@@ -768,7 +793,11 @@ impl Writer {
     /// Runs `op` until it works: after an I/O error (no space, a read-only or failing file
     /// system) the disk is stalled, the active segment restored, and `op` tried again after
     /// a pause. Other errors, and a log that is shutting down, give up.
-    fn retried(&mut self, what: &str, mut op: impl FnMut(&mut LogFiles) -> Result<(), LogError>) -> Result<(), String> {
+    fn retried(
+        &mut self,
+        what: &'static str,
+        mut op: impl FnMut(&mut LogFiles) -> Result<(), LogError>,
+    ) -> Result<(), AppendError> {
         let mut backoff = Backoff::default();
         let mut stalled = false;
         loop {
@@ -782,20 +811,28 @@ impl Writer {
                 Err(e) => e,
             };
             let Some(io) = error.io_error() else {
-                return Err(error.to_string());
+                return Err(AppendError::Failed {
+                    what,
+                    source: Arc::new(error),
+                });
             };
             stalled = true;
             self.health.failed(what, &error.to_string(), io);
             loop {
                 if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    return Err(format!("the log stopped while the disk refused writes: {error}"));
+                    return Err(AppendError::StoppedWhileStalled(Arc::new(error)));
                 }
                 std::thread::sleep(backoff.next_pause());
                 match self.files.restore() {
                     Ok(()) => break,
                     Err(e) => match e.io_error() {
                         Some(io) => self.health.failed(what, &e.to_string(), io),
-                        None => return Err(e.to_string()),
+                        None => {
+                            return Err(AppendError::Failed {
+                                what,
+                                source: Arc::new(e),
+                            });
+                        }
                     },
                 }
             }

@@ -71,23 +71,42 @@ pub enum SnapshotEvery {
 /// Default `--snapshot-every`.
 pub const DEFAULT_SNAPSHOT_EVERY: &str = "64mib";
 
+/// A `--snapshot-every` that is not a size or a count of entries.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotEveryError {
+    /// Neither `N entries` nor a size.
+    #[error("{text:?}: not a number of entries: {source}")]
+    Entries {
+        /// What was given.
+        text: String,
+        /// Why.
+        source: std::num::ParseIntError,
+    },
+    /// Not a size.
+    #[error(transparent)]
+    Size(#[from] kvshared::cli::SizeError),
+    /// Zero.
+    #[error("{0:?}: a snapshot needs at least one byte or entry of log")]
+    Zero(String),
+}
+
 impl std::str::FromStr for SnapshotEvery {
-    type Err = String;
+    type Err = SnapshotEveryError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
-        let every = match s.strip_suffix("entries").map(str::trim) {
-            Some(n) => SnapshotEvery::Entries(
-                n.replace('_', "")
-                    .parse()
-                    .map_err(|e| format!("{s:?}: not a number of entries: {e}"))?,
-            ),
-            None => SnapshotEvery::Bytes(kvshared::cli::parse_size(s)?),
-        };
+        let every =
+            match s.strip_suffix("entries").map(str::trim) {
+                Some(n) => SnapshotEvery::Entries(n.replace('_', "").parse().map_err(|source| {
+                    SnapshotEveryError::Entries {
+                        text: s.to_string(),
+                        source,
+                    }
+                })?),
+                None => SnapshotEvery::Bytes(kvshared::cli::parse_size(s)?),
+            };
         match every {
-            SnapshotEvery::Bytes(0) | SnapshotEvery::Entries(0) => {
-                Err(format!("{s:?}: a snapshot needs at least one byte or entry of log"))
-            }
+            SnapshotEvery::Bytes(0) | SnapshotEvery::Entries(0) => Err(SnapshotEveryError::Zero(s.to_string())),
             every => Ok(every),
         }
     }

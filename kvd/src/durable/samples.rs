@@ -30,6 +30,27 @@ use super::{segment, snapshot};
 /// The leader's clock in every sample (2026-12-05 00:00:00 UTC).
 pub const CLOCK_MS: u64 = 1_796_428_800_000;
 
+/// Why a sample could not be made (a bug of this build: each encoder failed on fixed input).
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each wraps the failing encoder's own error
+pub enum SampleError {
+    #[error(transparent)]
+    Entry(#[from] super::entry::EntryError),
+    #[error(transparent)]
+    Postcard(#[from] postcard::Error),
+    #[error(transparent)]
+    Segment(#[from] segment::SegmentError),
+    #[error(transparent)]
+    Snapshot(#[from] snapshot::SnapshotError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// One encoding: its file name under `tests/golden/bytes/` and its bytes.
 pub struct Sample {
     /// e.g. `entry-1-payload.bin`.
@@ -43,7 +64,7 @@ fn sample(name: String, bytes: Vec<u8>) -> Sample {
 }
 
 /// Every sample, each encoded by this build. `scratch` is an empty directory for the files.
-pub fn all(scratch: &Path) -> Result<Vec<Sample>, String> {
+pub fn all(scratch: &Path) -> Result<Vec<Sample>, SampleError> {
     let mut out = entries()?;
     out.extend(files(scratch)?);
     out.extend(raft_messages()?);
@@ -52,7 +73,7 @@ pub fn all(scratch: &Path) -> Result<Vec<Sample>, String> {
 
 /// A first batch with every kind of logged op but the node-wide ones, in the encodings of
 /// their values.
-pub fn batch_of_every_kind() -> Result<Vec<u8>, String> {
+pub fn batch_of_every_kind() -> Result<Vec<u8>, SampleError> {
     let put_with = PutWith {
         cond: PutIf::Absent,
         ttl: PutTtl::Until(Deadline::In(60_000)),
@@ -89,11 +110,11 @@ pub fn batch_of_every_kind() -> Result<Vec<u8>, String> {
         (OpKind::Unchanged, b"k1", b""),
         (OpKind::Get, b"k1", b""),
     ];
-    encode_batch(ops.into_iter()).map_err(|e| e.to_string())
+    Ok(encode_batch(ops.into_iter())?)
 }
 
 /// Batches of the node-wide and atomic ops.
-fn batches_of_node_ops() -> Result<Vec<Vec<u8>>, String> {
+fn batches_of_node_ops() -> Result<Vec<Vec<u8>>, SampleError> {
     let clock = kvshared::expiry::clock_value(CLOCK_MS);
     let change = SlotChange {
         ranges: vec![[0, 99], [200, 200]],
@@ -113,12 +134,12 @@ fn batches_of_node_ops() -> Result<Vec<Vec<u8>>, String> {
     let flush: [(OpKind, &[u8], &[u8]); 2] = [(OpKind::Clock, b"", &clock), (OpKind::Flush, b"", b"")];
     [&atomic[..], &slots[..], &flush[..]]
         .into_iter()
-        .map(|ops| encode_batch(ops.iter().copied()).map_err(|e| e.to_string()))
+        .map(|ops| encode_batch(ops.iter().copied()).map_err(SampleError::from))
         .collect()
 }
 
 /// An entry payload of every batch above.
-pub fn payload() -> Result<LogPayload, String> {
+pub fn payload() -> Result<LogPayload, SampleError> {
     let mut batches = vec![batch_of_every_kind()?];
     batches.extend(batches_of_node_ops()?);
     Ok(LogPayload::from_batches(&batches))
@@ -141,7 +162,7 @@ fn membership() -> Membership<u64, BasicNode> {
 }
 
 /// The three kinds of log entry.
-pub fn entries_of_every_kind() -> Result<Vec<Entry<ShardRaft>>, String> {
+pub fn entries_of_every_kind() -> Result<Vec<Entry<ShardRaft>>, SampleError> {
     Ok(vec![
         Entry {
             log_id: log_id(2, 7),
@@ -158,13 +179,13 @@ pub fn entries_of_every_kind() -> Result<Vec<Entry<ShardRaft>>, String> {
     ])
 }
 
-fn entries() -> Result<Vec<Sample>, String> {
+fn entries() -> Result<Vec<Sample>, SampleError> {
     let mut out = vec![sample(
         format!("entry-{ENTRY_FORMAT}-payload.bin"),
         payload()?.bytes().to_vec(),
     )];
     for (entry, what) in entries_of_every_kind()?.iter().zip(["blank", "membership", "normal"]) {
-        let record = super::raft::encode_record(entry).map_err(|e| e.to_string())?;
+        let record = super::raft::encode_record(entry)?;
         out.push(sample(format!("record-{ENTRY_FORMAT}-{what}.bin"), record));
     }
     Ok(out)
@@ -172,18 +193,22 @@ fn entries() -> Result<Vec<Sample>, String> {
 
 /// The files: a segment of the three records, a snapshot of a store that applied the
 /// payload, the vote and the committed index.
-fn files(scratch: &Path) -> Result<Vec<Sample>, String> {
+fn files(scratch: &Path) -> Result<Vec<Sample>, SampleError> {
     let seg_path = scratch.join("sample.seg");
-    let mut seg = segment::Segment::create(&seg_path).map_err(|e| e.to_string())?;
+    let mut seg = segment::Segment::create(&seg_path)?;
     let records = entries_of_every_kind()?
         .iter()
         .map(super::raft::encode_record)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    seg.append(&records).map_err(|e| e.to_string())?;
-    seg.sync().map_err(|e| e.to_string())?;
-    seg.mark(3, false).map_err(|e| e.to_string())?;
-    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        .collect::<Result<Vec<_>, _>>()?;
+    seg.append(&records)?;
+    seg.sync()?;
+    seg.mark(3, false)?;
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|source| SampleError::Read {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
     let mut out = vec![sample(
         format!("segment-{}.bin", segment::FORMAT_VERSION),
         read(&seg_path)?,
@@ -199,28 +224,28 @@ fn files(scratch: &Path) -> Result<Vec<Sample>, String> {
         last_membership: StoredMembership::new(Some(log_id(2, 8)), membership()),
         snapshot_id: "2-9".into(),
     };
-    let meta = postcard::to_allocvec(&meta).map_err(|e| e.to_string())?;
+    let meta = postcard::to_allocvec(&meta)?;
     let snap_path = scratch.join("sample.snap");
-    snapshot::write(&snap_path, &snapshot::Snapshot { meta, data }).map_err(|e| e.to_string())?;
+    snapshot::write(&snap_path, &snapshot::Snapshot { meta, data })?;
     out.push(sample(
         format!("snapshot-{}.bin", snapshot::FORMAT_VERSION),
         read(&snap_path)?,
     ));
-    let vote = postcard::to_allocvec(&Vote::new_committed(2, 11)).map_err(|e| e.to_string())?;
+    let vote = postcard::to_allocvec(&Vote::new_committed(2, 11))?;
     out.push(sample("vote.bin".into(), vote));
-    let committed = postcard::to_allocvec(&log_id(2, 9)).map_err(|e| e.to_string())?;
+    let committed = postcard::to_allocvec(&log_id(2, 9))?;
     out.push(sample("committed.bin".into(), committed));
     Ok(out)
 }
 
 /// A store's snapshot data after it applied [`payload`] at index 9.
-fn store_data() -> Result<Vec<u8>, String> {
-    let store = crate::store::Store::new(ShardId::SOLO, 4, 0).map_err(|e| e.to_string())?;
+fn store_data() -> Result<Vec<u8>, SampleError> {
+    let store = crate::store::Store::new(ShardId::SOLO, 4, 0)?;
     let payload = payload()?;
     let mut response = kvshared::wire::BatchResponse::default();
     let mut scratch = crate::store::Scratch::default();
     scratch.log_index = 9;
-    for batch in payload.batches().map_err(|e| e.to_string())? {
+    for batch in payload.batches()? {
         store.execute(
             &batch,
             &mut response,
@@ -230,17 +255,15 @@ fn store_data() -> Result<Vec<u8>, String> {
         );
     }
     let mut data = Vec::new();
-    store
-        .export_into(true, &mut || {}, &mut |b: &[u8]| {
-            data.extend_from_slice(b);
-            Ok::<(), String>(())
-        })
-        .map_err(|e| e.to_string())?;
+    store.export_into(true, &mut || {}, &mut |b: &[u8]| {
+        data.extend_from_slice(b);
+        Ok::<(), SampleError>(())
+    })?;
     Ok(data)
 }
 
 /// Every raft message and answer a member sends, with entries in the log's format.
-fn raft_messages() -> Result<Vec<Sample>, String> {
+fn raft_messages() -> Result<Vec<Sample>, SampleError> {
     let vote = Vote::new_committed(2, 11);
     let append = RaftRpc::Append(AppendEntriesRequest {
         vote,
@@ -295,14 +318,14 @@ fn raft_messages() -> Result<Vec<Sample>, String> {
     let mut out = Vec::new();
     for (what, rpc) in requests {
         let message = RaftMessage { group: 77, to: 12, rpc };
-        let bytes = postcard::to_allocvec(&message).map_err(|e| e.to_string())?;
+        let bytes = postcard::to_allocvec(&message)?;
         out.push(sample(format!("raft-{RAFT_VERSION}-{what}.bin"), bytes));
     }
     out.extend(raft_replies()?);
     Ok(out)
 }
 
-fn raft_replies() -> Result<Vec<Sample>, String> {
+fn raft_replies() -> Result<Vec<Sample>, SampleError> {
     let vote = Vote::new_committed(2, 11);
     let replies = [
         ("reply-append", RaftRpcReply::Append(Ok(AppendEntriesResponse::Success))),
@@ -329,7 +352,7 @@ fn raft_replies() -> Result<Vec<Sample>, String> {
     replies
         .into_iter()
         .map(|(what, reply)| {
-            let bytes = postcard::to_allocvec(&reply).map_err(|e| e.to_string())?;
+            let bytes = postcard::to_allocvec(&reply)?;
             Ok(sample(format!("raft-{RAFT_VERSION}-{what}.bin"), bytes))
         })
         .collect()

@@ -22,6 +22,7 @@ use tokio::time::{Instant, Interval};
 
 use super::budget::{BUDGET_RETRY, BUDGET_WAIT, FREE_PER_CONNECTION};
 use super::deadline::DeadlineWriter;
+pub(crate) use super::ended::ConnError;
 use super::gate::Standing;
 use super::refusal::Refusal;
 use super::shared::{Edge, Peer};
@@ -83,7 +84,7 @@ pub(crate) enum End {
     /// The peer closed, it was idle too long, or shutdown finished.
     Clean,
     /// Something failed; the reason, for the log.
-    Failed(String),
+    Failed(ConnError),
 }
 
 /// One client connection, of any front.
@@ -208,7 +209,7 @@ impl Conn {
     /// Decides what buffered bytes (or their absence) mean.
     async fn arrived(&mut self, filled: std::io::Result<(usize, Spoken)>) -> Input {
         match filled {
-            Err(e) => Input::End(End::Failed(e.to_string())),
+            Err(e) => Input::End(End::Failed(e.into())),
             Ok((0, _)) => Input::End(End::Clean),
             Ok((_, spoken)) => {
                 if !self.sniffed {
@@ -297,12 +298,9 @@ impl Conn {
     }
 
     /// Counts a request that did not arrive whole by its deadline; the reason, for the log.
-    pub fn read_timed_out(&mut self) -> String {
+    pub fn read_timed_out(&mut self) -> ConnError {
         self.tally.conns_read_timeout += 1;
-        format!(
-            "a request did not arrive whole within {:?} (--read-timeout)",
-            self.edge.config.read_timeout
-        )
+        ConnError::ReadTimeout(self.edge.config.read_timeout)
     }
 
     /// The token: where this connection stands, and presenting it.

@@ -30,6 +30,7 @@ pub(crate) mod budget;
 mod config;
 pub(crate) mod conn;
 mod deadline;
+mod ended;
 mod front;
 pub(crate) mod gate;
 pub mod inherited;

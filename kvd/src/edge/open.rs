@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use super::conn::{Conn, LAST_READ, ReadHalf};
+use super::conn::{Conn, ConnError, LAST_READ, ReadHalf};
 use super::deadline::DeadlineWriter;
 use super::front::Front;
 use super::refusal::Refusal;
@@ -59,15 +59,15 @@ fn split_plain(stream: TcpStream) -> Halves {
 
 /// The server side of TLS, after a look at the first bytes: a client that speaks one of
 /// the fronts' protocols in plaintext is told, in that protocol, to use TLS.
-async fn handshake(edge: &Edge, peer: &mut Peer, stream: TcpStream, within: Duration) -> Result<Halves, String> {
+async fn handshake(edge: &Edge, peer: &mut Peer, stream: TcpStream, within: Duration) -> Result<Halves, ConnError> {
     let Some(tls) = &edge.config.tls else {
         return Ok(split_plain(stream));
     };
     let mut first = [0u8; 16];
     let spoken = match tokio::time::timeout(within, stream.peek(&mut first)).await {
         Ok(Ok(n)) => sniff(first.get(..n).unwrap_or_default()),
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err("no TLS handshake within --read-timeout".into()),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => return Err(ConnError::NoTlsHandshake),
     };
     if let Spoken::Front(spoken) = spoken {
         edge.count(peer, Counter::WrongProtocol, 1);
@@ -76,12 +76,12 @@ async fn handshake(edge: &Edge, peer: &mut Peer, stream: TcpStream, within: Dura
         }
         let (read, write) = split_plain(stream);
         say_and_close(read, write, &Refusal::TlsOnly.encode(spoken)).await;
-        return Err("plaintext on a TLS port".into());
+        return Err(ConnError::PlaintextOnTls);
     }
     let stream = tokio::time::timeout(within, tls.accept(stream))
         .await
-        .map_err(|_| "TLS handshake timed out".to_string())?
-        .map_err(|e| format!("TLS handshake failed: {e}"))?;
+        .map_err(|_| ConnError::TlsTimeout)?
+        .map_err(ConnError::Tls)?;
     let (read, write) = tokio::io::split(stream);
     Ok((Box::new(read), Box::new(write)))
 }

@@ -29,13 +29,23 @@ impl<S: Send + Sync> FromRequestParts<S> for Key {
         let raw = path.strip_prefix(PREFIX).unwrap_or(path);
         decode(raw)
             .map(Key)
-            .map_err(|why| super::json_error(StatusCode::BAD_REQUEST, why))
+            .map_err(|why| super::json_error(StatusCode::BAD_REQUEST, why.to_string()))
     }
+}
+
+/// A `%` in a key's path that is not followed by two hex digits.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error(
+    "the key's path has {shown:?} at byte {at}: a % must be followed by two hex digits (write a % in a key as %25)"
+)]
+pub struct BadEscape {
+    shown: String,
+    at: usize,
 }
 
 /// `raw` with each `%XX` replaced by its byte; an error naming the first `%` that is not
 /// followed by two hex digits.
-fn decode(raw: &str) -> Result<Vec<u8>, String> {
+fn decode(raw: &str) -> Result<Vec<u8>, BadEscape> {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -50,9 +60,7 @@ fn decode(raw: &str) -> Result<Vec<u8>, String> {
             (Some(high), Some(low)) => out.push((high * 16 + low) as u8),
             _ => {
                 let shown: String = raw[i..].chars().take(3).collect();
-                return Err(format!(
-                    "the key's path has {shown:?} at byte {i}: a % must be followed by two hex digits (write a % in a key as %25)"
-                ));
+                return Err(BadEscape { shown, at: i });
             }
         }
         i += 3;

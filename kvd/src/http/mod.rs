@@ -278,18 +278,33 @@ async fn get_key(State(s): State<Arc<Shared>>, key: Key) -> Response {
     .await
 }
 
+/// A `?ttl=` that is not a time to live.
+#[derive(Debug, thiserror::Error)]
+enum TtlParamError {
+    #[error("ttl={text}: {source}")]
+    NotADuration {
+        text: String,
+        source: humantime::DurationError,
+    },
+    #[error("ttl={0}: give a time to live of 1ms or more")]
+    OutOfRange(String),
+}
+
 /// `?ttl=DURATION` of a PUT (`10s`, `1500ms`, `1h`, or plain seconds): the key's time to
 /// live, as `SET key value PX ms`; without it, a time to live the key had ends.
-fn ttl_param(query: Option<&str>) -> Result<Option<std::time::Duration>, String> {
+fn ttl_param(query: Option<&str>) -> Result<Option<std::time::Duration>, TtlParamError> {
     let Some(text) = query.unwrap_or("").split('&').find_map(|kv| kv.strip_prefix("ttl=")) else {
         return Ok(None);
     };
     let ttl = match text.parse::<u64>() {
         Ok(secs) => std::time::Duration::from_secs(secs),
-        Err(_) => humantime::parse_duration(text).map_err(|e| format!("ttl={text}: {e}"))?,
+        Err(_) => humantime::parse_duration(text).map_err(|source| TtlParamError::NotADuration {
+            text: text.to_string(),
+            source,
+        })?,
     };
     if ttl.as_millis() == 0 || ttl.as_millis() > u128::from(kvshared::expiry::MAX_TTL_MS) {
-        return Err(format!("ttl={text}: give a time to live of 1ms or more"));
+        return Err(TtlParamError::OutOfRange(text.to_string()));
     }
     Ok(Some(ttl))
 }
@@ -297,7 +312,7 @@ fn ttl_param(query: Option<&str>) -> Result<Option<std::time::Duration>, String>
 async fn put_key(State(s): State<Arc<Shared>>, key: Key, RawQuery(query): RawQuery, request: Body) -> Response {
     let ttl = match ttl_param(query.as_deref()) {
         Ok(ttl) => ttl,
-        Err(e) => return json_error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let config = &s.edge.config;
     let value = match body::collect(request, &s.edge.budget, config.max_frame as usize, config.read_timeout).await {

@@ -421,7 +421,7 @@ impl Node {
             Ok(entry) => log.submit(entry),
             Err(e) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                let _ = tx.send(Err(SubmitError::Failed(e)));
+                let _ = tx.send(Err(SubmitError::Failed(e.to_string())));
                 rx
             }
         };
@@ -655,7 +655,7 @@ fn logged_batch(
     batch: &BatchView<'_>,
     positions: &[u32],
     too_long: impl Fn(&kvshared::wire::OpRef<'_>) -> bool,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, crate::durable::entry::EntryError> {
     let clock = kvshared::expiry::clock_value(kvshared::expiry::now_ms());
     let refused = NO_OFFSET.to_le_bytes();
     let ops = std::iter::once((OpKind::Clock, &[][..], &clock[..])).chain(
@@ -667,7 +667,7 @@ fn logged_batch(
                 false => (op.kind, op.key, op.value),
             }),
     );
-    crate::durable::entry::encode_batch(ops).map_err(|e| e.to_string())
+    crate::durable::entry::encode_batch(ops)
 }
 
 /// A copy of a batch's frame body, as received (ill-formed ops too: they are answered as such

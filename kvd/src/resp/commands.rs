@@ -3,7 +3,8 @@
 
 use kvshared::wire::decimal_i64;
 
-use super::ctx::{Ctx, Flow, Session, is, wrong_args};
+use super::ctx::{Ctx, Flow, Session, is, refuse, wrong_args};
+use super::errors::CommandError;
 use super::expiry;
 use super::info::REDIS_VERSION;
 use super::parse::Args;
@@ -89,7 +90,7 @@ pub(super) fn incr(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow
 /// INCRBY and DECRBY.
 pub(super) fn incrby(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
     let Some(by) = decimal_i64(args.get(2)) else {
-        return error(p, "ERR value is not an integer or out of range");
+        return error(p, &CommandError::NotAnInteger.to_string());
     };
     if is(args.get(0), "INCRBY") {
         p.incr_by(ctx.node, ctx.forward, args.get(1), by);
@@ -135,7 +136,7 @@ pub(super) fn type_of(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> F
 pub(super) fn getrange(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
     match (decimal_i64(args.get(2)), decimal_i64(args.get(3))) {
         (Some(start), Some(end)) => p.read_of(ctx.node, ctx.forward, args.get(1), ReadShape::Range(start, end)),
-        _ => return error(p, "ERR value is not an integer or out of range"),
+        _ => return error(p, &CommandError::NotAnInteger.to_string()),
     }
     Flow::Go
 }
@@ -223,8 +224,8 @@ pub(super) fn memory(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Fl
     match args.len() {
         5 if usage && is(args.get(3), "SAMPLES") => match decimal_i64(args.get(4)) {
             Some(count) if count >= 0 => p.memory_usage(ctx.node, ctx.forward, args.get(2)),
-            Some(_) => return error(p, "ERR syntax error"),
-            None => return error(p, "ERR value is not an integer or out of range"),
+            Some(_) => return error(p, &CommandError::Syntax.to_string()),
+            None => return error(p, &CommandError::NotAnInteger.to_string()),
         },
         3 if usage => p.memory_usage(ctx.node, ctx.forward, args.get(2)),
         _ => return error(p, "ERR kvd answers MEMORY USAGE <key> [SAMPLES <count>] only"),
@@ -304,7 +305,7 @@ fn rename(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline, nx: bool) {
 /// when smaller: a longer value could not be read back), checked before anything is sent.
 fn set_range(node: &Node, forward: bool, args: &Args<'_>, p: &mut Pipeline) {
     let Some(offset) = decimal_i64(args.get(2)) else {
-        return p.immediate(|o| reply::error(o, "ERR value is not an integer or out of range"));
+        return refuse(p, &CommandError::NotAnInteger);
     };
     let Ok(offset) = u64::try_from(offset) else {
         return p.immediate(|o| reply::error(o, "ERR offset is out of range"));

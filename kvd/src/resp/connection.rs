@@ -16,7 +16,7 @@ use super::parse::{Args, Parsed, parse};
 use super::pipeline::Pipeline;
 use super::reply;
 use crate::cluster_view::ClusterView;
-use crate::edge::conn::{Conn, End, Input, Stage};
+use crate::edge::conn::{Conn, ConnError, End, Input, Stage};
 use crate::node::Node;
 
 /// Most commands run as one pipeline (the rest of a read waits for the next round).
@@ -100,7 +100,7 @@ impl Resp {
 
     /// Runs every complete command buffered (at most [`MAX_PIPELINE`]) as one pipeline, or
     /// refuses them during shutdown, and writes the replies.
-    async fn round(&mut self) -> Result<Round, String> {
+    async fn round(&mut self) -> Result<Round, ConnError> {
         let stage = if self.start < self.buf.len() {
             self.conn.stage()
         } else {
@@ -119,7 +119,7 @@ impl Resp {
     /// The drain is over: every complete command already read is answered "shutting down"
     /// (not run), then the connection closes. (Closing at once left the last commands of a
     /// pipelining client, read but not run, with no answer at all.)
-    async fn refuse_the_rest(&mut self) -> Result<Round, String> {
+    async fn refuse_the_rest(&mut self) -> Result<Round, ConnError> {
         loop {
             let before = self.start;
             self.pipeline.clear();
@@ -134,7 +134,7 @@ impl Resp {
     }
 
     /// Runs the pipeline built (if any) and writes its replies.
-    async fn run_pipeline(&mut self) -> Result<(), String> {
+    async fn run_pipeline(&mut self) -> Result<(), ConnError> {
         if self.pipeline.is_empty() {
             return Ok(());
         }
@@ -212,9 +212,9 @@ impl Resp {
     }
 
     /// Writes the replies of one round and gives back the budget their values took.
-    async fn send(&mut self) -> Result<(), String> {
+    async fn send(&mut self) -> Result<(), ConnError> {
         self.conn.tally.bytes_out += self.out.len() as u64;
-        self.conn.write_direct(&self.out).await.map_err(|e| e.to_string())?;
+        self.conn.write_direct(&self.out).await?;
         self.conn.publish();
         if self.out.capacity() > KEEP_BUFFER_BYTES {
             self.out = Vec::with_capacity(READ_CHUNK);
@@ -269,7 +269,7 @@ impl Resp {
             }
             Ok(Err(e)) => {
                 self.conn.tally.io += 1;
-                Some(End::Failed(e.to_string()))
+                Some(End::Failed(e.into()))
             }
             Err(_) => Some(End::Failed(self.conn.read_timed_out())),
         }
@@ -314,7 +314,7 @@ impl Resp {
 
     /// Answers `why` and ends the connection, counting `counter` (the budget's refusals
     /// are counted where they happen).
-    async fn refuse(&mut self, why: &str, counter: Counter) -> End {
+    async fn refuse(&mut self, why: &'static str, counter: Counter) -> End {
         if counter != Counter::BufferBudgetClosed {
             *self.conn.tally.get_mut(counter) += 1;
         }
@@ -322,6 +322,6 @@ impl Resp {
         reply::error(&mut self.out, why);
         let _ = self.conn.writer.write_all(&self.out).await;
         self.conn.close_after_error().await;
-        End::Failed(why.to_string())
+        End::Failed(ConnError::Refused(why))
     }
 }

@@ -3,6 +3,7 @@
 //! shares. Below every handler and the dispatcher (no file of `resp/` that this imports
 //! imports it back).
 
+use super::errors::CommandError;
 use super::parse::Args;
 use super::pipeline::Pipeline;
 use super::reply;
@@ -78,7 +79,12 @@ pub(super) fn is(arg: &[u8], name: &str) -> bool {
 
 pub(super) fn wrong_args(p: &mut Pipeline, name: &[u8]) {
     let name = String::from_utf8_lossy(name).to_ascii_lowercase();
-    p.immediate(|o| reply::error(o, &format!("ERR wrong number of arguments for '{name}' command")));
+    refuse(p, &CommandError::WrongArgs(name));
+}
+
+/// Answers `e` at once: the command is not run.
+pub(super) fn refuse(p: &mut Pipeline, e: &CommandError) {
+    p.immediate(|o| reply::error(o, &e.to_string()));
 }
 
 /// What the connection does after a command: go on, or close once its replies are sent.

@@ -3,6 +3,7 @@
 //! handler. EXEC's queued commands are added to its batch here.
 
 use super::ctx::{Ctx, Flow, Session};
+use super::errors::CommandError;
 use super::parse::Args;
 use super::pipeline::Pipeline;
 use super::reply;
@@ -93,17 +94,17 @@ fn unknown(name: &[u8], args: &Args<'_>, p: &mut Pipeline) {
 
 /// What a command queued in MULTI would do, found by adding it alone to a scratch
 /// pipeline (nothing runs): the nodes of its keys, or the error it is refused with.
-fn queue_refusal(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result<Vec<u32>, String> {
+fn queue_refusal(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result<Vec<u32>, CommandError> {
     let name = args.get(0);
     if let Some(spec) = table::spec(name)
         && spec.has(NOT_IN_MULTI)
     {
-        return Err(format!("ERR kvd does not run {} inside MULTI", spec.name));
+        return Err(CommandError::NotInMulti(spec.name));
     }
     if ctx.redirect
         && let Some(e) = redirect(ctx, args)
     {
-        return Err(e);
+        return Err(CommandError::Redirected(e));
     }
     let mut scratch = Pipeline::default();
     run(ctx, args, &mut scratch);

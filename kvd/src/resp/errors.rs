@@ -4,6 +4,58 @@
 use crate::node::NodeError;
 use crate::routed::NoAnswer;
 
+/// Why a command was not run or has no answer, with Redis's text for it (clients and
+/// tests written against Redis read these texts).
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("ERR value is not an integer or out of range")]
+    NotAnInteger,
+    #[error("ERR syntax error")]
+    Syntax,
+    #[error("ERR wrong number of arguments for '{0}' command")]
+    WrongArgs(String),
+    #[error("ERR invalid expire time in '{0}' command")]
+    InvalidExpire(String),
+    #[error("ERR Unsupported option {0}")]
+    UnsupportedOption(String),
+    #[error("ERR GT and LT options at the same time are not compatible")]
+    GtAndLt,
+    #[error("ERR NX and XX, GT or LT options at the same time are not compatible")]
+    NxWithOthers,
+    #[error("ERR invalid cursor")]
+    InvalidCursor,
+    #[error("ERR {0}")]
+    Pattern(#[from] kvshared::pattern::PatternError),
+    /// FLUSHALL/FLUSHDB without a mode on a durable node.
+    #[error(
+        "ERR kvd: {0} on a durable node (--data-dir) deletes acknowledged data for good; send {0} SYNC (or ASYNC) to mean it"
+    )]
+    FlushNeedsMode(String),
+    #[error("ERR KEYS would answer more than {keys} keys or {mib} MiB of them; use SCAN")]
+    TooManyKeys { keys: usize, mib: usize },
+    /// The node (this one or another) has no answer.
+    #[error("{}", no_answer(.0))]
+    NoAnswer(#[from] NoAnswer),
+    /// Node `node` refused a node-wide op.
+    #[error("ERR node {node}: {why}")]
+    Refused { node: u32, why: String },
+    /// A command kvd never queues in MULTI.
+    #[error("ERR kvd does not run {0} inside MULTI")]
+    NotInMulti(&'static str),
+    /// A command that is more than one step (or none) cannot be queued.
+    #[error("ERR this command is not run inside MULTI")]
+    NotQueueable,
+    /// A Redis Cluster redirection (`MOVED`, `ASK`, `TRYAGAIN`, `CROSSSLOT`), as rendered.
+    #[error("{0}")]
+    Redirected(String),
+    /// The error a handler answered, as rendered on the wire.
+    #[error("{0}")]
+    Answered(String),
+    /// Node `node` answered something else than the op's answer.
+    #[error("ERR node {node} answered {what}")]
+    Unexpected { node: u32, what: String },
+}
+
 /// Redis's answer while a slot is being migrated, which cluster clients retry on.
 pub(crate) const TRY_AGAIN: &str = "TRYAGAIN the key's slot is being moved to another shard group; try again";
 

@@ -6,11 +6,10 @@ use kvshared::expiry::{Deadline, Expire, ExpireIf, MAX_TTL_MS, PutIf, PutTtl, Pu
 use kvshared::wire::{OpKind, decimal_i64};
 
 use super::ctx::{Ctx, is, wrong_args};
+use super::errors::CommandError;
 use super::parse::Args;
 use super::pipeline::{Pipeline, TtlShape};
 use super::reply;
-
-const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
 
 /// How a time argument counts.
 #[derive(Clone, Copy)]
@@ -28,14 +27,14 @@ impl Unit {
     }
 }
 
-fn invalid_expire(command: &str) -> String {
-    format!("ERR invalid expire time in '{command}' command")
+fn invalid_expire(command: &str) -> CommandError {
+    CommandError::InvalidExpire(command.to_string())
 }
 
 /// A positive time to live or deadline as `SET`, `SETEX` and `GETEX` take it (`at`: a Unix
 /// time); `Err` with Redis's text.
-fn positive(arg: &[u8], unit: Unit, at: bool, command: &str) -> Result<Deadline, String> {
-    let n = decimal_i64(arg).ok_or(NOT_AN_INTEGER)?;
+fn positive(arg: &[u8], unit: Unit, at: bool, command: &str) -> Result<Deadline, CommandError> {
+    let n = decimal_i64(arg).ok_or(CommandError::NotAnInteger)?;
     match unit.ms(n) {
         Some(ms) if ms > 0 && ms as u64 <= MAX_TTL_MS => Ok(if at {
             Deadline::At(ms as u64)
@@ -82,11 +81,11 @@ pub fn set(ctx: &Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
             };
             p.set_with(ctx.node, ctx.forward, args.get(1), put, get_old);
         }
-        Err(e) => p.immediate(|o| reply::error(o, &e)),
+        Err(e) => p.immediate(|o| reply::error(o, &e.to_string())),
     }
 }
 
-fn set_options(args: &Args<'_>) -> Result<(PutIf, PutTtl, bool), String> {
+fn set_options(args: &Args<'_>) -> Result<(PutIf, PutTtl, bool), CommandError> {
     let (mut cond, mut ttl, mut get_old) = (PutIf::Always, None, false);
     let mut i = 3;
     while i < args.len() {
@@ -101,7 +100,7 @@ fn set_options(args: &Args<'_>) -> Result<(PutIf, PutTtl, bool), String> {
             ttl = Some(PutTtl::Until(positive(args.get(i + 1), unit, at, "set")?));
             i += 1;
         } else {
-            return Err("ERR syntax error".into());
+            return Err(CommandError::Syntax);
         }
         i += 1;
     }
@@ -127,7 +126,7 @@ pub fn setex(ctx: &Ctx<'_>, args: &Args<'_>, p: &mut Pipeline, unit_ms: bool) {
             };
             p.set_with(ctx.node, ctx.forward, args.get(1), put, false);
         }
-        Err(e) => p.immediate(|o| reply::error(o, &e)),
+        Err(e) => p.immediate(|o| reply::error(o, &e.to_string())),
     }
 }
 
@@ -147,12 +146,12 @@ pub fn expire(ctx: &Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     let parsed = expire_args(args, unit, at, &name);
     match parsed {
         Ok(e) => p.expire(ctx.node, ctx.forward, args.get(1), e),
-        Err(e) => p.immediate(|o| reply::error(o, &e)),
+        Err(e) => p.immediate(|o| reply::error(o, &e.to_string())),
     }
 }
 
-fn expire_args(args: &Args<'_>, unit: Unit, at: bool, name: &str) -> Result<Expire, String> {
-    let n = decimal_i64(args.get(2)).ok_or(NOT_AN_INTEGER)?;
+fn expire_args(args: &Args<'_>, unit: Unit, at: bool, name: &str) -> Result<Expire, CommandError> {
+    let n = decimal_i64(args.get(2)).ok_or(CommandError::NotAnInteger)?;
     let ms = unit
         .ms(n)
         .filter(|ms| ms.unsigned_abs() <= MAX_TTL_MS)
@@ -174,14 +173,14 @@ fn expire_args(args: &Args<'_>, unit: Unit, at: bool, name: &str) -> Result<Expi
         .into_iter()
         .find(|(o, _)| is(opt, o))
         .map(|(_, c)| c)
-        .ok_or_else(|| format!("ERR Unsupported option {}", String::from_utf8_lossy(opt)))?;
+        .ok_or_else(|| CommandError::UnsupportedOption(String::from_utf8_lossy(opt).into_owned()))?;
         cond = match (cond, next) {
             (ExpireIf::Always, c) => c,
             (a, b) if a == b => a,
             (ExpireIf::Later, ExpireIf::Sooner) | (ExpireIf::Sooner, ExpireIf::Later) => {
-                return Err("ERR GT and LT options at the same time are not compatible".into());
+                return Err(CommandError::GtAndLt);
             }
-            _ => return Err("ERR NX and XX, GT or LT options at the same time are not compatible".into()),
+            _ => return Err(CommandError::NxWithOthers),
         };
     }
     Ok(Expire { cond, deadline })
@@ -220,12 +219,12 @@ pub fn getex(ctx: &Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
                     deadline,
                 })
             }),
-            None => Err("ERR syntax error".to_string()),
+            None => Err(CommandError::Syntax),
         },
-        _ => Err("ERR syntax error".to_string()),
+        _ => Err(CommandError::Syntax),
     };
     match change {
         Ok(change) => p.getex(ctx.node, ctx.forward, args.get(1), change),
-        Err(e) => p.immediate(|o| reply::error(o, &e)),
+        Err(e) => p.immediate(|o| reply::error(o, &e.to_string())),
     }
 }

@@ -13,7 +13,7 @@ use kvshared::keyspace::{ClusterCursor, ScanPage, ScanRequest};
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchRequest, BatchResponse, OpKind, OpReply};
 
-use super::errors::no_answer;
+use super::errors::CommandError;
 use super::reply::{self, Proto};
 use crate::edge::budget::{BufferBudget, ReplyAllowance};
 use crate::node::Node;
@@ -86,7 +86,7 @@ impl Runner<'_> {
             Keyspace::RandomKey => self.random_key(proto, out).await,
         };
         if let Err(e) = result {
-            reply::error(out, &e);
+            reply::error(out, &e.to_string());
         }
     }
 
@@ -95,7 +95,7 @@ impl Runner<'_> {
     }
 
     /// One node-wide op on node `target`.
-    async fn ask(&mut self, target: u32, kind: OpKind, key: &[u8], value: &[u8]) -> Result<Answer, String> {
+    async fn ask(&mut self, target: u32, kind: OpKind, key: &[u8], value: &[u8]) -> Result<Answer, CommandError> {
         let mut batch = BatchRequest::new();
         batch.push(kind, key, value);
         let mut response = BatchResponse::default();
@@ -120,17 +120,21 @@ impl Runner<'_> {
                 e
             }
         };
-        if let Err(e) = error {
-            return Err(no_answer(&e));
-        }
+        error?;
         match response.result(0) {
             OpReply::Found(page) => Ok(Answer::Page(page.to_vec())),
             OpReply::Counted(n) => Ok(Answer::Count(n)),
             OpReply::Stored => Ok(Answer::Done),
             // The pattern was checked before: a scan refused is a cursor no node gave out.
-            OpReply::Malformed(_) if kind == OpKind::Scan => Err("ERR invalid cursor".into()),
-            OpReply::Malformed(why) => Err(format!("ERR node {target}: {why}")),
-            other => Err(format!("ERR node {target} answered {other:?}")),
+            OpReply::Malformed(_) if kind == OpKind::Scan => Err(CommandError::InvalidCursor),
+            OpReply::Malformed(why) => Err(CommandError::Refused {
+                node: target,
+                why: why.to_string(),
+            }),
+            other => Err(CommandError::Unexpected {
+                node: target,
+                what: format!("{other:?}"),
+            }),
         }
     }
 
@@ -140,17 +144,22 @@ impl Runner<'_> {
         cursor: ClusterCursor,
         pattern: &[u8],
         count: u32,
-    ) -> Result<(Option<ClusterCursor>, Vec<Vec<u8>>), String> {
+    ) -> Result<(Option<ClusterCursor>, Vec<Vec<u8>>), CommandError> {
         let req = ScanRequest {
             cursor: cursor.at,
             count,
         }
         .encode();
         let Answer::Page(bytes) = self.ask(cursor.node, OpKind::Scan, pattern, &req).await? else {
-            return Err(format!("ERR node {} answered a scan without a page", cursor.node));
+            return Err(CommandError::Unexpected {
+                node: cursor.node,
+                what: "a scan without a page".into(),
+            });
         };
-        let page =
-            ScanPage::decode(&bytes).ok_or_else(|| format!("ERR node {}'s scan page does not parse", cursor.node))?;
+        let page = ScanPage::decode(&bytes).ok_or_else(|| CommandError::Unexpected {
+            node: cursor.node,
+            what: "a scan page that does not parse".into(),
+        })?;
         let keys = page.keys.iter().map(|k| k.to_vec()).collect();
         let next = match self.cluster {
             Some(_) => ClusterCursor::after(cursor.node, page.next, self.node.config().shard.count),
@@ -169,7 +178,7 @@ impl Runner<'_> {
         count: u32,
         strings: bool,
         out: &mut Vec<u8>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CommandError> {
         // Without --nodes, cursor 0 starts at this node (the only one scanned).
         let cursor = match self.cluster {
             None => ClusterCursor {
@@ -195,7 +204,7 @@ impl Runner<'_> {
         Ok(())
     }
 
-    async fn keys(&mut self, pattern: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    async fn keys(&mut self, pattern: &[u8], out: &mut Vec<u8>) -> Result<(), CommandError> {
         let first = *self.targets().first().unwrap_or(&0);
         let (mut cursor, mut all, mut bytes) = (Some(ClusterCursor { node: first, at: 0 }), Vec::new(), 0);
         while let Some(c) = cursor {
@@ -203,10 +212,10 @@ impl Runner<'_> {
             bytes += keys.iter().map(Vec::len).sum::<usize>();
             all.extend(keys);
             if all.len() > MAX_KEYS_REPLY || bytes > MAX_KEYS_REPLY_BYTES {
-                return Err(format!(
-                    "ERR KEYS would answer more than {MAX_KEYS_REPLY} keys or {} MiB of them; use SCAN",
-                    MAX_KEYS_REPLY_BYTES >> 20
-                ));
+                return Err(CommandError::TooManyKeys {
+                    keys: MAX_KEYS_REPLY,
+                    mib: MAX_KEYS_REPLY_BYTES >> 20,
+                });
             }
             cursor = next;
         }
@@ -217,7 +226,7 @@ impl Runner<'_> {
         Ok(())
     }
 
-    async fn sum(&mut self) -> Result<i64, String> {
+    async fn sum(&mut self) -> Result<i64, CommandError> {
         let mut total = 0;
         for n in self.targets() {
             if let Answer::Count(c) = self.ask(n, OpKind::KeyCount, b"", b"").await? {
@@ -227,7 +236,7 @@ impl Runner<'_> {
         Ok(total)
     }
 
-    async fn flush(&mut self) -> Result<(), String> {
+    async fn flush(&mut self) -> Result<(), CommandError> {
         for n in self.targets() {
             self.ask(n, OpKind::Flush, b"", b"").await?;
         }
@@ -236,7 +245,7 @@ impl Runner<'_> {
 
     /// A key from a random place: a random node and position, then on in scan order
     /// (wrapping once). Not uniform: a key after a long gap is likelier, as in Redis.
-    async fn random_key(&mut self, proto: Proto, out: &mut Vec<u8>) -> Result<(), String> {
+    async fn random_key(&mut self, proto: Proto, out: &mut Vec<u8>) -> Result<(), CommandError> {
         let nodes = self.targets();
         let start = rand::random_range(0..nodes.len());
         let mut cursor = ClusterCursor {

@@ -4,6 +4,7 @@
 use kvshared::keyspace::{ClusterCursor, MAX_SCAN_COUNT};
 
 use super::ctx::{Ctx, is, wrong_args};
+use super::errors::CommandError;
 use super::keyspace::{Keyspace, nodes};
 use super::parse::Args;
 use super::pipeline::Pipeline;
@@ -24,40 +25,40 @@ pub fn parse(ctx: &Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     };
     match cmd {
         Ok(cmd) => p.keyspace(cmd),
-        Err(e) => p.immediate(|o| reply::error(o, &e)),
+        Err(e) => p.immediate(|o| reply::error(o, &e.to_string())),
     }
 }
 
-fn scan_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, String> {
+fn scan_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, CommandError> {
     let nodes = nodes(ctx.node, ctx.forward);
     let cursor = std::str::from_utf8(args.get(1))
         .ok()
         .and_then(|c| c.parse::<u64>().ok())
         .and_then(|c| ClusterCursor::from_u64(c, nodes.len() as u32))
-        .ok_or("ERR invalid cursor")?;
+        .ok_or(CommandError::InvalidCursor)?;
     let (mut pattern, mut count, mut strings) = (Vec::new(), 10u32, true);
     let mut i = 2;
     if args.len() < 2 {
-        return Err("ERR wrong number of arguments for 'scan' command".into());
+        return Err(CommandError::WrongArgs("scan".into()));
     }
     while i < args.len() {
         let value = args.get(i + 1);
         match args.get(i) {
-            _ if i + 1 >= args.len() => return Err("ERR syntax error".into()),
+            _ if i + 1 >= args.len() => return Err(CommandError::Syntax),
             o if is(o, "MATCH") => pattern = value.to_vec(),
             o if is(o, "COUNT") => {
                 count = kvshared::wire::decimal_i64(value)
                     .filter(|&c| c >= 1)
-                    .ok_or("ERR syntax error")?
+                    .ok_or(CommandError::Syntax)?
                     .min(i64::from(MAX_SCAN_COUNT)) as u32;
             }
             // Every kvd key is a string: another type matches none.
             o if is(o, "TYPE") => strings = is(value, "string"),
-            _ => return Err("ERR syntax error".into()),
+            _ => return Err(CommandError::Syntax),
         }
         i += 2;
     }
-    kvshared::pattern::Pattern::new(&pattern).map_err(|e| format!("ERR {e}"))?;
+    kvshared::pattern::Pattern::new(&pattern)?;
     Ok(Keyspace::Scan {
         cursor,
         pattern,
@@ -68,17 +69,15 @@ fn scan_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, String> {
 
 /// FLUSHALL/FLUSHDB [ASYNC|SYNC]: a durable node wants the mode said, so a habit typed at
 /// a prompt does not delete acknowledged data for good (both run at once here).
-fn flush_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, String> {
+fn flush_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, CommandError> {
     let explicit = match args.len() {
         1 => false,
         2 if is(args.get(1), "ASYNC") || is(args.get(1), "SYNC") => true,
-        _ => return Err("ERR syntax error".into()),
+        _ => return Err(CommandError::Syntax),
     };
     if ctx.node.config().data_dir.is_some() && !explicit {
         let name = String::from_utf8_lossy(args.get(0)).to_ascii_uppercase();
-        return Err(format!(
-            "ERR kvd: {name} on a durable node (--data-dir) deletes acknowledged data for good; send {name} SYNC (or ASYNC) to mean it"
-        ));
+        return Err(CommandError::FlushNeedsMode(name));
     }
     Ok(Keyspace::Flush)
 }

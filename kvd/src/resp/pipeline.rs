@@ -11,7 +11,7 @@ use kvshared::expiry::{Expire, PutWith, now_ms};
 use kvshared::stats::Counts;
 use kvshared::wire::{OpKind, OpReply, watch_value};
 
-use super::errors::{TRY_AGAIN, no_answer};
+use super::errors::{CommandError, TRY_AGAIN, no_answer};
 use super::reply::{self, Proto};
 use crate::edge::budget::BufferBudget;
 use crate::node::Node;
@@ -237,15 +237,13 @@ impl Pipeline {
 
     /// For a command queued in MULTI, added alone to a scratch pipeline: the node of each of
     /// its keys, or the error it was answered with at once (it would abort the transaction).
-    pub fn queued_owners(&self, node: &Node) -> Result<Vec<u32>, String> {
+    pub fn queued_owners(&self, node: &Node) -> Result<Vec<u32>, CommandError> {
         match self.steps.as_slice() {
             [Step::Immediate(r)] if self.immediate.get(r.start) == Some(&b'-') => {
                 let text = String::from_utf8_lossy(&self.immediate[r.start + 1..r.end]);
-                Err(text.trim_end().to_string())
+                Err(CommandError::Answered(text.trim_end().to_string()))
             }
-            [Step::Switch(_)] | [Step::Watch { .. }] | [] | [_, _, ..] => {
-                Err("ERR this command is not run inside MULTI".into())
-            }
+            [Step::Switch(_)] | [Step::Watch { .. }] | [] | [_, _, ..] => Err(CommandError::NotQueueable),
             [_] => Ok(self.routed.keys().map(|k| node.owner_of(k)).collect()),
         }
     }
@@ -681,7 +679,7 @@ fn error_reply(out: &mut Vec<u8>, r: OpResult<'_>) {
         }
         OpResult::Reply(OpReply::Malformed(why)) => reply::error(out, &format!("ERR malformed: {why}")),
         // Redis's own texts, which clients match.
-        OpResult::Reply(OpReply::NotAnInteger) => reply::error(out, "ERR value is not an integer or out of range"),
+        OpResult::Reply(OpReply::NotAnInteger) => reply::error(out, &CommandError::NotAnInteger.to_string()),
         OpResult::Reply(OpReply::Overflow) => reply::error(out, "ERR increment or decrement would overflow"),
         OpResult::Reply(OpReply::Aborted) => reply::error(out, "EXECABORT Transaction discarded"),
         OpResult::Reply(OpReply::TooLarge) => reply::error(

@@ -9,7 +9,8 @@
 //! `EXEC`'s array and the others still run. Limits: [`MAX_QUEUED`] commands,
 //! [`MAX_QUEUED_BYTES`] of them, [`MAX_WATCHED`] watched keys.
 
-use super::ctx::{CROSSSLOT, Ctx, Flow};
+use super::ctx::{CROSSSLOT, Ctx, Flow, wrong_args};
+use super::errors::CommandError;
 use super::parse::Args;
 use super::pipeline::Pipeline;
 use super::reply;
@@ -90,14 +91,14 @@ pub(super) fn msetnx_cmd(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -
 /// Queues a command inside MULTI, or refuses it (and the transaction with it): `refused`
 /// is what adding it alone to a scratch pipeline found (the dispatcher's), its keys' nodes
 /// or the error it was answered with.
-pub(super) fn queue(ctx: &mut Ctx<'_>, args: &Args<'_>, refused: Result<Vec<u32>, String>, p: &mut Pipeline) {
+pub(super) fn queue(ctx: &mut Ctx<'_>, args: &Args<'_>, refused: Result<Vec<u32>, CommandError>, p: &mut Pipeline) {
     let Multi::Queuing(q) = &mut ctx.session.tx.multi else {
         return;
     };
     match refused {
         Err(e) => {
             q.failed = true;
-            p.immediate(|o| reply::error(o, &e));
+            p.immediate(|o| reply::error(o, &e.to_string()));
         }
         Ok(owners) => {
             for o in owners {
@@ -152,7 +153,7 @@ fn watch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     let tx = &mut ctx.session.tx;
     let keys: Vec<&[u8]> = args.rest(1).collect();
     if keys.is_empty() {
-        return p.immediate(|o| reply::error(o, "ERR wrong number of arguments for 'watch' command"));
+        return wrong_args(p, args.get(0));
     }
     if tx.watched.len() + keys.len() > MAX_WATCHED {
         let e = format!("ERR a kvd connection watches at most {MAX_WATCHED} keys");
@@ -168,7 +169,7 @@ fn watch(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
 fn msetnx(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     let n = args.len();
     if n < 3 || n.is_multiple_of(2) {
-        return p.immediate(|o| reply::error(o, "ERR wrong number of arguments for 'msetnx' command"));
+        return wrong_args(p, args.get(0));
     }
     let pairs: Vec<(&[u8], &[u8])> = (1..n).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
     let owners: Vec<u32> = pairs.iter().map(|(k, _)| ctx.node.owner_of(k)).collect();

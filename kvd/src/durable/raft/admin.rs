@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use openraft::{BasicNode, ChangeMembers, ServerState};
 
+use super::change_error::ChangeError;
 use super::open::GROUP_ELECTION_MS;
 use super::shard::DurableShard;
 use super::types::{SubmitError, leader_hint};
@@ -84,7 +85,7 @@ impl DurableShard {
             }
             Err(why) => {
                 tracing::warn!(%why, "membership change failed");
-                AdminReply::Failed(why)
+                AdminReply::Failed(why.to_string())
             }
         }
     }
@@ -200,26 +201,35 @@ impl DurableShard {
     }
 
     /// Asks the kvd at `addr` who it is, and makes it adopt this group.
-    async fn enlist(&self, addr: &str) -> Result<u64, String> {
-        let peer =
-            kvshared::client::Cluster::new(&[addr.to_string()], self.client.clone()).map_err(|e| e.to_string())?;
+    async fn enlist(&self, addr: &str) -> Result<u64, ChangeError> {
+        let unreachable = |source| ChangeError::Unreachable {
+            addr: addr.to_string(),
+            source,
+        };
+        let peer = kvshared::client::Cluster::new(&[addr.to_string()], self.client.clone()).map_err(unreachable)?;
         let who = match kvshared::admin::call(&peer, Target::ANY, AdminRequest::Identify).await {
             Ok(AdminReply::Identity(who)) => who,
-            Ok(other) => return Err(format!("{addr} did not say who it is: {other:?}")),
-            Err(e) => return Err(format!("{addr} is not reachable (is it running with --join?): {e}")),
+            Ok(other) => {
+                return Err(ChangeError::NoIdentity {
+                    addr: addr.to_string(),
+                    answer: format!("{other:?}"),
+                });
+            }
+            Err(e) => return Err(unreachable(e)),
         };
         if who.shard != self.shard {
-            return Err(format!(
-                "{addr} serves shard {}, this group shard {}",
-                who.shard, self.shard
-            ));
+            return Err(ChangeError::OtherShard {
+                addr: addr.to_string(),
+                theirs: who.shard.to_string(),
+                ours: self.shard.to_string(),
+            });
         }
-        let group = self.group_id().ok_or("this member belongs to no group")?;
-        if who.group.is_some_and(|g| g != group) {
-            return Err(format!(
-                "{addr} belongs to another group ({}): a member is in one group for life",
-                who.group.unwrap_or_default()
-            ));
+        let group = self.group_id().ok_or(ChangeError::NoGroup)?;
+        if let Some(theirs) = who.group.filter(|g| *g != group) {
+            return Err(ChangeError::OtherGroup {
+                addr: addr.to_string(),
+                group: theirs,
+            });
         }
         let to = Target {
             group: 0,
@@ -227,12 +237,15 @@ impl DurableShard {
         };
         match kvshared::admin::call(&peer, to, AdminRequest::Adopt { group }).await {
             Ok(AdminReply::Done(_)) => Ok(who.member),
-            Ok(other) => Err(format!("{addr} did not join the group: {other:?}")),
-            Err(e) => Err(format!("{addr}: {e}")),
+            Ok(other) => Err(ChangeError::NotJoined {
+                addr: addr.to_string(),
+                answer: format!("{other:?}"),
+            }),
+            Err(e) => Err(unreachable(e)),
         }
     }
 
-    async fn add_learner(&self, addr: String) -> Result<AdminReply, String> {
+    async fn add_learner(&self, addr: String) -> Result<AdminReply, ChangeError> {
         let id = self.enlist(&addr).await?;
         if self.is_voter(id) {
             return Ok(AdminReply::Done(format!("{addr} is a voter already")));
@@ -244,7 +257,7 @@ impl DurableShard {
         self.raft
             .add_learner(id, node, false)
             .await
-            .map_err(|e| leader_or(e.forward_to_leader().map(leader_hint), e.to_string()))?;
+            .map_err(|e| raft_refused(e.forward_to_leader().map(leader_hint), e.to_string()))?;
         let target = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
         let caught_up = self
             .raft
@@ -261,23 +274,25 @@ impl DurableShard {
             .await;
         match caught_up {
             Ok(_) => Ok(AdminReply::Done(format!("{addr} has caught up as a learner"))),
-            Err(openraft::metrics::WaitError::Timeout(..)) => Err(format!(
-                "{addr} did not catch up within {CATCH_UP_LIMIT:?} (is it running with --join, and reachable from the leader?); it stays a learner: remove it with `kvd admin remove-replica`"
-            )),
-            Err(e) => Err(format!(
-                "{e} (this member stopped leading while {addr} caught up: ask again)"
-            )),
+            Err(openraft::metrics::WaitError::Timeout(..)) => Err(ChangeError::NoCatchUp {
+                addr,
+                limit: CATCH_UP_LIMIT,
+            }),
+            Err(e) => Err(ChangeError::LeadLostCatchingUp {
+                addr,
+                why: e.to_string(),
+            }),
         }
     }
 
     /// Makes the learner at `addr` a voter; a voter at the same address with another id (the
     /// member it was before its disk was wiped) leaves the voters in the same change.
-    async fn promote(&self, addr: &str) -> Result<AdminReply, String> {
+    async fn promote(&self, addr: &str) -> Result<AdminReply, ChangeError> {
         let ids = self.ids_at(addr);
         let voters = self.voters();
         let Some(&new) = ids.iter().find(|id| !voters.contains(id)) else {
             return match ids.is_empty() {
-                true => Err(format!("{addr} is not a learner of this group: add it first")),
+                true => Err(ChangeError::NotALearner { addr: addr.to_string() }),
                 false => Ok(AdminReply::Done(format!("{addr} is a voter already"))),
             };
         };
@@ -287,14 +302,14 @@ impl DurableShard {
         self.raft
             .change_membership(ChangeMembers::ReplaceAllVoters(next), false)
             .await
-            .map_err(|e| leader_or(e.forward_to_leader().map(leader_hint), e.to_string()))?;
+            .map_err(|e| raft_refused(e.forward_to_leader().map(leader_hint), e.to_string()))?;
         Ok(AdminReply::Done(match replaced.is_empty() {
             true => format!("{addr} is a voter"),
             false => format!("{addr} is a voter again, as a new member (member {new}; it replaced {replaced:?})"),
         }))
     }
 
-    async fn remove(&self, addr: &str) -> Result<AdminReply, String> {
+    async fn remove(&self, addr: &str) -> Result<AdminReply, ChangeError> {
         let Some(id) = self.ids_at(addr).first().copied() else {
             return Ok(AdminReply::Done(format!("{addr} is not a member")));
         };
@@ -307,24 +322,22 @@ impl DurableShard {
             self.raft
                 .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| raft_refused(None, e.to_string()))?;
             return Ok(AdminReply::Done(format!("removed the learner {addr}")));
         }
         if voters.len() == 1 {
-            return Err(format!(
-                "{addr} is the group's only voter: add another member before removing it"
-            ));
+            return Err(ChangeError::OnlyVoter { addr: addr.to_string() });
         }
         if id == self.me {
             // Hand over to the member that is furthest along, then let it do the removal.
-            let next = self.most_caught_up(&voters).ok_or("no other voter to hand over to")?;
+            let next = self.most_caught_up(&voters).ok_or(ChangeError::NoOtherVoter)?;
             self.hand_over(&next).await?;
             return Ok(AdminReply::NotLeader(Some(next)));
         }
         self.raft
             .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
             .await
-            .map_err(|e| leader_or(e.forward_to_leader().map(leader_hint), e.to_string()))?;
+            .map_err(|e| raft_refused(e.forward_to_leader().map(leader_hint), e.to_string()))?;
         Ok(AdminReply::Done(format!("removed {addr}")))
     }
 
@@ -340,19 +353,23 @@ impl DurableShard {
     }
 
     /// Hands the leadership to the voter at `addr` (see the module docs).
-    async fn hand_over(&self, addr: &str) -> Result<AdminReply, String> {
+    async fn hand_over(&self, addr: &str) -> Result<AdminReply, ChangeError> {
         let voters = self.voters();
         let Some(target) = self.ids_at(addr).into_iter().find(|id| voters.contains(id)) else {
-            return Err(format!("{addr} is not a voter of this group"));
+            return Err(ChangeError::NotAVoter { addr: addr.to_string() });
         };
         if target == self.me {
             return Ok(AdminReply::Done(format!("{addr} leads already")));
         }
         if !self.is_voter(target) {
-            return Err(format!("{addr} is not a voter of this group"));
+            return Err(ChangeError::NotAVoter { addr: addr.to_string() });
         }
-        let peer =
-            kvshared::client::Cluster::new(&[addr.to_string()], self.client.clone()).map_err(|e| e.to_string())?;
+        let peer = kvshared::client::Cluster::new(&[addr.to_string()], self.client.clone()).map_err(|source| {
+            ChangeError::Unreachable {
+                addr: addr.to_string(),
+                source,
+            }
+        })?;
         // This member does not campaign against the one it hands the lead to: once the new
         // leader has won, a first heartbeat of its that a busy machine delays past this
         // member's timeout would otherwise let this member take the lead straight back
@@ -367,7 +384,7 @@ impl DurableShard {
         outcome.map(|took| AdminReply::Done(format!("{addr} leads (the shard paused {} ms)", took.as_millis())))
     }
 
-    async fn quiet_and_campaign(&self, target: u64, peer: &kvshared::client::Cluster) -> Result<Duration, String> {
+    async fn quiet_and_campaign(&self, target: u64, peer: &kvshared::client::Cluster) -> Result<Duration, ChangeError> {
         let began = tokio::time::Instant::now();
         let lease = Duration::from_millis(GROUP_ELECTION_MS.1 + HAND_OVER_MARGIN_MS);
         // The entry already proposed still commits (within milliseconds); campaign once no
@@ -379,13 +396,13 @@ impl DurableShard {
             tokio::time::sleep(Duration::from_millis(20)).await;
             let m = self.raft.metrics().borrow().clone();
             if m.state != ServerState::Leader {
-                return Err("this member stopped leading while handing over".into());
+                return Err(ChangeError::StoppedLeading);
             }
             if m.last_log_index != last {
                 (last, changed) = (m.last_log_index, tokio::time::Instant::now());
             }
             if began.elapsed() > TAKE_OVER_LIMIT {
-                return Err("the log kept growing while handing over; try again".into());
+                return Err(ChangeError::LogKeptGrowing);
             }
         }
         let deadline = tokio::time::Instant::now() + TAKE_OVER_LIMIT;
@@ -417,21 +434,20 @@ impl DurableShard {
             match waited {
                 Ok(Some(leader)) if leader == target => return Ok(began.elapsed()),
                 Ok(_) => {
-                    return Err("another member was elected; the group has a leader, not the one asked for".into());
+                    return Err(ChangeError::OtherElected);
                 }
                 Err(_) => {}
             }
         }
-        Err(format!(
-            "the member did not take over within {TAKE_OVER_LIMIT:?}; this member leads on"
-        ))
+        Err(ChangeError::NoTakeOver(TAKE_OVER_LIMIT))
     }
 }
 
-/// An error that says who leads when openraft named a leader.
-fn leader_or(hint: Option<SubmitError>, why: String) -> String {
-    match hint {
-        Some(SubmitError::NotLeader(Some(l))) => format!("not the leader any more ({l} is): {why}"),
-        _ => why,
-    }
+/// openraft's refusal, saying who leads when it named a leader.
+fn raft_refused(hint: Option<SubmitError>, why: String) -> ChangeError {
+    let leader = match hint {
+        Some(SubmitError::NotLeader(Some(l))) => Some(l),
+        _ => None,
+    };
+    ChangeError::Raft { leader, why }
 }

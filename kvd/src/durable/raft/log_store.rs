@@ -227,25 +227,55 @@ fn upgrade_record(log_dir: &Path, index: u64, old: &[u8]) -> Result<Vec<u8>, Log
     encode_entry(&entry).map_err(|e| LogError::Misuse(format!("log record {index}: cannot encode its upgrade: {e}")))
 }
 
+/// Why the raft vote file cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum VoteFileError {
+    /// The file is damaged: the member must not start.
+    #[error(
+        "{}: the raft vote file is damaged ({why}): kvd will not start without its vote (it could vote twice in one term). Restore the data directory from a copy; or, in a replica group, move the directory away and add the member back as a new one",
+        path.display()
+    )]
+    Damaged {
+        /// The vote file.
+        path: PathBuf,
+        /// How.
+        why: String,
+    },
+    /// The file could not be read.
+    #[error(transparent)]
+    Read(snapshot::SnapshotError),
+}
+
 /// The raft vote in `path` (in the snapshot file format), or why it cannot be read: a vote
 /// file is no snapshot, and there is no older one to fall back to.
-fn read_vote(path: &Path) -> Result<Vote<u64>, String> {
-    let refused = |why: String| {
-        format!(
-            "{}: the raft vote file is damaged ({why}): kvd will not start without its vote (it could vote twice in one term). Restore the data directory from a copy; or, in a replica group, move the directory away and add the member back as a new one",
-            path.display()
-        )
+fn read_vote(path: &Path) -> Result<Vote<u64>, VoteFileError> {
+    let refused = |why: String| VoteFileError::Damaged {
+        path: path.to_path_buf(),
+        why,
     };
     let file = snapshot::read(path).map_err(|e| match e {
         snapshot::SnapshotError::Invalid { why, .. } => refused(why),
-        e => e.to_string(),
+        e => VoteFileError::Read(e),
     })?;
     postcard::from_bytes(&file.data).map_err(|e| refused(format!("does not decode: {e}")))
 }
 
+/// Every log segment of a directory that had a log is gone.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{}: no log segment is left, but this data directory voted or took snapshots: the log was \
+     deleted. kvd will not serve a shortened history. Restore the directory from a copy, or \
+     move it away to start the shard empty (losing its data)",
+    log_dir.display()
+)]
+pub struct LostLog {
+    /// The log's directory.
+    pub log_dir: PathBuf,
+}
+
 /// A shard that has voted or snapshotted had a log: if every segment is gone, it was deleted
 /// (kvd always keeps the active segment), and starting would lose what it acknowledged.
-fn refuse_a_lost_log(dir: &Path, log_dir: &Path) -> Result<(), String> {
+fn refuse_a_lost_log(dir: &Path, log_dir: &Path) -> Result<(), LostLog> {
     let has_segment = std::fs::read_dir(log_dir).is_ok_and(|entries| {
         entries
             .filter_map(Result::ok)
@@ -253,12 +283,9 @@ fn refuse_a_lost_log(dir: &Path, log_dir: &Path) -> Result<(), String> {
     });
     let had_log = dir.join("vote").exists() || crate::durable::catalog::list(dir).is_ok_and(|l| !l.is_empty());
     if !has_segment && had_log {
-        return Err(format!(
-            "{}: no log segment is left, but this data directory voted or took snapshots: the log was \
-             deleted. kvd will not serve a shortened history. Restore the directory from a copy, or \
-             move it away to start the shard empty (losing its data)",
-            log_dir.display()
-        ));
+        return Err(LostLog {
+            log_dir: log_dir.to_path_buf(),
+        });
     }
     Ok(())
 }
@@ -350,7 +377,7 @@ impl LogStore {
     }
 
     /// The entries `start..end` that exist: from memory, and the older ones from disk.
-    fn read_range(&self, start: u64, end: u64) -> Result<Vec<Entry<ShardRaft>>, String> {
+    fn read_range(&self, start: u64, end: u64) -> Result<Vec<Entry<ShardRaft>>, LogError> {
         let (disk, mut entries, reader, log_dir) = {
             let inner = self.inner.lock();
             // Entries a snapshot holds are gone; the rest before the cache are on disk.
@@ -366,11 +393,8 @@ impl LogStore {
             return Ok(entries);
         }
         let mut out = Vec::with_capacity(entries.len() + (disk.end - disk.start) as usize);
-        for (index, bytes) in disk
-            .clone()
-            .zip(reader.read(disk.start, disk.end).map_err(|e| e.to_string())?)
-        {
-            out.push(decode_record(&log_dir, index, &bytes).map_err(|e| e.to_string())?);
+        for (index, bytes) in disk.clone().zip(reader.read(disk.start, disk.end)?) {
+            out.push(decode_record(&log_dir, index, &bytes)?);
         }
         out.append(&mut entries);
         Ok(out)

@@ -36,6 +36,7 @@
 
 mod admin;
 mod campaign;
+mod change_error;
 mod entry_cache;
 mod figures;
 mod lease;

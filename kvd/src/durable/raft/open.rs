@@ -412,9 +412,7 @@ fn load_snapshot(
     let (chosen, passed_over) = catalog::newest_usable(dir, |snap| {
         let index = snapshot_meta(snap)?.last_log_id.map_or(0, |l| l.index);
         match last_log_index {
-            Some(_) if first_on_disk > index + 1 => Err(format!(
-                "the log after it is missing (the log on disk starts at entry {first_on_disk})"
-            )),
+            Some(_) if first_on_disk > index + 1 => Err(catalog::Unusable::LogMissing { first_on_disk }),
             _ => Ok(()),
         }
     })

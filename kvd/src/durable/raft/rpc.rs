@@ -17,7 +17,7 @@ impl DurableShard {
         let reply = match postcard::from_bytes::<RaftMessage>(body) {
             Err(e) => RaftRpcReply::Refused(format!("{UNREADABLE}: {e}")),
             Ok(message) => match self.addressed_here(&message) {
-                Err(why) => RaftRpcReply::Refused(why),
+                Err(why) => RaftRpcReply::Refused(why.to_string()),
                 Ok(()) => self.answer(message.rpc).await,
             },
         };
@@ -43,7 +43,7 @@ impl DurableShard {
     /// Whether `message` is for this member: anyone may ask who it is or hand it a group to
     /// adopt; raft RPCs and the members' own requests must name this member's group and
     /// (when they name one) this member; an operator's request may name no group.
-    fn addressed_here(&self, message: &RaftMessage) -> Result<(), String> {
+    fn addressed_here(&self, message: &RaftMessage) -> Result<(), Misaddressed> {
         let mine = self.group.load(Ordering::Relaxed);
         let needs_group = match &message.rpc {
             RaftRpc::Admin(AdminRequest::Identify | AdminRequest::Adopt { .. }) => false,
@@ -57,25 +57,38 @@ impl DurableShard {
             _ => true,
         };
         if needs_group && mine == 0 {
-            return Err(format!(
-                "member {} belongs to no group yet: it waits for `kvd admin init-group` (a new group) \
-                 or `kvd admin add-replica` (an existing one)",
-                self.me
-            ));
+            return Err(Misaddressed::NoGroupYet { me: self.me });
         }
         if needs_group && message.group != mine {
-            return Err(format!(
-                "member {} belongs to group {mine}, not to group {}: check the members' --group lists",
-                self.me, message.group
-            ));
+            return Err(Misaddressed::OtherGroup {
+                me: self.me,
+                mine,
+                named: message.group,
+            });
         }
         if message.to != 0 && message.to != self.me {
-            return Err(format!(
-                "this is member {}, not member {}: the member at this address was replaced (its data \
-                 directory is new); add it back with `kvd admin add-replica`",
-                self.me, message.to
-            ));
+            return Err(Misaddressed::OtherMember {
+                me: self.me,
+                named: message.to,
+            });
         }
         Ok(())
     }
+}
+
+/// Why a message is not for this member (told back to the sender).
+#[derive(Debug, thiserror::Error)]
+enum Misaddressed {
+    #[error(
+        "member {me} belongs to no group yet: it waits for `kvd admin init-group` (a new group) \
+         or `kvd admin add-replica` (an existing one)"
+    )]
+    NoGroupYet { me: u64 },
+    #[error("member {me} belongs to group {mine}, not to group {named}: check the members' --group lists")]
+    OtherGroup { me: u64, mine: u64, named: u64 },
+    #[error(
+        "this is member {me}, not member {named}: the member at this address was replaced (its data \
+         directory is new); add it back with `kvd admin add-replica`"
+    )]
+    OtherMember { me: u64, named: u64 },
 }

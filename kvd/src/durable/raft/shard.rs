@@ -179,9 +179,13 @@ impl DurableShard {
 
     /// Takes a snapshot now and waits until it is written, or until it is clear the newest
     /// snapshot already holds everything applied (tests and operators).
-    pub async fn snapshot_now(&self) -> Result<(), String> {
+    pub async fn snapshot_now(&self) -> Result<(), SnapshotNowError> {
         let before = self.snapshots.lock().taken;
-        self.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| SnapshotNowError::Stopped(Box::new(e)))?;
         for i in 0..6000 {
             let (taken, building, index) = {
                 let s = self.snapshots.lock();
@@ -195,11 +199,15 @@ impl DurableShard {
             // openraft also ignores a trigger while it still counts the last snapshot as
             // being built (its completion not yet processed): ask again.
             if !building && i % 10 == 9 {
-                self.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+                self.raft
+                    .trigger()
+                    .snapshot()
+                    .await
+                    .map_err(|e| SnapshotNowError::Stopped(Box::new(e)))?;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        Err("the snapshot did not finish within 60 s".into())
+        Err(SnapshotNowError::TimedOut)
     }
 
     /// Stops the group.
@@ -217,4 +225,15 @@ impl DurableShard {
     pub fn group_id(&self) -> Option<u64> {
         Some(self.group.load(std::sync::atomic::Ordering::Relaxed)).filter(|&g| g != 0)
     }
+}
+
+/// Why [`DurableShard::snapshot_now`] did not see a snapshot written.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotNowError {
+    /// The raft core has stopped.
+    #[error("the raft core has stopped: {0}")]
+    Stopped(Box<openraft::error::Fatal<u64>>),
+    /// No snapshot was written in time.
+    #[error("the snapshot did not finish within 60 s")]
+    TimedOut,
 }

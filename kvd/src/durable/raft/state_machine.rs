@@ -84,15 +84,53 @@ pub struct StateMachine {
     pub(super) health: Arc<DiskHealth>,
 }
 
+/// Why the state machine cannot go on: openraft is told (a storage error stops the member).
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    /// An entry of the log does not read.
+    #[error("log entry {index} does not read ({source}): kvd will not apply a log it cannot read")]
+    Unreadable {
+        /// The entry's index.
+        index: u64,
+        /// Why.
+        source: crate::durable::entry::EntryError,
+    },
+    /// A snapshot's metadata does not decode.
+    #[error("{}: its metadata does not decode: {source}", path.display())]
+    Meta {
+        /// The snapshot file.
+        path: PathBuf,
+        /// Why.
+        source: postcard::Error,
+    },
+    /// A snapshot's pairs do not load.
+    #[error("{}: {source}", path.display())]
+    Import {
+        /// The snapshot file.
+        path: PathBuf,
+        /// Why.
+        source: crate::store::ImportError,
+    },
+    /// Nothing is applied yet: there is nothing to snapshot.
+    #[error("nothing applied yet: no snapshot to take")]
+    NothingApplied,
+    /// Writing a snapshot failed other than by the disk refusing (which is retried).
+    #[error(transparent)]
+    Snapshot(#[from] snapshot::SnapshotError),
+    /// The task writing a snapshot failed.
+    #[error("the snapshot task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 impl StateMachine {
     /// Applies an entry's batches; each answered with its response body.
-    fn apply_entry(&mut self, index: u64, payload: &LogPayload) -> Result<Applied, String> {
+    fn apply_entry(&mut self, index: u64, payload: &LogPayload) -> Result<Applied, MachineError> {
         // A payload is checked whole when it is built or decoded (from a segment or a peer):
         // one that does not read here is a bug, and a storage error stops the member rather
         // than apply the entry as nothing.
         let batches = payload
             .batches()
-            .map_err(|e| format!("log entry {index} does not read ({e}): kvd will not apply a log it cannot read"))?;
+            .map_err(|source| MachineError::Unreadable { index, source })?;
         Ok(Applied(batches.iter().map(|b| self.apply_batch(index, b)).collect()))
     }
 
@@ -120,13 +158,16 @@ impl StateMachine {
     }
 
     /// Loads the snapshot in `path` (already read and checked) into the store.
-    pub(super) fn load(&mut self, path: &Path, snap: &snapshot::Snapshot) -> Result<u64, String> {
-        let meta: SnapshotMeta<u64, BasicNode> = postcard::from_bytes(&snap.meta)
-            .map_err(|e| format!("{}: its metadata does not decode: {e}", path.display()))?;
-        let pairs = self
-            .store
-            .import(&snap.data)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+    pub(super) fn load(&mut self, path: &Path, snap: &snapshot::Snapshot) -> Result<u64, MachineError> {
+        let meta: SnapshotMeta<u64, BasicNode> =
+            postcard::from_bytes(&snap.meta).map_err(|source| MachineError::Meta {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let pairs = self.store.import(&snap.data).map_err(|source| MachineError::Import {
+            path: path.to_path_buf(),
+            source,
+        })?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         let size = std::fs::metadata(path).map_or(0, |m| m.len());
@@ -139,8 +180,8 @@ impl StateMachine {
 }
 
 /// Decodes a snapshot's metadata.
-pub(super) fn snapshot_meta(snap: &snapshot::Snapshot) -> Result<SnapshotMeta<u64, BasicNode>, String> {
-    postcard::from_bytes(&snap.meta).map_err(|e| format!("its metadata does not decode: {e}"))
+pub(super) fn snapshot_meta(snap: &snapshot::Snapshot) -> Result<SnapshotMeta<u64, BasicNode>, postcard::Error> {
+    postcard::from_bytes(&snap.meta)
 }
 
 /// Writes a snapshot of the store as of `meta` (see the module docs: fuzzy, and safe).
@@ -194,7 +235,7 @@ impl SnapshotMaker {
 impl RaftSnapshotBuilder<ShardRaft> for SnapshotMaker {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<ShardRaft>> {
         let result = match self.meta.take() {
-            None => Err("nothing applied yet: no snapshot to take".to_string()),
+            None => Err(MachineError::NothingApplied),
             Some(meta) => self.write_until_done(meta).await,
         };
         self.snapshots.lock().building = false;
@@ -236,7 +277,7 @@ impl SnapshotMaker {
     /// Writes the snapshot, retrying while the disk refuses (no space, read-only): a failed
     /// snapshot must not stop the shard (openraft stops for good on a storage error), and the
     /// log keeps everything meanwhile.
-    async fn write_until_done(&self, meta: SnapshotMeta<u64, BasicNode>) -> Result<Written, String> {
+    async fn write_until_done(&self, meta: SnapshotMeta<u64, BasicNode>) -> Result<Written, MachineError> {
         let started = std::time::Instant::now();
         let mut backoff = crate::durable::health::Backoff::default();
         let mut stalled = false;
@@ -264,8 +305,8 @@ impl SnapshotMaker {
                     let _ = std::fs::remove_file(path.with_extension("tmp"));
                     tokio::time::sleep(backoff.next_pause()).await;
                 }
-                Ok(Err(e)) => return Err(e.to_string()),
-                Err(e) => return Err(e.to_string()),
+                Ok(Err(e)) => return Err(e.into()),
+                Err(e) => return Err(e.into()),
             }
         }
     }

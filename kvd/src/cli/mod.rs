@@ -3,6 +3,9 @@
 use clap::{Args, Parser, Subcommand};
 use kvshared::cli::{AuthArgs, parse_size};
 
+mod flag_error;
+pub use flag_error::FlagError;
+
 use crate::durable::SnapshotEvery;
 use crate::durable::log::FsyncPolicy;
 use crate::store::Eviction;
@@ -40,9 +43,9 @@ pub struct Cli {
 
 /// `--max-frame`: a size as every size flag takes it (`64mib`, `1gib`, bytes), within a u32
 /// (its upper bound, 1 GiB, is checked with the other settings).
-fn parse_frame_size(s: &str) -> Result<u32, String> {
+fn parse_frame_size(s: &str) -> Result<u32, FlagError> {
     let bytes = parse_size(s)?;
-    u32::try_from(bytes).map_err(|_| format!("{bytes} bytes is too large: at most {MAX_FRAME_LIMIT} bytes (1gib)"))
+    u32::try_from(bytes).map_err(|_| FlagError::FrameTooLarge(bytes))
 }
 
 /// Smallest `--max-frame` that still fits a useful batch.
@@ -202,101 +205,85 @@ impl ServeArgs {
     /// Refuses settings that cannot work, before anything starts, with a reason that names
     /// the flag (a zero frame limit would refuse every request; a huge capacity would abort
     /// on allocation).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FlagError> {
         if self.no_slots && self.shard.index == 0 {
-            return Err(format!(
-                "--no-slots with --shard {}: an added group comes after the groups it joins (its index is at least 1)",
-                self.shard
-            ));
+            return Err(FlagError::NoSlotsOnFirstGroup {
+                shard: self.shard.to_string(),
+            });
         }
         if self.max_frame < MIN_MAX_FRAME {
-            return Err(format!(
-                "--max-frame {} is too small: a request frame needs at least {MIN_MAX_FRAME} bytes",
-                self.max_frame
-            ));
+            return Err(FlagError::FrameTooSmall(self.max_frame.into()));
         }
         if self.max_frame > MAX_FRAME_LIMIT {
-            return Err(format!(
-                "--max-frame {} is too large: at most {MAX_FRAME_LIMIT} bytes (1 GiB)",
-                self.max_frame
-            ));
+            return Err(FlagError::FrameTooLarge(self.max_frame.into()));
         }
         if self.max_buffer_memory < u64::from(self.max_frame) {
-            return Err(format!(
-                "--max-buffer-memory {} is smaller than --max-frame {}: a largest frame could never be read",
-                self.max_buffer_memory, self.max_frame
-            ));
+            return Err(FlagError::BuffersBelowFrame {
+                buffers: self.max_buffer_memory,
+                frame: self.max_frame,
+            });
         }
         if self.data_dir.is_some() && self.max_memory.is_some() && self.eviction != Eviction::None {
-            return Err("--data-dir keeps every acknowledged write, so it cannot evict: add --eviction none (writes past --max-memory are then refused)".into());
+            return Err(FlagError::DurableEviction);
         }
         if !self.nodes.is_empty() && self.nodes.len() != self.shard.count as usize {
-            return Err(format!(
-                "--nodes lists {} nodes but --shard {} says the cluster has {}",
-                self.nodes.len(),
-                self.shard,
-                self.shard.count
-            ));
+            return Err(FlagError::NodesCount {
+                listed: self.nodes.len(),
+                shard: self.shard.to_string(),
+                count: self.shard.count,
+            });
         }
         if !self.group.is_empty() {
             if !self.group.contains(&self.listen) {
-                return Err(format!(
-                    "--group must list this node's own --listen address {} (as written there)",
-                    self.listen
-                ));
+                return Err(FlagError::GroupWithoutSelf(self.listen.clone()));
             }
             for (i, m) in self.group.iter().enumerate() {
                 if self.group[..i].contains(m) {
-                    return Err(format!("--group lists {m} twice"));
+                    return Err(FlagError::GroupTwice(m.clone()));
                 }
             }
         }
         self.validate_limits()?;
         if self.threads.is_some_and(|t| t == 0 || t > MAX_THREADS) {
-            return Err(format!("--threads must be between 1 and {MAX_THREADS}"));
+            return Err(FlagError::Threads);
         }
         if self.map_shards.is_some_and(|s| s == 0 || s > MAX_MAP_SHARDS) {
-            return Err(format!("--map-shards must be between 1 and {MAX_MAP_SHARDS}"));
+            return Err(FlagError::MapShards);
         }
         if self.capacity > MAX_CAPACITY {
-            return Err(format!(
-                "--capacity {} is more keys than one node can index (at most {MAX_CAPACITY})",
-                self.capacity
-            ));
+            return Err(FlagError::CapacityTooLarge(self.capacity));
         }
         Ok(())
     }
 
     /// The connection limits and deadlines, and the memory cap.
-    fn validate_limits(&self) -> Result<(), String> {
+    fn validate_limits(&self) -> Result<(), FlagError> {
         for (flag, value) in [
             ("--idle-timeout", self.idle_timeout),
             ("--read-timeout", self.read_timeout),
             ("--write-timeout", self.write_timeout),
         ] {
             if value > MAX_TIMEOUT {
-                return Err(format!("{flag} {value:?} is too long: at most 30d"));
+                return Err(FlagError::TimeoutTooLong { flag, value });
             }
             if value.is_zero() && flag != "--idle-timeout" {
-                return Err(format!("{flag} must be more than 0"));
+                return Err(FlagError::TimeoutZero(flag));
             }
         }
         if !(1..=MAX_CONNS).contains(&self.max_conns) {
-            return Err(format!("--max-conns must be between 1 and {MAX_CONNS}"));
+            return Err(FlagError::Conns);
         }
         if let Some(max) = self.max_memory
             && max < MIN_MAX_MEMORY
         {
-            return Err(format!(
-                "--max-memory {max} bytes is too small to hold anything: at least 1mib (sizes like 100mb, 2gb)"
-            ));
+            return Err(FlagError::MemoryTooSmall(max));
         }
         Ok(())
     }
 
     /// Refuses a `--capacity` whose index, over `map_shards`, would not fit this machine (see
     /// [`ServeArgs::check_capacity`]), before anything is allocated.
-    pub fn capacity_fits(&self, map_shards: usize) -> Result<(), String> {
+    pub fn capacity_fits(&self, map_shards: usize) -> Result<(), FlagError> {
         if self.capacity == 0 {
             return Ok(());
         }
@@ -311,27 +298,25 @@ impl ServeArgs {
     /// Refuses a `--capacity` whose preallocated index (`index_bytes`) would not fit: in
     /// `--max-memory` if given, else in half of the machine's memory (`host_bytes`; 0 when
     /// unknown, which checks nothing).
-    pub fn check_capacity(&self, index_bytes: usize, host_bytes: u64) -> Result<(), String> {
+    pub fn check_capacity(&self, index_bytes: usize, host_bytes: u64) -> Result<(), FlagError> {
         let gib = |b: f64| b / f64::from(1u32 << 30);
         let index = index_bytes as f64;
         if let Some(max) = self.max_memory {
             if index > max as f64 {
-                return Err(format!(
-                    "--capacity {} preallocates a {:.2} GiB index, more than --max-memory ({:.2} GiB): lower --capacity or raise --max-memory",
-                    self.capacity,
-                    gib(index),
-                    gib(max as f64)
-                ));
+                return Err(FlagError::CapacityOverCap {
+                    capacity: self.capacity,
+                    index_gib: gib(index),
+                    cap_gib: gib(max as f64),
+                });
             }
             return Ok(());
         }
         if host_bytes > 0 && index > host_bytes as f64 * CAPACITY_SHARE_OF_HOST {
-            return Err(format!(
-                "--capacity {} preallocates a {:.2} GiB index, more than half of this machine's {:.2} GiB of memory: lower --capacity (or give --max-memory to say how much this node may use)",
-                self.capacity,
-                gib(index),
-                gib(host_bytes as f64)
-            ));
+            return Err(FlagError::CapacityOverHost {
+                capacity: self.capacity,
+                index_gib: gib(index),
+                host_gib: gib(host_bytes as f64),
+            });
         }
         Ok(())
     }
@@ -619,24 +604,31 @@ pub enum RebalanceBy {
 }
 
 /// A `--window`: 100 ms to 10 minutes.
-fn parse_window(text: &str) -> Result<std::time::Duration, String> {
-    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+fn parse_window(text: &str) -> Result<std::time::Duration, FlagError> {
+    let d = parse_duration(text)?;
     if !(std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(600)).contains(&d) {
-        return Err(format!("{text}: a window is 100ms to 10m"));
+        return Err(FlagError::Window(text.to_string()));
     }
     Ok(d)
 }
 
 /// A `--ttl`: a duration of at least a millisecond and at most [`kvshared::expiry::MAX_TTL_MS`].
-fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
-    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+fn parse_ttl(text: &str) -> Result<std::time::Duration, FlagError> {
+    let d = parse_duration(text)?;
     if d.as_millis() == 0 || d.as_millis() > u128::from(kvshared::expiry::MAX_TTL_MS) {
-        return Err(format!(
-            "{text} is not a time to live: give 1ms to {}ms",
-            kvshared::expiry::MAX_TTL_MS
-        ));
+        return Err(FlagError::Ttl {
+            text: text.to_string(),
+            max: kvshared::expiry::MAX_TTL_MS,
+        });
     }
     Ok(d)
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, FlagError> {
+    humantime::parse_duration(text).map_err(|source| FlagError::Duration {
+        text: text.to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -647,6 +639,9 @@ mod tests {
         assert_eq!(super::parse_frame_size("64mib"), Ok(kvshared::frame::DEFAULT_MAX_FRAME));
         assert_eq!(super::parse_frame_size("1gib"), Ok(1 << 30));
         assert_eq!(super::parse_frame_size("4096"), Ok(4096));
-        assert!(super::parse_frame_size("8gib").unwrap_err().contains("too large"));
+        assert!(matches!(
+            super::parse_frame_size("8gib"),
+            Err(super::FlagError::FrameTooLarge(8_589_934_592))
+        ));
     }
 }
