@@ -30,7 +30,7 @@ use super::{Answers, ReplyRoom, Scratch, Store};
 impl Store {
     /// While the guard lives, no atomic batch is applied from the log (a snapshot's copy).
     pub(super) fn hold_transactions(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
-        self.atomic_gate.write()
+        self.gate.close()
     }
 
     /// Runs an atomic batch (see the module's notes). `out` is reset already.
@@ -44,7 +44,7 @@ impl Store {
     ) {
         let n = batch.len();
         let (mut runnable, mut shards) = (true, Vec::new());
-        let slot_changes = self.slots.changes();
+        let slot_changes = self.own.slots.changes();
         scratch.hashes.clear();
         scratch.hashes.resize(n, 0);
         for i in 0..n {
@@ -58,12 +58,9 @@ impl Store {
         if self.replay_holds_all(&shards, batch, scratch) {
             return;
         }
-        let _gate = (scratch.log_index > 0).then(|| self.atomic_gate.read());
-        if _gate.is_some() {
-            self.gate_passes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        }
+        let _gate = (scratch.log_index > 0).then(|| self.gate.pass_shared());
         let mut guards: Vec<(usize, RwLockWriteGuard<'_, Shard>)> =
-            shards.iter().map(|&s| (s, self.shards[s].write())).collect();
+            shards.iter().map(|&s| (s, self.map.shards[s].write())).collect();
         for (_, g) in guards.iter_mut() {
             g.applied = g.applied.max(scratch.log_index);
         }
@@ -76,7 +73,7 @@ impl Store {
             log_index: scratch.log_index,
             slot_changes,
         };
-        if self.slots.changes() != slot_changes {
+        if self.own.slots.changes() != slot_changes {
             // A slot changed hands since the ops were checked: nothing runs; sent again,
             // the batch is checked against the new table.
             for i in 0..n {
@@ -102,7 +99,7 @@ impl Store {
                 _ => {}
             }
             let hash = scratch.hashes[i];
-            let shard = map_shard(hash, self.shards.len());
+            let shard = map_shard(hash, self.map.shards.len());
             if op.kind == OpKind::Rename {
                 let Ok(to) = self.rename_target_shard(op.value) else {
                     continue;
@@ -175,7 +172,7 @@ impl Store {
                     })?),
                     _ => None,
                 };
-                Ok([Some(map_shard(hash, self.shards.len())), target])
+                Ok([Some(map_shard(hash, self.map.shards.len())), target])
             }
         }
     }
@@ -186,7 +183,7 @@ impl Store {
         if scratch.log_index == 0 {
             return false;
         }
-        let replay = self.replay.read();
+        let replay = self.gate.replay.read();
         let Some(held) = replay.as_ref() else { return false };
         let mut any = false;
         for i in 0..batch.len() {
@@ -218,7 +215,7 @@ impl Store {
             if op.kind != OpKind::Unchanged {
                 continue;
             }
-            let shard = map_shard(hash, self.shards.len());
+            let shard = map_shard(hash, self.map.shards.len());
             let Ok(at) = guards.binary_search_by_key(&shard, |(s, _)| *s) else {
                 continue;
             };

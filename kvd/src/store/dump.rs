@@ -148,7 +148,7 @@ impl Store {
             pairs += self.import_pairs(section).map_err(|e| e.in_shard(shard))?;
             held.push(applied);
         }
-        *self.replay.write() = Some(held);
+        *self.gate.replay.write() = Some(held);
         Ok(pairs)
     }
 
@@ -161,29 +161,30 @@ impl Store {
     /// for every path; an import knows its count, so it sizes each table once instead of
     /// growing it step by step. Under `--max-memory`, a reservation past the cap is not made.
     fn reserve_for_import(&self, pairs: usize) {
-        let per_shard = pairs / self.shards.len();
+        let per_shard = pairs / self.map.shards.len();
         let per_shard = per_shard + per_shard / 16 + 16;
-        for (i, shard) in self.shards.iter().enumerate() {
+        for (i, shard) in self.map.shards.iter().enumerate() {
             let mut s = shard.write();
             let grow = Table::bytes_for(per_shard).saturating_sub(s.table.allocation_size());
             let over_cap = self
+                .memory
                 .usage
                 .limit()
-                .is_some_and(|l| self.usage.used().saturating_add(grow) > l.max_bytes);
+                .is_some_and(|l| self.memory.usage.used().saturating_add(grow) > l.max_bytes);
             if grow == 0 || s.table.len() > 0 || over_cap {
                 continue;
             }
             if let Ok(table) = Table::with_capacity(per_shard) {
-                self.usage.add(grow);
+                self.memory.usage.add(grow);
                 s.table = table;
-                self.hints[i].publish(&s.table);
+                self.map.hints[i].publish(&s.table);
             }
         }
     }
 
     /// The log replay after a snapshot is over: entries are applied as they come.
     pub fn end_replay(&self) {
-        *self.replay.write() = None;
+        *self.gate.replay.write() = None;
     }
 
     fn import_pairs(&self, data: &[u8]) -> Result<u64, Fault> {
@@ -196,7 +197,7 @@ impl Store {
             now: self.now(),
             clock: 0,
             log_index: 0,
-            slot_changes: self.slots.changes(),
+            slot_changes: self.own.slots.changes(),
         };
         let mut pairs = 0u64;
         for pair in Pairs::new(data) {
@@ -208,11 +209,11 @@ impl Store {
             } = pair?;
             let bad = |why| Fault { pair: pairs, at, why };
             let hash = key_hash(key);
-            if self.slots.get(key_slot(key)).state == kvshared::slots::SlotState::Gone {
-                return Err(bad(PairFault::NotOwned(self.me)));
+            if self.own.slots.get(key_slot(key)).state == kvshared::slots::SlotState::Gone {
+                return Err(bad(PairFault::NotOwned(self.own.me)));
             }
-            let shard = map_shard(hash, self.shards.len());
-            let mut s = self.shards[shard].write();
+            let shard = map_shard(hash, self.map.shards.len());
+            let mut s = self.map.shards[shard].write();
             if !self.put(shard, &mut s, hash, key, value, &mut ans) {
                 return Err(bad(PairFault::NoRoom));
             }
@@ -380,12 +381,12 @@ mod tests {
         assert_eq!(store.import(&export(&source)).unwrap(), 20_000);
         let per_shard = 20_000 / 4;
         let reserved = Table::bytes_for(per_shard + per_shard / 16 + 16);
-        for shard in store.shards.iter() {
+        for shard in store.map.shards.iter() {
             let s = shard.read();
             assert!(s.table.len() > 0);
             assert_eq!(s.table.allocation_size(), reserved, "a table grew during the import");
         }
-        assert_eq!(store.memory_recount() as usize, store.usage.used());
+        assert_eq!(store.memory_recount() as usize, store.memory.usage.used());
     }
 
     fn export(store: &Store) -> Vec<u8> {
@@ -705,13 +706,13 @@ mod tests {
         let store = Store::new(ShardId { index: 0, count: 2 }, 4, 0).unwrap();
         let other = (0..100u32)
             .map(|i| i.to_string())
-            .find(|k| !store.me.owns(key_slot(k.as_bytes())))
+            .find(|k| !store.own.me.owns(key_slot(k.as_bytes())))
             .unwrap();
         let e = store
             .import(&one_shard(&[(other.into_bytes(), Vec::new())]))
             .unwrap_err();
         assert!(
-            matches!(&e, ImportError::Pair { shard: 0, pair: 0, why: PairFault::NotOwned(me), .. } if *me == store.me),
+            matches!(&e, ImportError::Pair { shard: 0, pair: 0, why: PairFault::NotOwned(me), .. } if *me == store.own.me),
             "{e}"
         );
         assert_eq!(

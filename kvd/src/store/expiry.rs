@@ -70,7 +70,7 @@ impl Store {
         let Some(at) = s.table.find(hash, key) else {
             return false;
         };
-        self.usage.give(s.remove_at(at));
+        self.memory.usage.give(s.remove_at(at));
         true
     }
 
@@ -81,12 +81,12 @@ impl Store {
             Some(at) => {
                 let added = s.expires.set(key, at);
                 s.entry_bytes += added;
-                self.usage.add(added);
+                self.memory.usage.add(added);
             }
             None => {
                 let freed = s.expires.remove(key);
                 s.entry_bytes -= freed;
-                self.usage.give(freed);
+                self.memory.usage.give(freed);
             }
         }
     }
@@ -177,7 +177,7 @@ impl Store {
 
     /// Keys with a deadline, over every map shard.
     pub fn volatile_keys(&self) -> u64 {
-        self.shards.iter().map(|s| s.read().expires.len() as u64).sum()
+        self.map.shards.iter().map(|s| s.read().expires.len() as u64).sum()
     }
 
     /// One run of the active cycle in memory, as Redis's: from each map shard in turn
@@ -186,11 +186,11 @@ impl Store {
     /// shard's lock for at most 20 (`SAMPLES_PER_ROUND`) lookups.
     pub fn expire_cycle(&self, clock: u64, from: usize, until: Instant, tally: &mut Counts) -> CycleFigures {
         let mut figures = CycleFigures::default();
-        let n = self.shards.len();
+        let n = self.map.shards.len();
         for step in 0..n {
             let shard = (from + step) % n;
             loop {
-                let mut s = self.shards[shard].write();
+                let mut s = self.map.shards[shard].write();
                 let (sampled, due) = Self::sample_due(&mut s, clock);
                 for key in &due {
                     let hash = kvshared::routing::key_hash(key);
@@ -216,7 +216,7 @@ impl Store {
     /// `Expired` ops for them).
     pub fn due_keys(&self, clock: u64, max: usize, out: &mut Vec<Vec<u8>>) -> CycleFigures {
         let mut figures = CycleFigures::default();
-        for shard in self.shards.iter() {
+        for shard in self.map.shards.iter() {
             if out.len() >= max {
                 break;
             }

@@ -82,16 +82,15 @@ impl Store {
         between: &mut dyn FnMut(),
         write: &mut dyn FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<Exported, E> {
-        use std::sync::atomic::Ordering;
         let gate = self.hold_transactions();
-        let passes = self.gate_passes.load(Ordering::Acquire);
+        let passes = self.gate.passes();
         let mut buf = Vec::new();
         self.export_header(&mut buf);
         write(&buf)?;
         let gate = hold_gate.then_some(gate);
         let mut pairs = 0;
         for shard in 0..self.map_shards() {
-            if gate.is_none() && self.gate_passes.load(Ordering::Acquire) != passes {
+            if gate.is_none() && self.gate.passes() != passes {
                 // Interrupted already: stop copying for nothing.
                 return Ok(Exported::Interrupted);
             }
@@ -101,7 +100,7 @@ impl Store {
         }
         if gate.is_none() {
             let _gate = self.hold_transactions();
-            if self.gate_passes.load(Ordering::Acquire) != passes {
+            if self.gate.passes() != passes {
                 return Ok(Exported::Interrupted);
             }
         }
@@ -125,14 +124,14 @@ impl Store {
     fn export_header(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&SLOT_TABLE_FOLLOWS.to_le_bytes());
         self.export_slots(out);
-        out.extend_from_slice(&(self.shards.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.map.shards.len() as u32).to_le_bytes());
     }
 
     /// Appends map shard `i` (its last log entry and its pairs) to `out`, in steps (see the
     /// module docs), calling `between` after each step with no lock held (a snapshot rests
     /// there; a test writes); returns how many pairs. (A shard past the end adds nothing.)
     fn export_shard_between(&self, i: usize, out: &mut Vec<u8>, between: &mut dyn FnMut()) -> u64 {
-        let Some(shard) = self.shards.get(i) else { return 0 };
+        let Some(shard) = self.map.shards.get(i) else { return 0 };
         let header_at = out.len();
         out.extend_from_slice(&[0; SHARD_HEADER]);
         let body_at = out.len();

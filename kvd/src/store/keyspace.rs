@@ -122,13 +122,13 @@ impl Store {
         let req = ScanRequest::decode(request).ok_or(MalformedOp::BadKeyspace)?;
         let pattern = Pattern::new(pattern).map_err(|_| MalformedOp::BadKeyspace)?;
         let (mut map, mut from) = ((req.cursor >> 32) as usize, req.cursor as u32);
-        if map >= self.shards.len() {
+        if map >= self.map.shards.len() {
             return Err(MalformedOp::BadKeyspace);
         }
         let (mut keys, mut bytes, mut walked) = (Vec::new(), 0usize, 0usize);
         let want = req.count as usize;
         loop {
-            let s = self.shards[map].read();
+            let s = self.map.shards[map].read();
             let next = s.table.scan(from, want.saturating_sub(walked).max(1), |e| {
                 walked += 1;
                 let key = e.key();
@@ -142,11 +142,11 @@ impl Store {
                 Ok(at) => from = at,
                 Err(_) => (map, from) = (map + 1, 0),
             }
-            if map == self.shards.len() || walked >= want || bytes >= MAX_SCAN_PAGE_BYTES {
+            if map == self.map.shards.len() || walked >= want || bytes >= MAX_SCAN_PAGE_BYTES {
                 break;
             }
         }
-        let next = match map == self.shards.len() {
+        let next = match map == self.map.shards.len() {
             true => 0,
             false => ((map as u64) << 32) | u64::from(from),
         };
@@ -161,7 +161,7 @@ impl Store {
     pub fn keys_in_slot(&self, slot: u16, limit: usize) -> (u64, Vec<Vec<u8>>) {
         let clock = kvshared::expiry::now_ms();
         let (mut count, mut keys) = (0u64, Vec::new());
-        for shard in self.shards.iter() {
+        for shard in self.map.shards.iter() {
             let s = shard.read();
             for e in s.table.iter() {
                 let key = e.key();
@@ -180,8 +180,8 @@ impl Store {
     /// (`log_index` > 0) over a snapshot, a map shard whose copy already holds the entry
     /// is left alone, and every shard remembers the entry.
     pub(super) fn flush_at(&self, log_index: u64) {
-        let replay = self.replay.read();
-        for (i, shard) in self.shards.iter().enumerate() {
+        let replay = self.gate.replay.read();
+        for (i, shard) in self.map.shards.iter().enumerate() {
             if let Some(held) = replay.as_ref()
                 && log_index > 0
                 && held.get(i).is_some_and(|&h| log_index <= h)
@@ -189,11 +189,11 @@ impl Store {
                 continue;
             }
             let mut s = shard.write();
-            self.usage.give(s.bytes());
+            self.memory.usage.give(s.bytes());
             let applied = s.applied.max(log_index);
             *s = Shard::new(Table::new(), 0x9e37_79b9_7f4a_7c15 ^ i as u64);
             s.applied = applied;
-            self.hints[i].publish(&s.table);
+            self.map.hints[i].publish(&s.table);
         }
     }
 
@@ -204,7 +204,7 @@ impl Store {
         if !self.serves(OpKind::Put, r.to) {
             return Err(MalformedOp::BadKeyspace);
         }
-        Ok(map_shard(hash, self.shards.len()))
+        Ok(map_shard(hash, self.map.shards.len()))
     }
 
     /// Op `i`, a rename of `key` (in map shard `from`, locked as `src`) to the target in

@@ -271,6 +271,47 @@ impl Shard {
 
 /// The store-wide total of accounted bytes, and the cap (which can change at run time,
 /// as Redis's `CONFIG SET maxmemory`; atomics, as every write reads it).
+/// The memory cap and eviction: the bytes accounted against `--max-memory`, the LRU clock,
+/// and the policy a cap set at run time uses.
+pub(super) struct MemoryCap {
+    pub(super) usage: Usage,
+    /// The LRU clock's zero.
+    started: std::time::Instant,
+    /// The policy a cap set at run time uses when none was configured.
+    configured: Eviction,
+}
+
+impl MemoryCap {
+    /// `usage` under `limit` (lru for a cap set later when none is given).
+    pub(super) fn new(usage: Usage, limit: Option<MemoryLimit>) -> MemoryCap {
+        MemoryCap {
+            usage,
+            started: std::time::Instant::now(),
+            configured: limit.map_or(Eviction::Lru, |l| l.eviction),
+        }
+    }
+
+    /// A cap set at run time refuses writes rather than evict.
+    pub(super) fn never_evict(&mut self) {
+        self.configured = Eviction::None;
+    }
+
+    /// Sets (or removes) the cap, keeping the eviction policy in force (or configured).
+    pub(super) fn set_max(&self, max_bytes: Option<usize>) {
+        let eviction = self.usage.limit().map_or(self.configured, |l| l.eviction);
+        self.usage
+            .set_limit(max_bytes.map(|max_bytes| MemoryLimit { max_bytes, eviction }));
+    }
+
+    /// The LRU clock (milliseconds since start; 0 when nothing evicts by age).
+    pub(super) fn now(&self) -> u32 {
+        match self.usage.limit() {
+            Some(limit) if limit.eviction.uses_lru_clock() => self.started.elapsed().as_millis() as u32,
+            _ => 0,
+        }
+    }
+}
+
 pub(super) struct Usage {
     used: AtomicUsize,
     /// The cap; `usize::MAX` when there is none.

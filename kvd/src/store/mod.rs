@@ -10,25 +10,26 @@
 //! same key in one batch take effect in the order the client wrote them.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crossbeam::utils::CachePadded;
 use kvshared::latency::{Latency, MAP_SHARD_SAMPLE_EVERY};
 use kvshared::routing::{ShardId, key_hash, map_shard};
 use kvshared::slots::SLOT_LOAD_SAMPLE_EVERY;
 use kvshared::stats::Counts;
 use kvshared::wire::{BatchResponse, BatchView, OpKind, OpStatus};
-use parking_lot::RwLock;
 
 mod atomic;
 mod dump;
 mod expires;
 mod expiry;
 mod export;
+mod gate;
 mod keyspace;
+mod map;
 mod memory;
 mod ops;
+mod ownership;
 mod pipeline;
+mod policy;
 mod slots;
 mod table;
 mod tracking;
@@ -37,12 +38,16 @@ pub use dump::{ImportError, PairFault, SectionFault};
 pub use expiry::CycleFigures;
 use expiry::batch_clock;
 pub use export::Exported;
+use gate::SnapshotGate;
+use map::{MapShards, table_sizes};
 pub use memory::{Eviction, MemoryLimit};
-use memory::{MAX_EVICTIONS_PER_WRITE, Shard, Usage};
+use memory::{MAX_EVICTIONS_PER_WRITE, MemoryCap, Shard, Usage};
 pub use ops::Ops;
+use ownership::Ownership;
 use pipeline::Pending;
+use policy::WritePolicy;
 pub use table::entry_bytes;
-use table::{Table, data_cost, prefetch_at};
+use table::{Table, data_cost};
 
 /// Decides whether a found value may join the reply being built (a reply is bounded by the
 /// frame limit and by the node's buffer budget); a value refused is answered `TooLarge`.
@@ -132,15 +137,6 @@ struct Answers<'a, R> {
     slot_changes: u64,
 }
 
-/// Where a map shard's slot array is, readable without its lock: a batch requests the
-/// first line of every op's probe before it takes any lock (see `pipeline`). Published by
-/// whoever holds the write lock when the array may have moved.
-#[derive(Default)]
-struct SlotsHint {
-    at: AtomicUsize,
-    slots: AtomicUsize,
-}
-
 /// Batches up to this many ops request every op's slot before running any group (a larger
 /// batch's groups are long enough to pipeline by themselves, and its early requests would
 /// be evicted before use).
@@ -148,58 +144,18 @@ const PREFETCH_WHOLE_BATCH: usize = 256;
 
 /// The sharded map.
 pub struct Store {
-    shards: Box<[CachePadded<RwLock<Shard>>]>,
-    hints: Box<[SlotsHint]>,
-    me: ShardId,
-    /// Which slots this node serves (see `slots`).
-    slots: kvshared::slots::SlotTable,
-    /// See [`Store::writes_through_log_only`].
-    log_only_writes: bool,
-    /// The longest value an append may make (see [`Store::cap_values`]).
-    value_cap: u64,
-    /// Started with `--no-slots` (see [`Store::start_without_slots`]).
-    no_slots: bool,
-    /// The log entry of the table's last change (0: none, or in memory).
-    slots_applied: std::sync::atomic::AtomicU64,
-    /// Slots the moves into this node under way have handed over already (see
-    /// `Store::slot_moves`).
-    slots_taken: std::sync::atomic::AtomicU32,
-    /// Accounted bytes, and `--max-memory` (see `memory`).
-    usage: Usage,
-    /// The LRU clock's zero.
-    started: std::time::Instant,
-    /// The policy a cap set at run time uses when none was configured.
-    configured_eviction: Eviction,
-    /// While a durable shard replays its log after loading a snapshot: per map shard of the
-    /// snapshot, the last log entry its copy already holds (see `dump`).
-    replay: parking_lot::RwLock<Option<Vec<u64>>>,
-    /// Held (shared) while an atomic batch is applied from the log, and (exclusive) while a
-    /// slot change is applied and at a snapshot's start and end (or throughout its copy): no
-    /// snapshot splits a transaction or a slot change (see `atomic`, `export`).
-    atomic_gate: parking_lot::RwLock<()>,
-    /// Atomic batches applied from the log and slot changes so far, each counted under the
-    /// gate: a snapshot that does not hold the gate throughout redoes its copy when this
-    /// moved meanwhile (see `export`).
-    gate_passes: std::sync::atomic::AtomicU64,
-    /// Per map shard: how long sampled batches spent on its ops, lock wait included.
-    shard_latency: Box<[crate::latency::Buckets]>,
-    /// Per hash slot: the sampled ops served here (see `OpKind::SlotLoad`).
-    slot_load: Box<[std::sync::atomic::AtomicU32]>,
-    /// A migration's tracking of the keys written in the slots it copies (see `tracking`).
-    tracking: parking_lot::Mutex<Option<tracking::Tracking>>,
+    /// The keys, in map shards.
+    map: MapShards,
+    /// Which slots this node serves, and what moves them.
+    own: Ownership,
+    /// `--max-memory`, what is accounted against it, and eviction.
+    memory: MemoryCap,
+    /// What keeps a snapshot from splitting a transaction or a slot change.
+    gate: SnapshotGate,
+    /// What a write may make, and whether it runs outside the log.
+    policy: WritePolicy,
     #[cfg(test)]
     fault: Option<stale::StaleReads>,
-}
-
-/// How many map shards a store has, and how many entries each one's table is made for, to
-/// hold `capacity` keys without growing.
-fn table_sizes(map_shards: usize, capacity: usize) -> (usize, usize) {
-    let n = map_shards.max(1).next_power_of_two();
-    // Keys fall on map shards at random: room for four standard deviations more than the
-    // mean, so that no shard's table grows just before the cluster holds `capacity` keys.
-    let mean = capacity.div_ceil(n);
-    let per_shard = if mean == 0 { 0 } else { mean + 4 * mean.isqrt() + 4 };
-    (n, per_shard)
 }
 
 impl Store {
@@ -226,22 +182,8 @@ impl Store {
         capacity: usize,
         limit: Option<MemoryLimit>,
     ) -> std::io::Result<Store> {
-        let (n, per_shard) = table_sizes(map_shards, capacity);
-        let mut shards = Vec::with_capacity(n);
         let usage = Usage::new(None);
-        for i in 0..n {
-            let table = Table::with_capacity(per_shard).map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::OutOfMemory,
-                    format!("cannot preallocate room for {capacity} keys; lower --capacity"),
-                )
-            })?;
-            usage.add(table.allocation_size());
-            shards.push(CachePadded::new(RwLock::new(Shard::new(
-                table,
-                0x9e37_79b9_7f4a_7c15 ^ i as u64,
-            ))));
-        }
+        let map = MapShards::new(map_shards, capacity, &usage)?;
         if let Some(limit) = limit
             && usage.used() > limit.max_bytes
         {
@@ -257,31 +199,12 @@ impl Store {
         let used = usage.used();
         let usage = Usage::new(limit);
         usage.add(used);
-        let hints: Box<[SlotsHint]> = shards.iter().map(|_| SlotsHint::default()).collect();
-        for (hint, shard) in hints.iter().zip(&shards) {
-            hint.publish(&shard.read().table);
-        }
         Ok(Store {
-            shards: shards.into_boxed_slice(),
-            hints,
-            me,
-            slots: kvshared::slots::SlotTable::for_shard(me),
-            log_only_writes: false,
-            value_cap: kvshared::wire::MAX_STRING,
-            no_slots: false,
-            slots_applied: std::sync::atomic::AtomicU64::new(0),
-            slots_taken: std::sync::atomic::AtomicU32::new(0),
-            usage,
-            started: std::time::Instant::now(),
-            configured_eviction: limit.map_or(Eviction::Lru, |l| l.eviction),
-            replay: parking_lot::RwLock::new(None),
-            atomic_gate: parking_lot::RwLock::new(()),
-            gate_passes: std::sync::atomic::AtomicU64::new(0),
-            shard_latency: (0..n).map(|_| crate::latency::Buckets::default()).collect(),
-            slot_load: (0..kvshared::routing::SLOTS)
-                .map(|_| std::sync::atomic::AtomicU32::new(0))
-                .collect(),
-            tracking: parking_lot::Mutex::new(None),
+            map,
+            own: Ownership::new(me),
+            memory: MemoryCap::new(usage, limit),
+            gate: SnapshotGate::default(),
+            policy: WritePolicy::default(),
             #[cfg(test)]
             fault: None,
         })
@@ -290,20 +213,20 @@ impl Store {
     /// Unit tests only: answer some reads from a stale copy (see [`stale`]).
     #[cfg(test)]
     pub(crate) fn enable_stale_reads(&mut self) {
-        self.fault = Some(stale::StaleReads::new(self.shards.len()));
+        self.fault = Some(stale::StaleReads::new(self.map.shards.len()));
     }
 
     /// Makes a cap set at run time refuse writes rather than evict (a durable node's store:
     /// an evicted key would come back when the log is replayed).
     pub fn never_evict(&mut self) {
-        self.configured_eviction = Eviction::None;
+        self.memory.never_evict();
     }
 
     /// Makes the store run writes only when applying a log entry (a durable node's store).
     /// A write its node chose not to log (its slot was not served then) and that reaches
     /// the store after its slot changed hands is answered `TryAgain`, not run outside the log.
     pub fn writes_through_log_only(&mut self) {
-        self.log_only_writes = true;
+        self.policy.log_only = true;
     }
 
     /// Caps what an append may make at `max` bytes (at most [`kvshared::wire::MAX_STRING`],
@@ -313,13 +236,13 @@ impl Store {
     /// accepted; its node checks appends against `--max-frame` before logging them
     /// (`Node::refuse_long_values`).
     pub fn cap_values(&mut self, max: u64) {
-        self.value_cap = max.min(kvshared::wire::MAX_STRING);
+        self.policy.cap_values(max);
     }
 
     /// The length of `key`'s value here (0 when absent).
     pub fn value_len(&self, key: &[u8]) -> usize {
         let hash = key_hash(key);
-        let s = self.shards[map_shard(hash, self.shards.len())].read();
+        let s = self.map.shards[map_shard(hash, self.map.shards.len())].read();
         s.table
             .find(hash, key)
             .and_then(|at| s.table.at(at))
@@ -328,54 +251,44 @@ impl Store {
 
     /// Internal map shards.
     pub fn map_shards(&self) -> usize {
-        self.shards.len()
+        self.map.shards.len()
     }
 
     /// Keys stored now (takes each shard's lock briefly; for stats, not the hot path).
     pub fn len(&self) -> u64 {
-        self.shards.iter().map(|s| s.read().table.len() as u64).sum()
+        self.map.keys()
     }
 
     /// Accounted bytes the store holds now (keys, values, entries and tables).
     pub fn memory_used(&self) -> u64 {
-        self.usage.used() as u64
+        self.memory.usage.used() as u64
     }
 
     /// `--max-memory` and `--eviction`, if set.
     pub fn memory_limit(&self) -> Option<MemoryLimit> {
-        self.usage.limit()
+        self.memory.usage.limit()
     }
 
     /// Sets (or removes) the cap at run time, keeping the configured eviction policy (lru
     /// if none was configured).
     pub fn set_max_memory(&self, max_bytes: Option<usize>) {
-        let eviction = self.usage.limit().map_or(self.configured_eviction, |l| l.eviction);
-        self.usage
-            .set_limit(max_bytes.map(|max_bytes| MemoryLimit { max_bytes, eviction }));
+        self.memory.set_max(max_bytes);
     }
 
     /// Removes every key (a benchmark's fresh start): each shard gets a new, empty table.
     pub fn flush(&self) {
-        for (i, shard) in self.shards.iter().enumerate() {
-            let mut s = shard.write();
-            self.usage.give(s.bytes());
-            *s = Shard::new(Table::new(), 0x9e37_79b9_7f4a_7c15 ^ i as u64);
-            self.hints[i].publish(&s.table);
-        }
+        self.map.flush(&self.memory.usage);
     }
 
     /// Adds up the shards' own accounts (takes each lock), to check the running total.
     #[cfg(test)]
     fn memory_recount(&self) -> u64 {
-        self.shards.iter().map(|s| s.read().bytes() as u64).sum()
+        self.map.shards.iter().map(|s| s.read().bytes() as u64).sum()
     }
 
     /// The LRU clock (milliseconds since start; 0 when nothing evicts by age).
     fn now(&self) -> u32 {
-        match self.usage.limit() {
-            Some(limit) if limit.eviction.uses_lru_clock() => self.started.elapsed().as_millis() as u32,
-            _ => 0,
-        }
+        self.memory.now()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -459,7 +372,7 @@ impl Store {
 
     /// Per map shard, the time sampled batches spent on its ops (see `LatencyStats`).
     pub fn shard_latencies(&self) -> Vec<Latency> {
-        self.shard_latency.iter().map(|b| b.snapshot()).collect()
+        self.map.latency.iter().map(|b| b.snapshot()).collect()
     }
 
     /// As [`Store::execute`], leaving out the ops whose indexes `skip` lists (ascending):
@@ -491,12 +404,12 @@ impl Store {
         scratch.hashes.resize(n, 0);
         scratch.writes.clear();
         scratch.writes.resize(n, false);
-        let shard_count = self.shards.len();
+        let shard_count = self.map.shards.len();
         let mut skip = skip.iter().peekable();
-        let replay_guard = (scratch.log_index > 0).then(|| self.replay.read());
+        let replay_guard = (scratch.log_index > 0).then(|| self.gate.replay.read());
         let replay = replay_guard.as_deref().and_then(Option::as_ref);
         let prefetch_all = n <= PREFETCH_WHOLE_BATCH;
-        let slot_changes = self.slots.changes();
+        let slot_changes = self.own.slots.changes();
         for i in 0..n {
             if skip.next_if(|&&s| s as usize == i).is_some() {
                 continue;
@@ -558,7 +471,7 @@ impl Store {
             scratch.hashes[i] = hash;
             scratch.writes[i] = op.kind.is_write();
             let shard = map_shard(hash, shard_count);
-            if prefetch_all && let Some(hint) = self.hints.get(shard) {
+            if prefetch_all && let Some(hint) = self.map.hints.get(shard) {
                 hint.prefetch(hash);
             }
             scratch.order.push(((shard as u64) << 32) | i as u64);
@@ -597,7 +510,7 @@ impl Store {
                 self.run_group_read(shard, group, batch, &scratch.hashes, &mut ans);
             }
             if let Some(began) = began {
-                self.shard_latency[shard].record_n(began.elapsed().as_nanos() as u64, 1);
+                self.map.latency[shard].record_n(began.elapsed().as_nanos() as u64, 1);
             }
             start = end;
         }
@@ -611,7 +524,7 @@ impl Store {
         hashes: &[u64],
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
-        let table = self.shards[shard].read();
+        let table = self.map.shards[shard].read();
         let kept = self.still_served(group, batch, ans);
         let group = kept.as_deref().unwrap_or(group);
         let mut pending = Pending::new();
@@ -636,7 +549,7 @@ impl Store {
         hashes: &[u64],
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
-        let mut table = self.shards[shard].write();
+        let mut table = self.map.shards[shard].write();
         table.applied = table.applied.max(ans.log_index);
         let kept = self.still_served(group, batch, ans);
         let group = kept.as_deref().unwrap_or(group);
@@ -825,7 +738,7 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         let old = s.table.find(hash, key).and_then(|at| s.table.at(at)).map(|e| e.value());
-        if (old.map_or(0, <[u8]>::len) + suffix.len()) as u64 > self.value_cap {
+        if (old.map_or(0, <[u8]>::len) + suffix.len()) as u64 > self.policy.value_cap {
             ans.tally.malformed_op += 1;
             return ans.out.set_malformed(i, kvshared::wire::MalformedOp::BadRange);
         }
@@ -851,7 +764,8 @@ impl Store {
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) {
         let parsed = arg.split_first_chunk::<8>().map(|(o, b)| (u64::from_le_bytes(*o), b));
-        let Some((offset, bytes)) = parsed.filter(|(o, b)| o.saturating_add(b.len() as u64) <= self.value_cap) else {
+        let Some((offset, bytes)) = parsed.filter(|(o, b)| o.saturating_add(b.len() as u64) <= self.policy.value_cap)
+        else {
             ans.tally.malformed_op += 1;
             return ans.out.set_malformed(i, kvshared::wire::MalformedOp::BadRange);
         };
@@ -864,7 +778,7 @@ impl Store {
         }
         let (offset, end) = (offset as usize, offset as usize + bytes.len());
         let len = old_len.max(end);
-        if self.usage.limit().is_some_and(|l| len > l.max_bytes) {
+        if self.memory.usage.limit().is_some_and(|l| len > l.max_bytes) {
             // More than the cap could ever hold: refused before the value is built.
             ans.tally.out_of_memory += 1;
             return ans.out.set(i, OpStatus::OutOfMemory);
@@ -911,7 +825,7 @@ impl Store {
         let now = ans.now;
         // Under a cap, take the bytes first (an estimate, settled below); without one, only
         // the settling counts them (no second lookup on the fast path).
-        let need = if self.usage.is_capped() {
+        let need = if self.memory.usage.is_capped() {
             let old = s.table.find(hash, key).and_then(|at| s.table.at(at)).map(|e| e.cost());
             let grow = match old {
                 None if s.table.len() == s.table.capacity() => s.table.growth_bytes(),
@@ -940,7 +854,7 @@ impl Store {
             }
             None => match s.table.insert_new(hash, key, value, now) {
                 Ok(_) => {
-                    self.hints[shard].publish(&s.table);
+                    self.map.hints[shard].publish(&s.table);
                     s.entry_bytes += data_cost(key.len(), value.len());
                     true
                 }
@@ -954,11 +868,11 @@ impl Store {
         let grew = s.bytes().saturating_sub(before);
         let shrank = before.saturating_sub(s.bytes());
         match grew.cmp(&need) {
-            std::cmp::Ordering::Less => self.usage.give(need - grew),
-            std::cmp::Ordering::Greater => self.usage.add(grew - need),
+            std::cmp::Ordering::Less => self.memory.usage.give(need - grew),
+            std::cmp::Ordering::Greater => self.memory.usage.add(grew - need),
             std::cmp::Ordering::Equal => {}
         }
-        self.usage.give(shrank);
+        self.memory.usage.give(shrank);
         stored
     }
 
@@ -966,8 +880,8 @@ impl Store {
     /// bytes to spare, as it is worth no eviction or refusal; without them the table stays.
     fn spare_growth(&self, s: &mut Shard) -> usize {
         let bytes = s.table.growth_bytes();
-        if self.usage.try_take(bytes) {
-            self.usage.give(bytes);
+        if self.memory.usage.try_take(bytes) {
+            self.memory.usage.give(bytes);
             bytes
         } else {
             s.table.calm();
@@ -982,21 +896,23 @@ impl Store {
     /// so that no one shard is emptied of its recently used keys. False when the bytes
     /// cannot be had.
     fn take_bytes(&self, shard: usize, s: &mut Shard, need: usize, keep: &[u8], tally: &mut Counts) -> bool {
-        if need == 0 || self.usage.try_take(need) {
+        if need == 0 || self.memory.usage.try_take(need) {
             return true;
         }
-        let Some(limit) = self.usage.limit() else { return false };
+        let Some(limit) = self.memory.usage.limit() else {
+            return false;
+        };
         if limit.eviction == Eviction::None {
             return false;
         }
-        let n = self.shards.len();
+        let n = self.map.shards.len();
         let mut misses = 0;
         for step in 0..MAX_EVICTIONS_PER_WRITE {
             let at = (shard + step) % n;
             let freed = if at == shard {
                 s.evict_one(limit.eviction, keep)
             } else {
-                self.shards[at]
+                self.map.shards[at]
                     .try_write()
                     .and_then(|mut other| other.evict_one(limit.eviction, &[]))
             };
@@ -1008,9 +924,9 @@ impl Store {
                 continue;
             };
             misses = 0;
-            self.usage.give(freed);
+            self.memory.usage.give(freed);
             tally.evicted += 1;
-            if self.usage.try_take(need) {
+            if self.memory.usage.try_take(need) {
                 return true;
             }
         }
@@ -1084,23 +1000,6 @@ impl Store {
         if ans.out.set_found(i, entry.value()) == OpStatus::OutOfMemory {
             ans.tally.out_of_memory += 1;
         }
-    }
-}
-
-impl SlotsHint {
-    fn publish(&self, table: &Table) {
-        let (at, slots) = table.whereabouts();
-        self.at.store(at, Ordering::Relaxed);
-        self.slots.store(slots, Ordering::Relaxed);
-    }
-
-    #[inline]
-    fn prefetch(&self, hash: u64) {
-        prefetch_at(
-            self.at.load(Ordering::Relaxed),
-            self.slots.load(Ordering::Relaxed),
-            hash,
-        );
     }
 }
 

@@ -26,7 +26,7 @@ use super::{Answers, ReplyRoom, Store};
 impl Store {
     /// The node's slot table.
     pub fn slot_table(&self) -> &kvshared::slots::SlotTable {
-        &self.slots
+        &self.own.slots
     }
 
     /// Answers op `i` (on `key`) `Moved` or `TryAgain` when this node does not serve its
@@ -41,11 +41,11 @@ impl Store {
         tally: &mut Counts,
     ) -> bool {
         let (write, load) = (kind.is_write(), kind == OpKind::Load);
-        if !load && self.slots.serves_all(write) {
+        if !load && self.own.slots.serves_all(write) {
             return false;
         }
         let slot = key_slot(key);
-        match self.slots.verdict(slot, write, load) {
+        match self.own.slots.verdict(slot, write, load) {
             Verdict::Serve => false,
             Verdict::Moved { owner, epoch } => {
                 out.set_moved(i, slot, owner, epoch);
@@ -63,17 +63,12 @@ impl Store {
     /// Counts an op on `key` in its slot's sampled load.
     #[inline]
     pub(super) fn count_slot_load(&self, key: &[u8]) {
-        if let Some(c) = self.slot_load.get(usize::from(key_slot(key))) {
-            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.own.count_load(key);
     }
 
     /// Every slot's sampled load, as `OpKind::SlotLoad` answers it.
     pub(super) fn slot_load_bytes(&self) -> Vec<u8> {
-        self.slot_load
-            .iter()
-            .flat_map(|c| c.load(std::sync::atomic::Ordering::Relaxed).to_le_bytes())
-            .collect()
+        self.own.load_bytes()
     }
 
     /// On a durable node's store, a write that is not being applied from the log (`log_index`
@@ -88,7 +83,7 @@ impl Store {
         out: &mut BatchResponse,
         tally: &mut Counts,
     ) -> bool {
-        if !self.log_only_writes || log_index > 0 || !kind.is_write() {
+        if !self.policy.log_only || log_index > 0 || !kind.is_write() {
             return false;
         }
         out.set(i, OpStatus::TryAgain);
@@ -100,7 +95,8 @@ impl Store {
     #[inline]
     pub(super) fn serves(&self, kind: OpKind, key: &[u8]) -> bool {
         let (write, load) = (kind.is_write(), kind == OpKind::Load);
-        (!load && self.slots.serves_all(write)) || self.slots.verdict(key_slot(key), write, load) == Verdict::Serve
+        (!load && self.own.slots.serves_all(write))
+            || self.own.slots.verdict(key_slot(key), write, load) == Verdict::Serve
     }
 
     /// A map shard group's ops whose slots the table still serves, when it changed since the
@@ -112,7 +108,7 @@ impl Store {
         batch: &impl Ops,
         ans: &mut Answers<'_, impl ReplyRoom>,
     ) -> Option<Vec<u64>> {
-        if self.slots.changes() == ans.slot_changes {
+        if self.own.slots.changes() == ans.slot_changes {
             return None;
         }
         let kept = group
@@ -135,22 +131,21 @@ impl Store {
         let Some(change) = SlotChange::decode(value) else {
             return OpStatus::Malformed;
         };
-        let _gate = self.atomic_gate.write();
-        self.gate_passes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        if log_index > 0 && log_index < self.slots_applied.load(std::sync::atomic::Ordering::Acquire) {
+        let _gate = self.gate.pass_alone();
+        if log_index > 0 && log_index < self.own.applied.load(std::sync::atomic::Ordering::Acquire) {
             // Replaying the log: the snapshot's table already holds this change. (Not the
             // entry of the table's last change itself: one entry holds many batches, so
             // several changes, and each must run; run again on a replay, a change that was
             // applied changes nothing: see `plan_change`.)
             return OpStatus::Stored;
         }
-        let me = self.me.index as u16;
-        let Some(plan) = plan_change(&self.slots, &change, me) else {
+        let me = self.own.me.index as u16;
+        let Some(plan) = plan_change(&self.own.slots, &change, me) else {
             return OpStatus::NotStored;
         };
         let mut taken = 0u32;
         for &(slot, entry, _) in &plan {
-            match (self.slots.get(slot).state, entry.state) {
+            match (self.own.slots.get(slot).state, entry.state) {
                 (SlotState::Importing, SlotState::Owned) => {
                     tally.slots_in += 1;
                     taken += 1;
@@ -158,15 +153,16 @@ impl Store {
                 (SlotState::Frozen, SlotState::Gone) => tally.slots_out += 1,
                 _ => {}
             }
-            self.slots.set(slot, entry);
+            self.own.slots.set(slot, entry);
         }
-        self.count_taken(taken);
+        self.own.count_taken(taken);
         let dropped: Vec<u16> = plan.iter().filter(|(_, _, drop)| *drop).map(|(s, _, _)| *s).collect();
         if !dropped.is_empty() {
             self.drop_slots(&SlotBits::of(&kvshared::slots::ranges_of_slots(&dropped)), log_index);
         }
         if log_index > 0 {
-            self.slots_applied
+            self.own
+                .applied
                 .fetch_max(log_index, std::sync::atomic::Ordering::AcqRel);
         }
         tracing::info!(
@@ -180,24 +176,9 @@ impl Store {
         OpStatus::Stored
     }
 
-    /// Counts `taken` more slots of the moves into this node under way, back to 0 once
-    /// none imports here (see [`Store::slot_moves`]).
-    fn count_taken(&self, taken: u32) {
-        use std::sync::atomic::Ordering;
-        match self.slots.moves().importing {
-            0 => self.slots_taken.store(0, Ordering::Release),
-            _ => {
-                self.slots_taken.fetch_add(taken, Ordering::AcqRel);
-            }
-        }
-    }
-
     /// The moves under way here, for stats.
     pub fn slot_moves(&self) -> kvshared::stats::SlotMoves {
-        kvshared::stats::SlotMoves {
-            taken: self.slots_taken.load(std::sync::atomic::Ordering::Acquire),
-            ..self.slots.moves()
-        }
+        self.own.moves()
     }
 
     /// Removes every key of `slots` from every map shard (each under its write lock). This
@@ -206,7 +187,7 @@ impl Store {
     /// it, no second probe).
     fn drop_slots(&self, slots: &SlotBits, log_index: u64) {
         self.forget_tracked(slots);
-        for shard in self.shards.iter() {
+        for shard in self.map.shards.iter() {
             let mut s = shard.write();
             s.applied = s.applied.max(log_index);
             // The keys leave with their slots: not a migration's change to copy.
@@ -227,7 +208,7 @@ impl Store {
             }
             // Given back once: an atomic per key waited for each freed value's cache miss
             // (a third of the walk's time).
-            self.usage.give(freed);
+            self.memory.usage.give(freed);
             s.written = written;
         }
     }
@@ -248,7 +229,7 @@ impl Store {
     ) -> Result<Vec<u8>, MalformedOp> {
         let wanted = SlotBits::of(ranges);
         let (mut map, mut from) = ((req.cursor >> 32) as usize, req.cursor as u32);
-        if map >= self.shards.len() {
+        if map >= self.map.shards.len() {
             return Err(MalformedOp::BadKeyspace);
         }
         // Sized once for a full page (about 256 bytes a key at most asked): grown by
@@ -259,7 +240,7 @@ impl Store {
         // Every key of the shards is walked, a page's worth at a time (no index by slot).
         let want = (req.count as usize).saturating_mul(16);
         loop {
-            let s = self.shards[map].read();
+            let s = self.map.shards[map].read();
             let next = s.table.scan(from, want.saturating_sub(walked).max(1), |e| {
                 walked += 1;
                 let key = e.key();
@@ -280,11 +261,11 @@ impl Store {
                 Ok(at) => from = at,
                 Err(_) => (map, from) = (map + 1, 0),
             }
-            if map == self.shards.len() || walked >= want || page.len() >= MAX_COPY_PAGE_BYTES {
+            if map == self.map.shards.len() || walked >= want || page.len() >= MAX_COPY_PAGE_BYTES {
                 break;
             }
         }
-        let next = match map == self.shards.len() {
+        let next = match map == self.map.shards.len() {
             true => 0,
             false => ((map as u64) << 32) | u64::from(from),
         };
@@ -328,9 +309,9 @@ impl Store {
 
     /// Appends the slot table and the log entry of its last change (a snapshot's).
     pub fn export_slots(&self, out: &mut Vec<u8>) {
-        let applied = self.slots_applied.load(std::sync::atomic::Ordering::Acquire);
+        let applied = self.own.applied.load(std::sync::atomic::Ordering::Acquire);
         out.extend_from_slice(&applied.to_le_bytes());
-        self.slots.encode(out);
+        self.own.slots.encode(out);
     }
 
     /// Loads a table written by [`Store::export_slots`]; returns the bytes it took.
@@ -339,8 +320,9 @@ impl Store {
         let cut = || ImportError::SlotTable("cut short".into());
         let (applied, rest) = data.split_first_chunk::<8>().ok_or_else(cut)?;
         let table = rest.get(..kvshared::slots::ENCODED_LEN).ok_or_else(cut)?;
-        self.slots.load(table).map_err(ImportError::SlotTable)?;
-        self.slots_applied
+        self.own.slots.load(table).map_err(ImportError::SlotTable)?;
+        self.own
+            .applied
             .store(u64::from_le_bytes(*applied), std::sync::atomic::Ordering::Release);
         Ok(8 + kvshared::slots::ENCODED_LEN)
     }
@@ -349,20 +331,17 @@ impl Store {
     /// split of the groups before this one gives it, at epoch 0, until `kvd admin add-shard`
     /// tells it the cluster's map.
     pub fn start_without_slots(&mut self) {
-        self.slots = kvshared::slots::SlotTable::joining(self.me.index.max(1), self.me.index as u16);
-        self.no_slots = true;
+        self.own.no_slots = true;
+        self.own.slots = self.own.initial_table();
     }
 
     /// Resets the table to the even split `--shard` gives (a snapshot from before slot maps).
     pub(super) fn reset_slots(&self) {
-        let fresh = match self.no_slots {
-            true => kvshared::slots::SlotTable::joining(self.me.index.max(1), self.me.index as u16),
-            false => kvshared::slots::SlotTable::for_shard(self.me),
-        };
+        let fresh = self.own.initial_table();
         for (s, e) in fresh.entries().into_iter().enumerate() {
-            self.slots.set(s as u16, e);
+            self.own.slots.set(s as u16, e);
         }
-        self.slots_applied.store(0, std::sync::atomic::Ordering::Release);
+        self.own.applied.store(0, std::sync::atomic::Ordering::Release);
     }
 }
 

@@ -113,7 +113,7 @@ impl Store {
     /// A `SlotTrack` op (node-wide).
     pub(super) fn slot_track(&self, value: &[u8], clock: u64) -> Result<TrackAnswer, MalformedOp> {
         let request = TrackRequest::decode(value).ok_or(MalformedOp::BadKeyspace)?;
-        let mut tracking = self.tracking.lock();
+        let mut tracking = self.own.tracking.lock();
         Ok(match request {
             TrackRequest::Start { token, ranges } => {
                 self.start_tracking(&mut tracking, token, &ranges);
@@ -140,8 +140,8 @@ impl Store {
             changed: BTreeSet::new(),
         });
         let slots = Arc::new(SlotBits::of(ranges));
-        let budget = TRACKED_BYTES / self.shards.len().max(1);
-        for shard in self.shards.iter() {
+        let budget = TRACKED_BYTES / self.map.shards.len().max(1);
+        for shard in self.map.shards.iter() {
             shard.write().written = Some(Box::new(Written {
                 token,
                 slots: slots.clone(),
@@ -158,7 +158,7 @@ impl Store {
             return;
         }
         *tracking = None;
-        for shard in self.shards.iter() {
+        for shard in self.map.shards.iter() {
             let mut s = shard.write();
             if s.written.as_ref().is_some_and(|w| w.token == token) {
                 s.written = None;
@@ -170,6 +170,7 @@ impl Store {
     fn tracks_all(&self, t: &Tracking, token: u64) -> bool {
         t.token == token
             && self
+                .map
                 .shards
                 .iter()
                 .all(|s| s.read().written.as_ref().is_some_and(|w| w.holds(token)))
@@ -181,7 +182,7 @@ impl Store {
     fn changed_page(&self, t: &mut Tracking, req: ScanRequest, ranges: &[[u16; 2]], clock: u64) -> Vec<u8> {
         let wanted = SlotBits::of(ranges);
         if req.cursor == 0 {
-            for shard in self.shards.iter() {
+            for shard in self.map.shards.iter() {
                 if let Some(w) = shard.write().written.as_deref_mut() {
                     w.drain(&wanted, &mut t.changed);
                 }
@@ -196,7 +197,7 @@ impl Store {
                 break;
             }
             let hash = key_hash(key);
-            let s = self.shards[map_shard(hash, self.shards.len())].read();
+            let s = self.map.shards[map_shard(hash, self.map.shards.len())].read();
             let live = s.table.find(hash, key).and_then(|i| s.table.at(i));
             let value = live.filter(|_| !s.expires.is_due(key, clock)).map(|e| e.value());
             let deadline = value.and(s.expires.get(key));
@@ -209,7 +210,7 @@ impl Store {
 
     /// Lets go of whatever the tracking holds of `slots` (they left the node).
     pub(super) fn forget_tracked(&self, slots: &SlotBits) {
-        if let Some(t) = self.tracking.lock().as_mut() {
+        if let Some(t) = self.own.tracking.lock().as_mut() {
             t.changed.retain(|k| !slots.has(key_slot(k)));
         }
     }
