@@ -31,8 +31,14 @@ async fn with_a_node_down(live: u32) -> (Vec<LocalNode>, Vec<String>) {
     let mut nodes = Vec::new();
     for index in 0..live {
         let config = NodeConfig {
-            shard: kvshared::routing::ShardId { index, count: live + 1 },
-            map_shards: 8,
+            cluster: kvd::node::ClusterConfig {
+                shard: kvshared::routing::ShardId { index, count: live + 1 },
+                ..Default::default()
+            },
+            engine: kvd::node::EngineConfig {
+                map_shards: 8,
+                ..Default::default()
+            },
             ..NodeConfig::default()
         };
         nodes.push(LocalNode::start(config).await.unwrap());

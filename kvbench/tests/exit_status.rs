@@ -30,7 +30,7 @@ async fn output(args: Vec<&str>) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_ops_give_exit_status_1_unless_allowed() {
     let cluster = LocalCluster::start(2, |c| {
-        c.memory = Some(kvd::store::MemoryLimit {
+        c.engine.memory = Some(kvd::store::MemoryLimit {
             max_bytes: 1,
             eviction: kvd::store::Eviction::None,
         })

@@ -193,7 +193,7 @@ impl Binary {
         let Some(head) = buffered.first_chunk::<{ kvshared::frame::HEADER_LEN }>() else {
             return false;
         };
-        FrameHeader::decode(head, self.node.config().max_frame)
+        FrameHeader::decode(head, self.node.config().edge.max_frame)
             .is_ok_and(|h| buffered.len() >= kvshared::frame::HEADER_LEN + h.len as usize)
     }
 
@@ -238,7 +238,7 @@ impl Binary {
     /// must arrive whole by the edge's deadline, and its body must find room in the node's
     /// buffer budget; before the token only a small `AuthRequest` is read.
     async fn read_frame(&mut self) -> Result<Option<FrameHeader>, FrameError> {
-        let max_frame = self.node.config().max_frame;
+        let max_frame = self.node.config().edge.max_frame;
         let deadline = self.conn.request_deadline();
         let header = match tokio::time::timeout_at(deadline, read_header(&mut self.conn.reader, max_frame)).await {
             Ok(header) => header?,
@@ -367,7 +367,7 @@ impl Binary {
         };
         let edge = &self.conn.edge;
         let node = &self.node;
-        let mut room = ReplyAllowance::new(&edge.budget, batch.len(), node.config().max_frame as usize);
+        let mut room = ReplyAllowance::new(&edge.budget, batch.len(), node.config().edge.max_frame as usize);
         let log = node.execute_reading(
             &batch,
             &mut self.response,
@@ -483,7 +483,7 @@ impl Binary {
     /// may have been logged, so it gets no answer rather than a wrong one (the client counts
     /// its outcome as unknown).
     async fn answer_logged(&mut self, wait: Wait) -> Result<(), ConnError> {
-        let max_reply = self.node.config().max_frame as usize;
+        let max_reply = self.node.config().edge.max_frame as usize;
         let mut waited = false;
         while let Some(head) = self.waiting.front_mut() {
             let must = match wait {

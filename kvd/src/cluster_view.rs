@@ -151,7 +151,7 @@ fn nodes_count(shard_of: &[u32]) -> u32 {
 
 /// The view of a node on its own (no `--nodes`): all its shard's slots, itself the master.
 fn alone(node: &Node) -> View {
-    let me = node.config().shard;
+    let me = node.config().cluster.shard;
     let bound = node.resp_addr();
     let addr = bound.map_or(String::new(), |a| a.to_string());
     let member = MemberView {
@@ -200,7 +200,7 @@ fn build(
         let member = match answer {
             Ok(s) => {
                 let member = member_of(addr, &s, node);
-                if member.master && !member.myself && shard != node.config().shard.index {
+                if member.master && !member.myself && shard != node.config().cluster.shard.index {
                     // Its master knows a shard's slots best.
                     shards[shard as usize].slots = s.slots.clone();
                 }
@@ -225,7 +225,7 @@ fn build(
 /// as last told; a slot importing here is its source's while it is copied, and nobody's
 /// once its hand-over is under way).
 fn known_slots(node: &Node, index: u32) -> Vec<[u16; 2]> {
-    let me = node.config().shard.index;
+    let me = node.config().cluster.shard.index;
     node.slot_table()
         .ranges(|s| u32::from(s.owner) == index && !(s.state == kvshared::slots::SlotState::Importing && index == me))
 }
@@ -264,7 +264,7 @@ fn member_of(addr: &str, s: &NodeStats, me: &Node) -> MemberView {
         up: true,
         offset: s.group.applied_index,
         myself: s.pid == std::process::id()
-            && s.shard == me.config().shard
+            && s.shard == me.config().cluster.shard
             && me.resp_addr().is_some_and(|a| a.to_string() == s.resp_addr),
     }
 }

@@ -18,7 +18,9 @@ fn a_store_with_stale_reads_is_caught() {
         .build()
         .unwrap();
     let verdict = rt.block_on(async {
-        let cluster = LocalCluster::start(2, |c| c.fault_stale_reads = true).await.unwrap();
+        let cluster = LocalCluster::start(2, |c| c.engine.fault_stale_reads = true)
+            .await
+            .unwrap();
         let config = ClientConfig {
             conns_per_node: 2,
             ..ClientConfig::default()

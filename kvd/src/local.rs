@@ -6,7 +6,7 @@ use kvshared::routing::ShardId;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::node::NodeConfig;
+use crate::node::{ClusterConfig, EngineConfig, NodeConfig};
 use crate::server::Server;
 
 /// One kvd running inside this process on the current tokio runtime.
@@ -62,8 +62,14 @@ impl LocalCluster {
         let mut nodes = Vec::new();
         for index in 0..n {
             let mut config = NodeConfig {
-                shard: ShardId { index, count: n },
-                map_shards: 8,
+                cluster: ClusterConfig {
+                    shard: ShardId { index, count: n },
+                    ..ClusterConfig::default()
+                },
+                engine: EngineConfig {
+                    map_shards: 8,
+                    ..EngineConfig::default()
+                },
                 ..NodeConfig::default()
             };
             tune(&mut config);

@@ -5,7 +5,9 @@ use clap::Parser;
 use kvd::cli::{Cli, ServeArgs};
 use std::sync::Arc;
 
-use kvd::node::{GroupMember, NodeConfig};
+use kvd::durable::LogSettings;
+use kvd::edge::EdgeConfig;
+use kvd::node::{ClusterConfig, Durability, EngineConfig, GroupMember, NodeConfig};
 use kvd::server::Server;
 use kvd::store::MemoryLimit;
 use kvshared::cli::{exit_code, init_logging};
@@ -39,6 +41,52 @@ fn main() -> ExitCode {
     result.unwrap_or_else(|e| exit_code("kvd", e.as_ref()))
 }
 
+/// The node's settings from the serving flags, by concern.
+fn node_config(args: &ServeArgs, threads: usize, map_shards: usize) -> anyhow::Result<NodeConfig> {
+    Ok(NodeConfig {
+        cluster: ClusterConfig {
+            shard: args.shard,
+            no_slots: args.no_slots,
+            group: (args.join || !args.group.is_empty()).then(|| GroupMember {
+                me: args.listen.clone(),
+                initial: args.group.clone(),
+            }),
+        },
+        engine: EngineConfig {
+            map_shards,
+            capacity: args.capacity,
+            memory: args.max_memory.map(|max| MemoryLimit {
+                max_bytes: max as usize,
+                eviction: args.eviction,
+            }),
+            worker_threads: threads,
+            ..EngineConfig::default()
+        },
+        durability: args.data_dir.clone().map(|data_dir| Durability {
+            data_dir,
+            log: LogSettings {
+                fsync: args.fsync,
+                snapshot_every: args.snapshot_every,
+                ..LogSettings::default()
+            },
+        }),
+        edge: EdgeConfig {
+            max_conns: args.max_conns,
+            max_frame: args.max_frame,
+            idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
+            read_timeout: args.read_timeout,
+            write_timeout: args.write_timeout,
+            max_buffer_memory: args.max_buffer_memory as usize,
+            auth: args.auth.token()?,
+            insecure_no_auth: args.insecure_no_auth,
+            tls: match (&args.tls_cert, &args.tls_key) {
+                (Some(cert), Some(key)) => Some(TlsServer::from_files(cert, key)?),
+                _ => None,
+            },
+        },
+    })
+}
+
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.validate()?;
     if args.max_memory.is_some() {
@@ -54,42 +102,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .max(1);
     let map_shards = args.map_shards.unwrap_or((8 * threads).max(16));
     args.capacity_fits(map_shards)?;
-    let config = NodeConfig {
-        shard: args.shard,
-        no_slots: args.no_slots,
-        map_shards,
-        capacity: args.capacity,
-        max_conns: args.max_conns,
-        max_frame: args.max_frame,
-        idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
-        read_timeout: args.read_timeout,
-        write_timeout: args.write_timeout,
-        max_buffer_memory: args.max_buffer_memory as usize,
-        auth: args.auth.token()?,
-        insecure_no_auth: args.insecure_no_auth,
-        data_dir: args.data_dir.clone(),
-        fsync: args.fsync,
-        snapshot_every: args.snapshot_every,
-        group: (args.join || !args.group.is_empty()).then(|| GroupMember {
-            me: args.listen.clone(),
-            initial: args.group.clone(),
-        }),
-        memory: args.max_memory.map(|max| MemoryLimit {
-            max_bytes: max as usize,
-            eviction: args.eviction,
-        }),
-        tls: match (&args.tls_cert, &args.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsServer::from_files(cert, key)?),
-            _ => None,
-        },
-        worker_threads: threads,
-        ..NodeConfig::default()
-    };
+    let config = node_config(&args, threads, map_shards)?;
     // How this node reaches the others to forward RESP keys: as any client, with the
     // cluster's token.
     let client_config = ClientConfig {
-        auth: config.auth.clone(),
-        max_frame: config.max_frame,
+        auth: config.edge.auth.clone(),
+        max_frame: config.edge.max_frame,
         ..ClientConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -85,7 +85,7 @@ impl Routed {
     pub fn push(&mut self, node: &Node, forward: bool, kind: OpKind, key: &[u8], value: &[u8]) -> usize {
         // (A node that serves every slot computes no key's slot: 3.5% of kvd's CPU under
         // memtier's load on one node.)
-        let local = !forward || node.serves_every_slot() || node.owner_of(key) == node.config().shard.index;
+        let local = !forward || node.serves_every_slot() || node.owner_of(key) == node.config().cluster.shard.index;
         let at = if local {
             self.local.push(kind, key, value);
             OpAt::Local(self.local.len() - 1)
@@ -138,7 +138,7 @@ impl Routed {
         transaction_owner: Option<u32>,
     ) -> usize {
         if let (Some(owner), Some(c)) = (transaction_owner, cluster)
-            && owner != node.config().shard.index
+            && owner != node.config().cluster.shard.index
         {
             self.local_error = forward_transaction(c, owner, &self.local, &mut self.response)
                 .await
@@ -156,7 +156,7 @@ impl Routed {
                 _ => Vec::new(),
             }
         };
-        let mut room = ReplyAllowance::new(budget, self.local.len(), node.config().max_frame as usize);
+        let mut room = ReplyAllowance::new(budget, self.local.len(), node.config().edge.max_frame as usize);
         let local = run_local(
             node,
             &self.local,
@@ -260,7 +260,7 @@ pub async fn run_local(
     encode_body(batch, body).map_err(|e| NoAnswer::Malformed(e.to_string()))?;
     let view = BatchView::parse(body).map_err(|e| NoAnswer::Malformed(e.to_string()))?;
     tally.batches += 1;
-    let max_reply = node.config().max_frame as usize;
+    let max_reply = node.config().edge.max_frame as usize;
     // In memory the batch is done here; with a data dir its writes wait for the log.
     let Some(mut log) = node.execute(&view, response, room, scratch, tally) else {
         return Ok(());

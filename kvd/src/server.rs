@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kvshared::client::Cluster;
 
-use crate::edge::{self, EdgeConfig, Front, Handler, Listener};
+use crate::edge::{self, Front, Handler, Listener};
 use crate::node::{Node, NodeConfig};
 
 /// A bound, not yet running, kvd.
@@ -20,14 +20,14 @@ impl Server {
     /// Builds the node (opening `--data-dir`) and binds its binary protocol on `addr`
     /// (port 0: any free port).
     pub async fn bind(addr: &str, mut config: NodeConfig) -> std::io::Result<Server> {
-        config.max_conns = edge::connection_slots(config.max_conns);
+        config.edge.max_conns = edge::connection_slots(config.edge.max_conns);
         let mut node = Node::new(config)?;
         node.open_data_dir().await?;
         let node = Arc::new(node);
         crate::node::expiry_task::start(&node);
         let served = node.clone();
         let binary: Handler = Arc::new(move |conn| Box::pin(crate::binary::serve(conn, served.clone())));
-        let listener = Listener::bind(addr, Front::Binary, binary, &edge_config(node.config())).await?;
+        let listener = Listener::bind(addr, Front::Binary, binary, &node.config().edge).await?;
         Ok(Server {
             node,
             listeners: vec![listener],
@@ -89,7 +89,7 @@ impl Server {
                 format!("{} is served once", front.name()),
             ));
         }
-        let listener = Listener::bind(addr, front, handler, &edge_config(self.node.config())).await?;
+        let listener = Listener::bind(addr, front, handler, &self.node.config().edge).await?;
         let local = listener.local_addr()?;
         self.listeners.push(listener);
         Ok(local)
@@ -118,22 +118,7 @@ impl Server {
     /// [`edge::SHUTDOWN_GRACE`]) and closes the node's log.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Server { node, listeners } = self;
-        edge::serve(edge_config(node.config()), node.counters().clone(), listeners, shutdown).await;
+        edge::serve(node.config().edge.clone(), node.counters().clone(), listeners, shutdown).await;
         node.close().await;
-    }
-}
-
-/// What the edge is told of the node's settings.
-fn edge_config(c: &NodeConfig) -> EdgeConfig {
-    EdgeConfig {
-        max_conns: c.max_conns,
-        max_frame: c.max_frame,
-        idle_timeout: c.idle_timeout,
-        read_timeout: c.read_timeout,
-        write_timeout: c.write_timeout,
-        max_buffer_memory: c.max_buffer_memory,
-        auth: c.auth.clone(),
-        insecure_no_auth: c.insecure_no_auth,
-        tls: c.tls.clone(),
     }
 }

@@ -96,7 +96,10 @@ fn start() -> (tokio::runtime::Runtime, LocalNode) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let node = rt
         .block_on(LocalNode::start(NodeConfig {
-            max_frame: 1 << 20,
+            edge: kvd::edge::EdgeConfig {
+                max_frame: 1 << 20,
+                ..Default::default()
+            },
             ..NodeConfig::default()
         }))
         .unwrap();

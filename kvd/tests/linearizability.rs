@@ -86,7 +86,7 @@ fn histories_with_times_to_live_stay_linearizable_in_memory_and_durable() {
             let d = dir.path().to_path_buf();
             let cluster = LocalCluster::start(2, |c| {
                 if durable {
-                    c.data_dir = Some(d.join(c.shard.index.to_string()));
+                    c.durability = Some(kvd::node::Durability::in_dir(d.join(c.cluster.shard.index.to_string())));
                 }
             })
             .await

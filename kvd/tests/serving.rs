@@ -20,7 +20,10 @@ fn config() -> ClientConfig {
 #[tokio::test]
 async fn a_node_refuses_keys_it_does_not_own_and_names_the_owner() {
     let node = LocalNode::start(NodeConfig {
-        shard: ShardId { index: 1, count: 3 },
+        cluster: kvd::node::ClusterConfig {
+            shard: ShardId { index: 1, count: 3 },
+            ..Default::default()
+        },
         ..NodeConfig::default()
     })
     .await
@@ -268,7 +271,10 @@ async fn oversized_requests_are_refused_before_sending() {
 #[tokio::test]
 async fn over_max_conns_a_client_is_refused_at_once_with_a_reason() {
     let node = LocalNode::start(NodeConfig {
-        max_conns: 1,
+        edge: kvd::edge::EdgeConfig {
+            max_conns: 1,
+            ..Default::default()
+        },
         ..NodeConfig::default()
     })
     .await
@@ -298,8 +304,11 @@ async fn over_max_conns_a_client_is_refused_at_once_with_a_reason() {
 async fn idle_and_trickling_connections_are_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let node = LocalNode::start(NodeConfig {
-        idle_timeout: Some(Duration::from_millis(200)),
-        read_timeout: Duration::from_millis(300),
+        edge: kvd::edge::EdgeConfig {
+            idle_timeout: Some(Duration::from_millis(200)),
+            read_timeout: Duration::from_millis(300),
+            ..Default::default()
+        },
         ..NodeConfig::default()
     })
     .await

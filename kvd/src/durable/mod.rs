@@ -35,14 +35,31 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// How a durable shard keeps its log.
 #[derive(Clone, Debug)]
 pub struct DurableConfig {
+    /// The log's settings.
+    pub log: LogSettings,
+    /// `--group`: the replica group this member belongs to (none: a group of one).
+    pub group: Option<GroupConfig>,
+}
+
+/// How the log is written, snapshotted and cut into segments.
+#[derive(Clone, Copy, Debug)]
+pub struct LogSettings {
     /// `--fsync`.
     pub fsync: log::FsyncPolicy,
     /// `--snapshot-every`.
     pub snapshot_every: SnapshotEvery,
     /// Start a new log segment past this size ([`log::SEGMENT_BYTES`]; smaller in tests).
     pub segment_bytes: u64,
-    /// `--group`: the replica group this member belongs to (none: a group of one).
-    pub group: Option<GroupConfig>,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            fsync: log::FsyncPolicy::Always,
+            snapshot_every: SnapshotEvery::Bytes(64 << 20),
+            segment_bytes: log::SEGMENT_BYTES,
+        }
+    }
 }
 
 /// A member's replica group. Who the member is (its id) and which group it belongs to are

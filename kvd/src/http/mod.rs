@@ -218,7 +218,7 @@ async fn stats(State(s): State<Arc<Shared>>) -> Response {
 /// the leader it knows.
 async fn healthz(State(s): State<Arc<Shared>>) -> Response {
     let node = &s.node;
-    let shard = node.config().shard.to_string();
+    let shard = node.config().cluster.shard.to_string();
     let group = node.group_figures();
     let role = match group.role {
         kvshared::stats::GroupRole::None => "standalone",

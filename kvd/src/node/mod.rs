@@ -3,26 +3,26 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kvshared::auth::AuthToken;
 use kvshared::frame::AlignedVec;
-use kvshared::frame::DEFAULT_MAX_FRAME;
 use kvshared::latency::LatencyStats;
-use kvshared::routing::ShardId;
 use kvshared::stats::{Counts, GroupFigures, NodeStats, RecentLoad};
-use kvshared::tls::TlsServer;
 use kvshared::wire::{BatchResponse, BatchView, ConfigRequest, OpKind, OpStatus, ReplyView};
 use tokio::sync::oneshot;
 
 use crate::counters::Counters;
-use crate::durable::log::FsyncPolicy;
 use crate::durable::raft::{DurableShard, LogAnswer, SubmitError};
-use crate::durable::{DurableConfig, GroupConfig, SnapshotEvery};
+use crate::durable::{DurableConfig, GroupConfig};
 use crate::latency::{KINDS, OpLatencies};
 use crate::sampler::Sampler;
-use crate::store::{CappedRoom, MemoryLimit, ReplyRoom, Store};
+use crate::store::{CappedRoom, ReplyRoom, Store};
 
+mod config;
 mod error;
 pub(crate) mod expiry_task;
+pub use config::{
+    ClusterConfig, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BUFFER_MEMORY, DEFAULT_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT,
+    Durability, EngineConfig, GroupMember, NodeConfig,
+};
 pub use error::{ConfigError, NodeError};
 
 /// A connection's reusable memory for running its batches (grouping ops by map shard):
@@ -41,112 +41,12 @@ pub fn redis_policy(name: &str) -> &'static str {
     crate::store::Eviction::from_name(name).map_or("noeviction", crate::store::Eviction::redis_name)
 }
 
-/// Default `--idle-timeout`.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-/// Default `--read-timeout`.
-pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default `--write-timeout`.
-pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Default `--max-buffer-memory` (1 GiB).
-pub const DEFAULT_MAX_BUFFER_MEMORY: usize = 1 << 30;
-
 /// Reads how many log lines the process dropped (set once by the binary that set up logging).
 static LOG_LINES_DROPPED: OnceLock<Box<dyn Fn() -> u64 + Send + Sync>> = OnceLock::new();
 
 /// Tells every node of this process how to read the log's dropped-lines count.
 pub fn report_log_drops(read: impl Fn() -> u64 + Send + Sync + 'static) {
     let _ = LOG_LINES_DROPPED.set(Box::new(read));
-}
-
-/// How a node is set up (the serving flags of the `kvd` command).
-#[derive(Clone, Debug)]
-pub struct NodeConfig {
-    /// The shard this node serves.
-    pub shard: ShardId,
-    /// `--no-slots`: it starts owning no slot (a group added to a running cluster).
-    pub no_slots: bool,
-    /// Internal map shards (rounded up to a power of two).
-    pub map_shards: usize,
-    /// Keys to preallocate room for.
-    pub capacity: usize,
-    /// Most connections served at once.
-    pub max_conns: usize,
-    /// Largest frame body accepted.
-    pub max_frame: u32,
-    /// Close a connection that sends no request for this long (`None`: never).
-    pub idle_timeout: Option<Duration>,
-    /// A request that has begun must arrive whole within this long.
-    pub read_timeout: Duration,
-    /// A peer that reads none of its replies for this long loses its connection.
-    pub write_timeout: Duration,
-    /// Bytes all connections together may hold in buffers beyond a small allowance each.
-    pub max_buffer_memory: usize,
-    /// The token clients must present first (`None`: no token).
-    pub auth: Option<AuthToken>,
-    /// Serve clients from other hosts without a token (turns protected mode off).
-    pub insecure_no_auth: bool,
-    /// Serve TLS only (`--tls-cert`, `--tls-key`).
-    pub tls: Option<TlsServer>,
-    /// `--max-memory` and `--eviction` (`None`: unlimited).
-    pub memory: Option<MemoryLimit>,
-    /// `--data-dir`: keep the shard durable there (`None`: in memory only).
-    pub data_dir: Option<std::path::PathBuf>,
-    /// `--fsync`: when a logged write is durable.
-    pub fsync: FsyncPolicy,
-    /// `--snapshot-every`: how much log starts a snapshot.
-    pub snapshot_every: SnapshotEvery,
-    /// Log segment size (not a flag: tests make it small to see segments rotate and go).
-    pub segment_bytes: u64,
-    /// `--group` or `--join`: this node is a member of a replica group.
-    pub group: Option<GroupMember>,
-    /// Tokio worker threads, reported in stats.
-    pub worker_threads: usize,
-    /// How often the CPU/memory/network sampler runs.
-    pub sample_period: Duration,
-    /// Unit tests only: answer some reads from a stale copy (see `store::stale`).
-    #[cfg(test)]
-    pub fault_stale_reads: bool,
-}
-
-/// How a node belongs to a replica group.
-#[derive(Clone, Debug)]
-pub struct GroupMember {
-    /// This member's address as the others reach it (its `--listen`, as written).
-    pub me: String,
-    /// `--group`: the members a new group starts with (this one among them); empty with
-    /// `--join` (the member waits for `kvd admin add-replica`).
-    pub initial: Vec<String>,
-}
-
-impl Default for NodeConfig {
-    fn default() -> Self {
-        NodeConfig {
-            shard: ShardId::SOLO,
-            no_slots: false,
-            map_shards: 64,
-            capacity: 0,
-            max_conns: 1024,
-            max_frame: DEFAULT_MAX_FRAME,
-            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
-            read_timeout: DEFAULT_READ_TIMEOUT,
-            write_timeout: DEFAULT_WRITE_TIMEOUT,
-            max_buffer_memory: DEFAULT_MAX_BUFFER_MEMORY,
-            auth: None,
-            insecure_no_auth: false,
-            tls: None,
-            memory: None,
-            data_dir: None,
-            fsync: FsyncPolicy::Always,
-            snapshot_every: SnapshotEvery::Bytes(64 << 20),
-            segment_bytes: crate::durable::log::SEGMENT_BYTES,
-            group: None,
-            worker_threads: 1,
-            sample_period: Duration::from_secs(1),
-            #[cfg(test)]
-            fault_stale_reads: false,
-        }
-    }
 }
 
 /// The store, the counters and the system sampler of one node.
@@ -198,21 +98,26 @@ impl Node {
     /// A node with an empty store; starts the sampler thread. Fails if the store's
     /// preallocation cannot be had.
     pub fn new(config: NodeConfig) -> std::io::Result<Node> {
-        let mut store = Store::with_limit(config.shard, config.map_shards, config.capacity, config.memory)?;
-        if config.no_slots {
+        let mut store = Store::with_limit(
+            config.cluster.shard,
+            config.engine.map_shards,
+            config.engine.capacity,
+            config.engine.memory,
+        )?;
+        if config.cluster.no_slots {
             store.start_without_slots();
         }
         #[cfg(test)]
-        if config.fault_stale_reads {
+        if config.engine.fault_stale_reads {
             store.enable_stale_reads();
         }
-        if config.data_dir.is_some() {
+        if config.durability.is_some() {
             // An evicted key would come back on replay: a durable node refuses writes at
             // its cap instead (see `ServeArgs::validate`).
             store.never_evict();
             store.writes_through_log_only();
         } else {
-            store.cap_values(u64::from(config.max_frame));
+            store.cap_values(u64::from(config.edge.max_frame));
         }
         Ok(Node {
             store: Arc::new(store),
@@ -220,7 +125,7 @@ impl Node {
             latencies: Arc::new(OpLatencies::default()),
             durable: None,
             lock: None,
-            sampler: Sampler::start(config.sample_period),
+            sampler: Sampler::start(config.engine.sample_period),
             started: Instant::now(),
             window: parking_lot::Mutex::new(LoadWindow {
                 began: Instant::now(),
@@ -236,27 +141,26 @@ impl Node {
     /// With `--data-dir`: opens the shard's log there (creating it on first start, refusing a
     /// directory of another shard), replays it into the store, and logs what was recovered.
     pub async fn open_data_dir(&mut self) -> std::io::Result<()> {
-        let Some(dir) = self.config.data_dir.clone() else {
+        let Some(durability) = self.config.durability.clone() else {
             return Ok(());
         };
+        let dir = durability.data_dir;
         let started = Instant::now();
         // First of all: no other kvd may serve this directory while this one does.
         self.lock = Some(crate::durable::meta::DataDirLock::take(&dir)?);
-        crate::durable::meta::check_shard(&dir, self.config.shard, self.config.no_slots)?;
+        crate::durable::meta::check_shard(&dir, self.config.cluster.shard, self.config.cluster.no_slots)?;
         let (shard, recovery) = DurableShard::open(
             &dir,
             self.store.clone(),
             self.counters.clone(),
             DurableConfig {
-                fsync: self.config.fsync,
-                snapshot_every: self.config.snapshot_every,
-                segment_bytes: self.config.segment_bytes,
-                group: self.config.group.as_ref().map(|g| GroupConfig {
+                log: durability.log,
+                group: self.config.cluster.group.as_ref().map(|g| GroupConfig {
                     peers: g.initial.clone(),
-                    shard: self.config.shard,
+                    shard: self.config.cluster.shard,
                     client: kvshared::client::ClientConfig {
-                        auth: self.config.auth.clone(),
-                        max_frame: self.config.max_frame,
+                        auth: self.config.edge.auth.clone(),
+                        max_frame: self.config.edge.max_frame,
                         request_timeout: Duration::from_secs(2),
                         connect_timeout: Duration::from_millis(500),
                         ..Default::default()
@@ -273,7 +177,7 @@ impl Node {
             snapshot_pairs = recovery.snapshot.as_ref().map_or(0, |(_, n)| *n),
             entries_replayed = recovery.entries_replayed,
             took_ms = started.elapsed().as_millis() as u64,
-            fsync = ?self.config.fsync,
+            fsync = ?durability.log.fsync,
             "recovered the shard"
         );
         self.durable = Some(shard);
@@ -448,7 +352,7 @@ impl Node {
     /// to one key in flight at once are each checked against the value as it is now: the
     /// store's own cap, 512 MiB when durable, bounds what they make together.)
     fn too_long(&self, op: &kvshared::wire::OpRef<'_>) -> bool {
-        let max = kvshared::wire::MAX_STRING.min(u64::from(self.config.max_frame));
+        let max = kvshared::wire::MAX_STRING.min(u64::from(self.config.edge.max_frame));
         match op.kind {
             OpKind::SetRange => {
                 let offset = op.value.first_chunk::<8>().map_or(0, |o| u64::from_le_bytes(*o));
@@ -501,7 +405,7 @@ impl Node {
 
     /// This node's place in its replica group (empty figures when it is in none).
     pub fn group_figures(&self) -> GroupFigures {
-        match (&self.durable, &self.config.group) {
+        match (&self.durable, &self.config.cluster.group) {
             (Some(log), Some(_)) => log.group_figures(),
             _ => GroupFigures::default(),
         }
@@ -557,7 +461,7 @@ impl Node {
     /// Whether it serves its shard's writes (Redis's `master`): it is in no group, or leads
     /// its group and serves. Cheap (no figures built): the RESP front asks per command.
     pub fn serves_writes(&self) -> bool {
-        match (&self.durable, &self.config.group) {
+        match (&self.durable, &self.config.cluster.group) {
             (Some(log), Some(_)) => log.leadership().is_ok(),
             _ => true,
         }
@@ -567,7 +471,7 @@ impl Node {
     pub fn group_id(&self) -> Option<u64> {
         self.durable
             .as_ref()
-            .filter(|_| self.config.group.is_some())?
+            .filter(|_| self.config.cluster.group.is_some())?
             .group_id()
     }
 
@@ -575,7 +479,7 @@ impl Node {
     /// node is in no group).
     pub async fn serve_raft(&self, body: &[u8]) -> Option<Vec<u8>> {
         match &self.durable {
-            Some(log) if self.config.group.is_some() => Some(log.serve_rpc(body).await),
+            Some(log) if self.config.cluster.group.is_some() => Some(log.serve_rpc(body).await),
             _ => None,
         }
     }
@@ -601,7 +505,7 @@ impl Node {
         let recent = self.window.lock().advance(&counts, &latency);
         NodeStats {
             version: env!("CARGO_PKG_VERSION").to_string(),
-            shard: self.config.shard,
+            shard: self.config.cluster.shard,
             pid: std::process::id(),
             uptime_ms: self.started.elapsed().as_millis() as u64,
             unix_ms: SystemTime::now()
@@ -617,7 +521,7 @@ impl Node {
                 .store
                 .memory_limit()
                 .map_or(String::new(), |l| l.eviction.name().to_string()),
-            worker_threads: self.config.worker_threads as u32,
+            worker_threads: self.config.engine.worker_threads as u32,
             resp_addr: self.resp_addr.get().map_or(String::new(), ToString::to_string),
             slots: self.store.slot_table().served(),
             slot_moves: self.store.slot_moves(),
@@ -955,8 +859,11 @@ mod tests {
         let dir = kvtestkit::scratch_file("node-range", "data");
         for data_dir in [None, Some(dir.to_path_buf())] {
             let mut node = Node::new(NodeConfig {
-                data_dir,
-                max_frame: 1 << 20,
+                durability: data_dir.map(Durability::in_dir),
+                edge: crate::edge::EdgeConfig {
+                    max_frame: 1 << 20,
+                    ..Default::default()
+                },
                 ..NodeConfig::default()
             })
             .unwrap();
@@ -1010,7 +917,7 @@ mod tests {
     async fn a_durable_batch_keeps_batch_order_per_key() {
         let dir = kvtestkit::scratch_file("node-split", "data");
         let mut node = Node::new(NodeConfig {
-            data_dir: Some(dir.to_path_buf()),
+            durability: Some(Durability::in_dir(dir.to_path_buf())),
             ..NodeConfig::default()
         })
         .unwrap();

@@ -22,7 +22,7 @@ const MAX_KEYS_IN_SLOT: usize = 100_000;
 /// keys are the arguments at `keys`, and `write` says whether it changes data (both from
 /// the command table).
 pub fn redirect(ctx: &Ctx<'_>, args: &Args<'_>, keys: impl Iterator<Item = usize>, write: bool) -> Option<String> {
-    let me = ctx.node.config().shard;
+    let me = ctx.node.config().cluster.shard;
     let table = ctx.node.slot_table();
     let mut slot = None;
     for i in keys {
@@ -88,7 +88,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
         _ if (is(sub, "MYID") || is(sub, "MYSHARDID")) && n == 2 => {
             let id = match is(sub, "MYID") {
                 true => myself(&view).map_or(String::new(), |m| m.id.clone()),
-                false => shard_id(ctx.node.config().shard.index),
+                false => shard_id(ctx.node.config().cluster.shard.index),
             };
             p.immediate(|o| reply::bulk(o, id.as_bytes()))
         }

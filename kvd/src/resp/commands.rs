@@ -294,7 +294,7 @@ fn rename(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline, nx: bool) {
         p.begin_alone(
             Some(owner)
                 .filter(|_| ctx.forward)
-                .unwrap_or(ctx.node.config().shard.index),
+                .unwrap_or(ctx.node.config().cluster.shard.index),
         );
     }
     p.rename(ctx.node, ctx.forward, from, to, nx);
@@ -311,7 +311,7 @@ fn set_range(node: &Node, forward: bool, args: &Args<'_>, p: &mut Pipeline) {
         return p.immediate(|o| reply::error(o, "ERR offset is out of range"));
     };
     let value = args.get(3);
-    let max = kvshared::wire::MAX_STRING.min(u64::from(node.config().max_frame));
+    let max = kvshared::wire::MAX_STRING.min(u64::from(node.config().edge.max_frame));
     if !value.is_empty() && offset.saturating_add(value.len() as u64) > max {
         return p.immediate(|o| reply::error(o, "ERR string exceeds maximum allowed size (proto-max-bulk-len)"));
     }
@@ -328,7 +328,7 @@ fn config(node: &Node, args: &Args<'_>, p: &mut Pipeline) {
             )
         });
     }
-    let durable = node.config().data_dir.is_some();
+    let durable = node.config().durability.is_some();
     let stats = node.stats();
     let max_memory = stats.max_memory_bytes.to_string();
     let policy = crate::node::redis_policy(&stats.eviction).to_string();

@@ -46,7 +46,7 @@ pub enum Keyspace {
 
 /// The nodes a keyspace command covers: the cluster's, or this one alone.
 pub(super) fn nodes(node: &Node, forward: bool) -> Vec<u32> {
-    let shard = node.config().shard;
+    let shard = node.config().cluster.shard;
     match forward {
         true => (0..shard.count).collect(),
         false => vec![shard.index],
@@ -100,11 +100,11 @@ impl Runner<'_> {
         batch.push(kind, key, value);
         let mut response = BatchResponse::default();
         let error = match self.cluster {
-            Some(c) if target != self.node.config().shard.index => {
+            Some(c) if target != self.node.config().cluster.shard.index => {
                 forward_transaction(c, target, &batch, &mut response).await
             }
             _ => {
-                let mut room = ReplyAllowance::new(self.budget, 1, self.node.config().max_frame as usize);
+                let mut room = ReplyAllowance::new(self.budget, 1, self.node.config().edge.max_frame as usize);
                 let (mut body, mut scratch) = (Default::default(), Scratch::default());
                 let e = run_local(
                     self.node,
@@ -162,7 +162,7 @@ impl Runner<'_> {
         })?;
         let keys = page.keys.iter().map(|k| k.to_vec()).collect();
         let next = match self.cluster {
-            Some(_) => ClusterCursor::after(cursor.node, page.next, self.node.config().shard.count),
+            Some(_) => ClusterCursor::after(cursor.node, page.next, self.node.config().cluster.shard.count),
             None => (page.next != 0).then_some(ClusterCursor {
                 node: cursor.node,
                 at: page.next,
@@ -182,7 +182,7 @@ impl Runner<'_> {
         // Without --nodes, cursor 0 starts at this node (the only one scanned).
         let cursor = match self.cluster {
             None => ClusterCursor {
-                node: self.node.config().shard.index,
+                node: self.node.config().cluster.shard.index,
                 ..cursor
             },
             Some(_) => cursor,

@@ -75,7 +75,7 @@ fn flush_args(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Keyspace, CommandError> 
         2 if is(args.get(1), "ASYNC") || is(args.get(1), "SYNC") => true,
         _ => return Err(CommandError::Syntax),
     };
-    if ctx.node.config().data_dir.is_some() && !explicit {
+    if ctx.node.config().durability.is_some() && !explicit {
         let name = String::from_utf8_lossy(args.get(0)).to_ascii_uppercase();
         return Err(CommandError::FlushNeedsMode(name));
     }

@@ -142,7 +142,9 @@ fn exec(ctx: &mut Ctx<'_>, p: &mut Pipeline) {
         }
     }
     // Without --nodes nothing is forwarded: another node's keys abort it here.
-    let owner = owner.filter(|_| ctx.forward).unwrap_or(ctx.node.config().shard.index);
+    let owner = owner
+        .filter(|_| ctx.forward)
+        .unwrap_or(ctx.node.config().cluster.shard.index);
     p.begin_transaction(owner, &watched);
     // The dispatcher adds them to the batch now begun.
     ctx.session.tx.to_run = q.commands;
@@ -178,7 +180,7 @@ fn msetnx(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) {
     }
     let owner = Some(owners[0])
         .filter(|_| ctx.forward)
-        .unwrap_or(ctx.node.config().shard.index);
+        .unwrap_or(ctx.node.config().cluster.shard.index);
     let absent: Vec<(Vec<u8>, [u8; 9])> = pairs
         .iter()
         .map(|(k, _)| (k.to_vec(), kvshared::wire::watch_value(None)))

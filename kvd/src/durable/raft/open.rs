@@ -105,7 +105,15 @@ impl DurableShard {
     ) -> Result<(DurableShard, Recovery), OpenError> {
         let grouped = config.group.is_some();
         let who = membership(dir, config.group)?;
-        let r = recover(dir, &store, counters, config.fsync, config.segment_bytes, grouped).await?;
+        let r = recover(
+            dir,
+            &store,
+            counters,
+            config.log.fsync,
+            config.log.segment_bytes,
+            grouped,
+        )
+        .await?;
         // Replay restores every acknowledged write, whatever --max-memory says now.
         let cap = store.memory_limit();
         store.set_max_memory(None);
@@ -127,7 +135,7 @@ impl DurableShard {
         if r.fresh && !grouped {
             raft.initialize(who.initial.clone()).await?;
         }
-        let shard = DurableShard::start(raft, r.disk, config.fsync, grouped, who, dir);
+        let shard = DurableShard::start(raft, r.disk, config.log.fsync, grouped, who, dir);
         let mut recovery = r.recovery;
         shard
             .catch_up(&store, cap, r.last_log_index, r.committed_at_start)
@@ -144,7 +152,7 @@ impl DurableShard {
             shard.raft.clone(),
             shard.writer.clone(),
             shard.snapshots.clone(),
-            config.snapshot_every,
+            config.log.snapshot_every,
         ));
         Ok((shard, recovery))
     }

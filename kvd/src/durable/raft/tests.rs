@@ -34,9 +34,11 @@ fn aligned(bytes: &[u8]) -> AlignedVec {
 
 fn config(segment_bytes: u64) -> DurableConfig {
     DurableConfig {
-        fsync: FsyncPolicy::Always,
-        snapshot_every: SnapshotEvery::Bytes(1 << 40),
-        segment_bytes,
+        log: crate::durable::LogSettings {
+            fsync: FsyncPolicy::Always,
+            snapshot_every: SnapshotEvery::Bytes(1 << 40),
+            segment_bytes,
+        },
         group: None,
     }
 }
