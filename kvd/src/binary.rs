@@ -502,7 +502,7 @@ impl Binary {
                     // that has answered panics when polled again) when the caller drains
                     // the queue after this error.
                     self.waiting.pop_front();
-                    return Err(e.into());
+                    return Err(ConnError::Batch(Box::new(e)));
                 }
                 Some(Err(NodeError::NotLeader { leader })) => Some(Ok(leader)),
                 Some(Err(e @ NodeError::DiskRefuses { .. })) => Some(Err(e)),

@@ -6,8 +6,6 @@ use std::time::Duration;
 use kvshared::frame::FrameError;
 use kvshared::wire::WireError;
 
-use crate::node::NodeError;
-
 /// A connection's failure: the reason written to the log when it closes.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnError {
@@ -23,9 +21,10 @@ pub(crate) enum ConnError {
     /// A reply could not be encoded.
     #[error("cannot encode a reply: {0}")]
     Encode(#[from] WireError),
-    /// The node answered a batch waiting for the log with a failure that ends the connection.
+    /// A batch failed in a way that ends the connection (its outcome is unknown to the
+    /// client). The front's own error, kept whole: the edge knows no node.
     #[error(transparent)]
-    Node(#[from] NodeError),
+    Batch(Box<dyn std::error::Error + Send + Sync>),
     /// The peer presented a wrong token.
     #[error("the client presented a wrong token")]
     WrongToken,
