@@ -11,6 +11,8 @@ use std::path::Path;
 
 use kvshared::routing::ShardId;
 
+pub use super::meta_error::MetaError;
+
 /// The file whose lock says a kvd serves the directory.
 pub const LOCK_FILE: &str = "LOCK";
 /// The file that says which shard the directory holds.
@@ -21,52 +23,48 @@ pub const IDENTITY_FILE: &str = "identity";
 /// Largest metadata file read (each is a line or two).
 const MAX_META_FILE: u64 = 4096;
 
-fn err(kind: std::io::ErrorKind, message: String) -> std::io::Error {
-    std::io::Error::new(kind, message)
-}
-
 /// Replaces `path` with `bytes` so that a crash leaves the old contents or the new, never a
 /// mix or an empty file: a temporary file is written and fsynced, renamed over `path`, and
 /// the directory fsynced.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    match path.parent() {
-        Some(dir) => super::sync_dir(dir),
-        None => Ok(()),
-    }
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), MetaError> {
+    let write = || -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)?;
+        match path.parent() {
+            Some(dir) => super::sync_dir(dir),
+            None => Ok(()),
+        }
+    };
+    write().map_err(|source| MetaError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Reads a metadata file: `None` when it does not exist, its text otherwise; an empty one
 /// is refused (a file written atomically is never empty: it was cut by a crash of the file
 /// system or a repair), as is one that is not text or too large to be ours.
-fn read_meta(path: &Path, what: &str) -> std::io::Result<Option<String>> {
+fn read_meta(path: &Path, what: &'static str) -> Result<Option<String>, MetaError> {
+    let path_buf = || path.to_path_buf();
     let bytes = match kvshared::files::read_bounded(path, MAX_META_FILE) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(err(e.kind(), format!("{}: cannot read {what}: {e}", path.display()))),
+        Err(source) => {
+            return Err(MetaError::Read {
+                path: path_buf(),
+                what,
+                source,
+            });
+        }
     };
-    let text = String::from_utf8(bytes).map_err(|_| {
-        err(
-            std::io::ErrorKind::InvalidData,
-            format!("{}: {what} is not text: the file is damaged", path.display()),
-        )
-    })?;
+    let text = String::from_utf8(bytes).map_err(|_| MetaError::NotText { path: path_buf(), what })?;
     if text.trim().is_empty() {
-        return Err(err(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "{}: {what} is empty: the file was cut short (a file system crash or repair). \
-                 kvd writes it atomically, so it never left it so; see docs/LOG_FORMAT.md \
-                 (\"metadata files\") for how to restore it",
-                path.display()
-            ),
-        ));
+        return Err(MetaError::Empty { path: path_buf(), what });
     }
     Ok(Some(text))
 }
@@ -80,22 +78,12 @@ pub struct DataDirLock {
 
 impl DataDirLock {
     /// Takes the lock on `dir` (creating the directory), or says who holds it.
-    pub fn take(dir: &Path) -> std::io::Result<DataDirLock> {
+    pub fn take(dir: &Path) -> Result<DataDirLock, MetaError> {
+        let dir_buf = || dir.to_path_buf();
         if dir.exists() && !dir.is_dir() {
-            return Err(err(
-                std::io::ErrorKind::NotADirectory,
-                format!(
-                    "--data-dir {}: not a directory (give a directory, or a path that does not exist yet)",
-                    dir.display()
-                ),
-            ));
+            return Err(MetaError::NotADirectory { dir: dir_buf() });
         }
-        std::fs::create_dir_all(dir).map_err(|e| {
-            err(
-                e.kind(),
-                format!("--data-dir {}: cannot create the directory: {e}", dir.display()),
-            )
-        })?;
+        std::fs::create_dir_all(dir).map_err(|source| MetaError::CreateDir { dir: dir_buf(), source })?;
         let path = dir.join(LOCK_FILE);
         let mut file = OpenOptions::new()
             .read(true)
@@ -103,7 +91,10 @@ impl DataDirLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| err(e.kind(), format!("{}: cannot open the lock file: {e}", path.display())))?;
+            .map_err(|source| MetaError::OpenLock {
+                path: path.clone(),
+                source,
+            })?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -113,23 +104,15 @@ impl DataDirLock {
                     "" => "another process".to_string(),
                     pid => format!("the kvd with pid {pid}"),
                 };
-                return Err(err(
-                    std::io::ErrorKind::WouldBlock,
-                    format!(
-                        "{} is in use by {holder}: two kvd processes on one data directory would each \
-                         acknowledge writes that the other's log loses. Stop that kvd first, or give \
-                         this one its own --data-dir",
-                        dir.display()
-                    ),
-                ));
+                return Err(MetaError::InUse { dir: dir_buf(), holder });
             }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(err(e.kind(), format!("{}: cannot lock: {e}", path.display())));
-            }
+            Err(std::fs::TryLockError::Error(source)) => return Err(MetaError::Lock { path, source }),
         }
         // Who holds it, for the message above (not needed for the lock itself).
-        file.set_len(0)?;
-        file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+        let pid = format!("{}\n", std::process::id());
+        file.set_len(0)
+            .and_then(|()| file.write_all(pid.as_bytes()))
+            .map_err(|source| MetaError::Write { path, source })?;
         Ok(DataDirLock { _file: file })
     }
 }
@@ -142,7 +125,7 @@ const ADDED_PLACEMENT: &str = "added-slots";
 
 /// Refuses a data directory written for another shard, or by a kvd that placed keys
 /// otherwise; marks a new one as this shard's.
-pub fn check_shard(dir: &Path, me: ShardId, no_slots: bool) -> std::io::Result<()> {
+pub fn check_shard(dir: &Path, me: ShardId, no_slots: bool) -> Result<(), MetaError> {
     let path = dir.join(SHARD_FILE);
     let mine = if no_slots { ADDED_PLACEMENT } else { SLOT_PLACEMENT };
     let Some(found) = read_meta(&path, "the shard file")? else {
@@ -151,42 +134,18 @@ pub fn check_shard(dir: &Path, me: ShardId, no_slots: bool) -> std::io::Result<(
     let mut words = found.split_whitespace();
     let shard = words.next().and_then(|w| w.parse::<ShardId>().ok());
     let placement = words.next();
-    let invalid = |message: String| err(std::io::ErrorKind::InvalidData, message);
+    let dir = dir.to_path_buf();
     match (shard, placement, words.next()) {
         (Some(s), Some(p), None) if s == me && p == mine => Ok(()),
-        (Some(s), Some(SLOT_PLACEMENT | ADDED_PLACEMENT), None) if s == me => Err(invalid(format!(
-            "{} holds shard {s} started {}, but this kvd was started {}: start it as the directory was first started \
-             (a group's slots come from its log, and the start is where that log begins)",
-            dir.display(),
-            if no_slots {
-                "with the even split of --shard"
-            } else {
-                "with --no-slots (a group added to a running cluster)"
-            },
-            if no_slots {
-                "with --no-slots"
-            } else {
-                "without --no-slots"
-            },
-        ))),
-        (Some(s), Some(SLOT_PLACEMENT | ADDED_PLACEMENT), None) => Err(invalid(format!(
-            "{} holds shard {s} but this kvd serves --shard {me}: point --data-dir at this shard's directory",
-            dir.display()
-        ))),
-        (Some(s), None, None) => Err(invalid(format!(
-            "{} holds shard {s} as written by a kvd from before hash slots, which placed keys by \
-             another function: under hash slots most of its keys belong to other shards, so this \
-             kvd will not serve it (nothing in it is changed). Serve it with the kvd that wrote it, \
-             copy its keys out (`redis-cli --scan` against that kvd, or `kvbench`), and load them \
-             into a cluster started on fresh directories (docs/CLUSTER.md, \"data directories from before hash slots\")",
-            dir.display()
-        ))),
-        _ => Err(invalid(format!(
-            "{}: the shard file says {:?}, which is not a shard (`I/N slots`): the file is damaged; \
-             write the shard this directory holds into it (e.g. `0/2 slots`) if you know it",
-            path.display(),
-            found.trim()
-        ))),
+        (Some(shard), Some(SLOT_PLACEMENT | ADDED_PLACEMENT), None) if shard == me => {
+            Err(MetaError::OtherStart { dir, shard, no_slots })
+        }
+        (Some(found), Some(SLOT_PLACEMENT | ADDED_PLACEMENT), None) => Err(MetaError::OtherShard { dir, found, me }),
+        (Some(found), None, None) => Err(MetaError::BeforeSlots { dir, found }),
+        _ => Err(MetaError::DamagedShard {
+            path,
+            found: found.trim().to_string(),
+        }),
     }
 }
 
@@ -204,20 +163,10 @@ pub struct Identity {
 
 impl Identity {
     /// Reads the identity of `dir`, or makes (and writes) a new one with a fresh member id.
-    pub fn load_or_create(dir: &Path) -> std::io::Result<Identity> {
+    pub fn load_or_create(dir: &Path) -> Result<Identity, MetaError> {
         let path = dir.join(IDENTITY_FILE);
         match read_meta(&path, "the member's identity")? {
-            Some(text) => Identity::parse(&text).ok_or_else(|| {
-                err(
-                    std::io::ErrorKind::InvalidData,
-                    format!(
-                        "{}: does not read as `member N` and `group N|none`: the file is damaged. \
-                         Restore the directory from a copy, or move it away and add this member back \
-                         as a new one (docs/REPLICATION.md, \"a member that lost its disk\")",
-                        path.display()
-                    ),
-                )
-            }),
+            Some(text) => Identity::parse(&text).ok_or(MetaError::DamagedIdentity { path }),
             None => {
                 let me = Identity {
                     member: new_member_id(),
@@ -230,7 +179,7 @@ impl Identity {
     }
 
     /// Writes it into `dir` (atomically).
-    pub fn store(&self, dir: &Path) -> std::io::Result<()> {
+    pub fn store(&self, dir: &Path) -> Result<(), MetaError> {
         let group = self.group.map_or("none".to_string(), |g| g.to_string());
         write_atomically(
             &dir.join(IDENTITY_FILE),
@@ -272,14 +221,21 @@ mod tests {
     #[test]
     fn a_second_lock_is_refused_naming_the_holder() {
         let dir = scratch("lock");
-        let not_a_dir = DataDirLock::take(Path::new("/dev/null")).err().unwrap().to_string();
+        let not_a_dir = DataDirLock::take(Path::new("/dev/null")).err().unwrap();
+        assert!(matches!(not_a_dir, MetaError::NotADirectory { .. }), "{not_a_dir}");
+        // What an operator reads, tested once here.
+        let not_a_dir = not_a_dir.to_string();
         assert!(
             not_a_dir.contains("--data-dir /dev/null: not a directory"),
             "{not_a_dir}"
         );
         let held = DataDirLock::take(&dir).unwrap();
-        let e = DataDirLock::take(&dir).err().unwrap().to_string();
-        assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
+        let e = DataDirLock::take(&dir).err().unwrap();
+        let pid = format!("pid {}", std::process::id());
+        assert!(
+            matches!(&e, MetaError::InUse { holder, .. } if holder.ends_with(&pid)),
+            "{e}"
+        );
         drop(held);
         DataDirLock::take(&dir).unwrap();
     }
@@ -291,25 +247,37 @@ mod tests {
         check_shard(&dir, me, false).unwrap();
         check_shard(&dir, me, false).unwrap();
         // Started with the even split: a restart with --no-slots is refused, and back.
-        let e = check_shard(&dir, me, true).unwrap_err().to_string();
-        assert!(e.contains("started with the even split of --shard"), "{e}");
+        let e = check_shard(&dir, me, true).unwrap_err();
+        assert!(matches!(e, MetaError::OtherStart { no_slots: true, .. }), "{e}");
         assert_eq!(std::fs::read(dir.join(SHARD_FILE)).unwrap(), b"1/2 slots\n");
         std::fs::write(dir.join(SHARD_FILE), b"").unwrap();
-        let e = check_shard(&dir, me, false).unwrap_err().to_string();
-        assert!(e.contains("is empty") && e.contains("shard"), "{e}");
+        let e = check_shard(&dir, me, false).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MetaError::Empty {
+                    what: "the shard file",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         std::fs::write(dir.join(SHARD_FILE), b"\x00\x00garbage").unwrap();
-        let e = check_shard(&dir, me, false).unwrap_err().to_string();
-        assert!(e.contains("damaged"), "{e}");
+        let e = check_shard(&dir, me, false).unwrap_err();
+        assert!(matches!(e, MetaError::DamagedShard { .. }), "{e}");
         std::fs::write(dir.join(SHARD_FILE), b"0/2 slots\n").unwrap();
-        let e = check_shard(&dir, me, false).unwrap_err().to_string();
-        assert!(e.contains("holds shard 0/2 but"), "{e}");
+        let e = check_shard(&dir, me, false).unwrap_err();
+        assert!(
+            matches!(e, MetaError::OtherShard { found, .. } if found == ShardId { index: 0, count: 2 }),
+            "{e}"
+        );
         std::fs::write(dir.join(SHARD_FILE), b"1/2 slots extra\n").unwrap();
-        let e = check_shard(&dir, me, false).unwrap_err().to_string();
-        assert!(e.contains("damaged"), "{e}");
+        let e = check_shard(&dir, me, false).unwrap_err();
+        assert!(matches!(e, MetaError::DamagedShard { .. }), "{e}");
         // A directory from before hash slots: refused, and left as it was.
         std::fs::write(dir.join(SHARD_FILE), b"1/2\n").unwrap();
-        let e = check_shard(&dir, me, false).unwrap_err().to_string();
-        assert!(e.contains("before hash slots"), "{e}");
+        let e = check_shard(&dir, me, false).unwrap_err();
+        assert!(matches!(e, MetaError::BeforeSlots { .. }), "{e}");
         assert_eq!(std::fs::read(dir.join(SHARD_FILE)).unwrap(), b"1/2\n");
     }
 
@@ -322,8 +290,8 @@ mod tests {
         b.store(&dir).unwrap();
         assert_eq!(Identity::load_or_create(&dir).unwrap(), b);
         std::fs::write(dir.join(IDENTITY_FILE), b"member x\n").unwrap();
-        let e = Identity::load_or_create(&dir).unwrap_err().to_string();
-        assert!(e.contains("damaged"), "{e}");
+        let e = Identity::load_or_create(&dir).unwrap_err();
+        assert!(matches!(e, MetaError::DamagedIdentity { .. }), "{e}");
     }
 
     proptest::proptest! {

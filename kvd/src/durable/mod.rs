@@ -18,6 +18,7 @@ pub mod health;
 mod legacy;
 pub mod log;
 pub mod meta;
+mod meta_error;
 pub mod network;
 pub mod raft;
 pub mod samples;
