@@ -35,7 +35,7 @@ fn main() -> ExitCode {
             .enable_all()
             .build()
             .context("cannot start the runtime")
-            .and_then(|rt| rt.block_on(kvd::control::client_cmd::run(command))),
+            .and_then(|rt| Ok(rt.block_on(kvd::control::client_cmd::run(command))?)),
         None => serve(cli.serve).map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|e| exit_code("kvd", e.as_ref()))

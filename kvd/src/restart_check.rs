@@ -32,7 +32,7 @@ pub async fn run(
     config: ClientConfig,
     addr: &str,
     limit: Duration,
-) -> anyhow::Result<u8> {
+) -> std::io::Result<u8> {
     let config = ClientConfig {
         request_timeout: ASK_LIMIT,
         conns_per_node: 1,

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use crate::control::error::{ControlError, refuse, unexpected};
 use kvshared::client::{ClientConfig, Cluster, members};
 use kvshared::stats::GroupRole;
 
@@ -18,7 +18,7 @@ const BY_ADMIN: &str = "kvd admin";
 const REQUEST_LIMIT: Duration = Duration::from_secs(900);
 
 /// Runs one admin command; returns the exit code.
-pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
+pub async fn run(command: AdminCommand) -> crate::control::error::Result<u8> {
     match command {
         AdminCommand::AddReplica { group, learner, addr } => {
             let mut g = Group::new(&group, None)?;
@@ -55,7 +55,9 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
         AdminCommand::RestartCheck { group, wait, addr } => {
             let g = Group::new(&group, Some(&addr))?;
             let limit = if wait { group.nodes.timeout } else { Duration::ZERO };
-            return crate::restart_check::run(g.shard, g.members, g.config, &addr, limit).await;
+            return crate::restart_check::run(g.shard, g.members, g.config, &addr, limit)
+                .await
+                .map_err(Into::into);
         }
         AdminCommand::MoveSlots {
             nodes,
@@ -64,7 +66,8 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
             chunk,
             slots,
         } => {
-            let wanted = kvshared::slots::parse_ranges(&slots).map_err(|e| anyhow::anyhow!("SLOTS: {e}"))?;
+            let wanted =
+                kvshared::slots::parse_ranges(&slots).map_err(|e| ControlError::Refused(format!("SLOTS: {e}")))?;
             let groups = crate::control::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
             crate::control::move_slots::move_slots(&groups, (from, to), &wanted, usize::from(chunk)).await?;
         }
@@ -113,15 +116,17 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<u8> {
 /// Starts shard `shard`'s new group of `addrs`, once: every member must be running, blank
 /// (in no group yet) and agree on the shard and the members; each adopts a new group id
 /// (written to its data directory), then the first initialises the group with all of them.
-async fn init_group(shard: usize, addrs: &[String], config: &ClientConfig) -> anyhow::Result<()> {
+async fn init_group(shard: usize, addrs: &[String], config: &ClientConfig) -> crate::control::error::Result<()> {
     let mut found: Vec<(String, MemberIdentity, Cluster)> = Vec::new();
     for addr in addrs {
         let c = Cluster::new(std::slice::from_ref(addr), config.clone())?;
         match kvshared::admin::call(&c, Target::ANY, AdminRequest::Identify).await {
             Ok(AdminReply::Identity(who)) => found.push((addr.clone(), who, c)),
-            Ok(AdminReply::Failed(why)) => bail!("{addr}: {why} (start every member with --group and --data-dir)"),
-            Ok(other) => bail!("{addr} did not say who it is: {other:?}"),
-            Err(e) => bail!("{addr} is not reachable: {e} (start every member of the group first)"),
+            Ok(AdminReply::Failed(why)) => {
+                unexpected!("{addr}: {why} (start every member with --group and --data-dir)")
+            }
+            Ok(other) => unexpected!("{addr} did not say who it is: {other:?}"),
+            Err(e) => refuse!("{addr} is not reachable: {e} (start every member of the group first)"),
         }
     }
     check_new_group(shard, addrs, &found)?;
@@ -133,7 +138,7 @@ async fn init_group(shard: usize, addrs: &[String], config: &ClientConfig) -> an
         };
         match kvshared::admin::call(c, to, AdminRequest::Adopt { group }).await? {
             AdminReply::Done(_) => {}
-            other => bail!("{addr} did not take the group: {other:?}"),
+            other => unexpected!("{addr} did not take the group: {other:?}"),
         }
     }
     let members: Vec<(u64, String)> = found.iter().map(|(a, w, _)| (w.member, a.clone())).collect();
@@ -144,25 +149,29 @@ async fn init_group(shard: usize, addrs: &[String], config: &ClientConfig) -> an
     };
     match kvshared::admin::call(c, to, AdminRequest::Initialize { members }).await? {
         AdminReply::Done(_) => eprintln!("kvd: shard {shard}'s group {group} is initialised (asked {first})"),
-        other => bail!("{first} did not initialise the group: {other:?}"),
+        other => unexpected!("{first} did not initialise the group: {other:?}"),
     }
     Ok(())
 }
 
 /// Refuses to start a group twice, across shards, or with members that disagree.
-fn check_new_group(shard: usize, addrs: &[String], found: &[(String, MemberIdentity, Cluster)]) -> anyhow::Result<()> {
+fn check_new_group(
+    shard: usize,
+    addrs: &[String],
+    found: &[(String, MemberIdentity, Cluster)],
+) -> crate::control::error::Result<()> {
     if found.is_empty() {
-        bail!("shard {shard}: no members listed");
+        refuse!("shard {shard}: no members listed");
     }
     for (addr, who, _) in found {
         if let Some(g) = who.group {
-            bail!(
+            refuse!(
                 "{addr} already belongs to group {g}: shard {shard}'s group was initialised before (a group \
                  is initialised once); add or replace members with `kvd admin add-replica`"
             );
         }
         if who.shard != found[0].1.shard {
-            bail!(
+            refuse!(
                 "{addr} serves shard {}, {} serves {}",
                 who.shard,
                 found[0].0,
@@ -174,7 +183,7 @@ fn check_new_group(shard: usize, addrs: &[String], found: &[(String, MemberIdent
         peers.sort();
         listed.sort();
         if !peers.is_empty() && peers != listed {
-            bail!(
+            refuse!(
                 "{addr} was started with --group {}, but --nodes lists {}: the members must agree",
                 who.peers.join(","),
                 addrs.join("|")
@@ -199,17 +208,18 @@ pub(crate) struct Group {
 
 impl Group {
     /// The group of `--shard`, or of the entry of `--nodes` that lists `addr`, or the only one.
-    fn new(args: &GroupArgs, addr: Option<&str>) -> anyhow::Result<Group> {
+    fn new(args: &GroupArgs, addr: Option<&str>) -> crate::control::error::Result<Group> {
         let entries = args.nodes.node_list()?;
         let shard = match (args.shard, addr) {
             (Some(i), _) if i < entries.len() => i,
-            (Some(i), _) => bail!("--shard {i}: --nodes lists {} shards", entries.len()),
+            (Some(i), _) => refuse!("--shard {i}: --nodes lists {} shards", entries.len()),
             (None, _) if entries.len() == 1 => 0,
-            (None, Some(a)) => entries
-                .iter()
-                .position(|e| members(e).any(|m| m == a))
-                .with_context(|| format!("no entry of --nodes lists {a}: say which shard's group with --shard I"))?,
-            (None, None) => bail!(
+            (None, Some(a)) => entries.iter().position(|e| members(e).any(|m| m == a)).ok_or_else(|| {
+                ControlError::Refused(format!(
+                    "no entry of --nodes lists {a}: say which shard's group with --shard I"
+                ))
+            })?,
+            (None, None) => refuse!(
                 "--nodes lists {} shards: say which shard's group with --shard I",
                 entries.len()
             ),
@@ -235,7 +245,7 @@ impl Group {
         }
     }
 
-    fn client(&mut self, addr: &str) -> anyhow::Result<&Cluster> {
+    fn client(&mut self, addr: &str) -> crate::control::error::Result<&Cluster> {
         if !self.clients.contains_key(addr) {
             let c = Cluster::new(&[addr.to_string()], self.config.clone())?;
             self.clients.insert(addr.to_string(), c);
@@ -245,7 +255,7 @@ impl Group {
 
     /// Sends `request` to the group's leader, following "not the leader" answers (to members
     /// --nodes may not list, such as one added since) until one carries it out.
-    pub(crate) async fn send(&mut self, request: AdminRequest) -> anyhow::Result<String> {
+    pub(crate) async fn send(&mut self, request: AdminRequest) -> crate::control::error::Result<String> {
         let began = tokio::time::Instant::now();
         let mut next = 0;
         let mut last_error = String::from("no member answered");
@@ -259,14 +269,14 @@ impl Group {
             };
             let call = kvshared::admin::call(self.client(&addr)?, Target::ANY, request.clone());
             let Ok(answer) = tokio::time::timeout(limit, call).await else {
-                bail!("{addr} did not answer within --timeout {limit:?} (the request may still be carried out)");
+                unexpected!("{addr} did not answer within --timeout {limit:?} (the request may still be carried out)");
             };
             match answer {
                 Ok(AdminReply::Done(what)) => {
                     self.lead_with(&addr);
                     return Ok(what);
                 }
-                Ok(AdminReply::Failed(why)) => bail!("{addr}: {why}"),
+                Ok(AdminReply::Failed(why)) => refuse!("{addr}: {why}"),
                 Ok(AdminReply::ReadIndex(index)) => return Ok(format!("read index {index}")),
                 Ok(AdminReply::Identity(who)) => return Ok(format!("{who:?}")),
                 Ok(AdminReply::PreVote(yes)) => {
@@ -286,7 +296,7 @@ impl Group {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
-        bail!(
+        refuse!(
             "shard {}'s group: no leader carried out the request within --timeout {:?} (last: {last_error})",
             self.shard,
             self.find_leader
@@ -328,7 +338,7 @@ impl Group {
     }
 
     /// Prints the group's voters, learners and leader as its leader reports them.
-    async fn print_membership(&mut self) -> anyhow::Result<()> {
+    async fn print_membership(&mut self) -> crate::control::error::Result<()> {
         let shard = self.shard;
         for _ in 0..50 {
             for addr in self.members.clone() {
@@ -365,6 +375,6 @@ impl Group {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        bail!("shard {shard}'s group: done, but no member reports itself leader now")
+        refuse!("shard {shard}'s group: done, but no member reports itself leader now")
     }
 }

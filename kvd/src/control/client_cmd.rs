@@ -9,6 +9,7 @@ use kvshared::units::{bytes, grouped};
 use kvshared::wire::ConfigRequest;
 
 use crate::cli::Command;
+use crate::control::error::{ControlError, refuse};
 
 /// Exit code when `get` finds nothing, or `stats` could not reach every node.
 const NOT_ALL: u8 = 1;
@@ -17,7 +18,7 @@ const NOT_ALL: u8 = 1;
 const SHOWN_CHANGES: usize = 5;
 
 /// Runs one client verb and returns the process exit code.
-pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
+pub async fn run(command: Command) -> crate::control::error::Result<ExitCode> {
     let code = match command {
         Command::Get { nodes, raw, text, key } => {
             match explained(&cluster(&nodes)?, |c| c.get(key.as_bytes())).await? {
@@ -85,7 +86,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
 
 /// Writes a value as `kvd get` does: its bytes, then a newline on a terminal (never with
 /// `raw`); with `text`, as lossy UTF-8 and a newline.
-fn print_value(v: &[u8], raw: bool, text: bool) -> anyhow::Result<()> {
+fn print_value(v: &[u8], raw: bool, text: bool) -> crate::control::error::Result<()> {
     use std::io::{IsTerminal, Write};
     if text {
         kvshared::outln!("{}", String::from_utf8_lossy(v))?;
@@ -106,22 +107,28 @@ fn print_value(v: &[u8], raw: bool, text: bool) -> anyhow::Result<()> {
 
 /// The value `kvd put` stores: the argument's bytes, stdin's for `-`, or `file`'s; read
 /// bounded by the frame limit (a value must fit in one frame).
-fn put_value(file: Option<&std::path::Path>, value: Option<&str>, max_frame: u32) -> anyhow::Result<Vec<u8>> {
+fn put_value(
+    file: Option<&std::path::Path>,
+    value: Option<&str>,
+    max_frame: u32,
+) -> crate::control::error::Result<Vec<u8>> {
     let max = u64::from(max_frame);
     match (file, value) {
-        (Some(path), _) => {
-            kvshared::files::read_bounded(path, max).map_err(|e| anyhow::anyhow!("--file {}: {e}", path.display()))
-        }
+        (Some(path), _) => kvshared::files::read_bounded(path, max)
+            .map_err(|e| ControlError::Refused(format!("--file {}: {e}", path.display()))),
         (None, Some("-")) => kvshared::files::read_all_bounded(std::io::stdin().lock(), max)
-            .map_err(|e| anyhow::anyhow!("the value on stdin: {e} (--max-frame)")),
+            .map_err(|e| ControlError::Refused(format!("the value on stdin: {e} (--max-frame)"))),
         (None, Some(v)) => Ok(v.as_bytes().to_vec()),
-        (None, None) => anyhow::bail!("give a VALUE, - for stdin, or --file FILE"),
+        (None, None) => refuse!("give a VALUE, - for stdin, or --file FILE"),
     }
 }
 
 /// Runs `op`; when a node refuses it as not its shard, asks every node which shard it
 /// serves and says what is wrong with `--nodes`.
-async fn explained<'c, T, F>(cluster: &'c Cluster, op: impl FnOnce(&'c Cluster) -> F) -> anyhow::Result<T>
+async fn explained<'c, T, F>(
+    cluster: &'c Cluster,
+    op: impl FnOnce(&'c Cluster) -> F,
+) -> crate::control::error::Result<T>
 where
     F: std::future::Future<Output = Result<T, ClientError>>,
 {
@@ -131,21 +138,21 @@ where
             let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
             match lines.is_empty() {
                 true => Err(e.into()),
-                false => Err(anyhow::anyhow!(
+                false => Err(ControlError::Refused(format!(
                     "{e}\n--nodes does not match the cluster:\n{}",
                     lines.join("\n")
-                )),
+                ))),
             }
         }
         other => Ok(other?),
     }
 }
 
-fn cluster(args: &NodesArgs) -> anyhow::Result<Cluster> {
+fn cluster(args: &NodesArgs) -> crate::control::error::Result<Cluster> {
     Ok(Cluster::new(&args.node_list()?, args.client_config()?)?)
 }
 
-async fn stats(args: &NodesArgs, json: bool) -> anyhow::Result<u8> {
+async fn stats(args: &NodesArgs, json: bool) -> crate::control::error::Result<u8> {
     // Every member of every replica group is its own row.
     let entries = args.node_list()?;
     let members = kvshared::client::expand_members(&entries);

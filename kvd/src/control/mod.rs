@@ -6,6 +6,7 @@
 
 pub(crate) mod admin_cmd;
 pub mod client_cmd;
+pub mod error;
 pub mod manager;
 pub mod move_slots;
 pub mod reshard;

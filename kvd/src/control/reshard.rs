@@ -2,7 +2,7 @@
 //! every group's own table, then runs the moves with `move_slots` (each resumable: run the
 //! command again after an interruption; it plans from where the slots are then).
 
-use anyhow::bail;
+use crate::control::error::refuse;
 use kvshared::routing::SLOTS;
 use kvshared::slots::{Slot, SlotChange, SlotState};
 
@@ -18,7 +18,7 @@ pub struct Planned {
 
 /// Which slots each group owns, from the groups' own tables; refuses a cluster with a move
 /// unfinished or a slot without exactly one owner.
-pub fn owned_by_group(tables: &[Vec<Slot>]) -> anyhow::Result<Vec<Vec<u16>>> {
+pub fn owned_by_group(tables: &[Vec<Slot>]) -> crate::control::error::Result<Vec<Vec<u16>>> {
     let mut owned = vec![Vec::new(); tables.len()];
     let mut owners = vec![0u8; usize::from(SLOTS)];
     for (g, table) in tables.iter().enumerate() {
@@ -28,7 +28,7 @@ pub fn owned_by_group(tables: &[Vec<Slot>]) -> anyhow::Result<Vec<Vec<u16>>> {
                     owned[g].push(s as u16);
                     owners[s] = owners[s].saturating_add(1);
                 }
-                SlotState::Frozen | SlotState::Importing => bail!(
+                SlotState::Frozen | SlotState::Importing => refuse!(
                     "slot {s} is {} at group {g}: a move is unfinished; run `kvd admin move-slots` for it again \
                      (see `kvd admin slots`)",
                     e.state.as_str()
@@ -38,7 +38,7 @@ pub fn owned_by_group(tables: &[Vec<Slot>]) -> anyhow::Result<Vec<Vec<u16>>> {
         }
     }
     if let Some(s) = owners.iter().position(|&n| n != 1) {
-        bail!(
+        refuse!(
             "slot {s} has {} owners among the groups --nodes lists: list every group of the cluster",
             owners[s]
         );
@@ -93,7 +93,7 @@ pub fn ranges(slots: &[u16]) -> Vec<[u16; 2]> {
     out
 }
 
-pub async fn tables(groups: &Groups) -> anyhow::Result<Vec<Vec<Slot>>> {
+pub async fn tables(groups: &Groups) -> crate::control::error::Result<Vec<Vec<Slot>>> {
     let mut all = Vec::with_capacity(groups.count());
     for g in 0..groups.count() {
         all.push(groups.table(g).await?);
@@ -102,7 +102,7 @@ pub async fn tables(groups: &Groups) -> anyhow::Result<Vec<Vec<Slot>>> {
 }
 
 /// Moves slots until the groups of `keep` hold even shares (the rest none).
-pub async fn rebalance(groups: &Groups, keep: &[usize], chunk: usize) -> anyhow::Result<()> {
+pub async fn rebalance(groups: &Groups, keep: &[usize], chunk: usize) -> crate::control::error::Result<()> {
     let owned = owned_by_group(&tables(groups).await?)?;
     let plan = plan_even(&owned, keep);
     if plan.is_empty() {
@@ -117,7 +117,7 @@ async fn run_plan(
     plan: &[Planned],
     chunk: usize,
     note: impl Fn(&Planned) -> String,
-) -> anyhow::Result<()> {
+) -> crate::control::error::Result<()> {
     for p in plan {
         eprintln!(
             "kvd: moving {} slots{} from group {} to group {}",
@@ -187,7 +187,11 @@ pub fn plan_by_load(owned: &[Vec<u16>], load: &[u64]) -> Vec<Planned> {
 
 /// `rebalance --by load`: reads every group's sampled per-slot load twice, `window` apart,
 /// and moves slots from the busiest groups to the idlest (see [`plan_by_load`]).
-pub async fn rebalance_by_load(groups: &Groups, window: std::time::Duration, chunk: usize) -> anyhow::Result<()> {
+pub async fn rebalance_by_load(
+    groups: &Groups,
+    window: std::time::Duration,
+    chunk: usize,
+) -> crate::control::error::Result<()> {
     let owned = owned_by_group(&tables(groups).await?)?;
     let before = slot_loads(groups).await?;
     tokio::time::sleep(window).await;
@@ -217,7 +221,7 @@ pub async fn rebalance_by_load(groups: &Groups, window: std::time::Duration, chu
 
 /// Every slot's sampled load summed over the groups (each group counts only the slots it
 /// serves).
-async fn slot_loads(groups: &Groups) -> anyhow::Result<Vec<u32>> {
+async fn slot_loads(groups: &Groups) -> crate::control::error::Result<Vec<u32>> {
     let mut sum = vec![0u32; usize::from(SLOTS)];
     for g in 0..groups.count() {
         for (s, v) in groups.slot_load(g).await?.into_iter().enumerate() {
@@ -231,13 +235,13 @@ async fn slot_loads(groups: &Groups) -> anyhow::Result<Vec<u32>> {
 
 /// `add-shard`: group `new` (started with `--no-slots`) learns the cluster's map from every
 /// other group, then the slots are spread evenly over all groups.
-pub async fn add_shard(groups: &Groups, new: usize, chunk: usize) -> anyhow::Result<()> {
+pub async fn add_shard(groups: &Groups, new: usize, chunk: usize) -> crate::control::error::Result<()> {
     let all = tables(groups).await?;
     let mine = all
         .get(new)
         .map(|t| t.iter().filter(|s| s.state != SlotState::Gone).count());
     match mine {
-        None => bail!("--group {new}: --nodes lists {} groups", groups.count()),
+        None => refuse!("--group {new}: --nodes lists {} groups", groups.count()),
         Some(0) => {}
         Some(n) => eprintln!("kvd: group {new} already holds {n} slots: spreading the slots evenly again"),
     }
@@ -249,7 +253,7 @@ pub async fn add_shard(groups: &Groups, new: usize, chunk: usize) -> anyhow::Res
 /// Group `new` learns from the other groups' `tables` which of them owns each slot (as
 /// Gone entries naming the owner), so that it redirects a client asking it for a slot it
 /// does not hold. Idempotent.
-pub async fn learn_map(groups: &Groups, new: usize, all: &[Vec<Slot>]) -> anyhow::Result<()> {
+pub async fn learn_map(groups: &Groups, new: usize, all: &[Vec<Slot>]) -> crate::control::error::Result<()> {
     for (g, table) in all.iter().enumerate().filter(|(g, _)| *g != new) {
         let mut by_epoch: std::collections::BTreeMap<u32, Vec<u16>> = Default::default();
         for (s, e) in table.iter().enumerate() {
@@ -271,9 +275,9 @@ pub async fn learn_map(groups: &Groups, new: usize, all: &[Vec<Slot>]) -> anyhow
 }
 
 /// `remove-shard`: every slot of group `gone` is spread over the other groups.
-pub async fn remove_shard(groups: &Groups, gone: usize, chunk: usize) -> anyhow::Result<()> {
+pub async fn remove_shard(groups: &Groups, gone: usize, chunk: usize) -> crate::control::error::Result<()> {
     if gone >= groups.count() || groups.count() < 2 {
-        bail!("--group {gone}: --nodes must list that group and at least one other");
+        refuse!("--group {gone}: --nodes must list that group and at least one other");
     }
     let keep: Vec<usize> = (0..groups.count()).filter(|&g| g != gone).collect();
     rebalance(groups, &keep, chunk).await?;

@@ -80,7 +80,7 @@ openraft::declare_raft_types!(
 
 /// Why a record of an older log format does not read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LegacyError {
+pub enum LegacyError {
     #[error("does not decode: {0}")]
     Decode(#[from] postcard::Error),
     #[error(transparent)]

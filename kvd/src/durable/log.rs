@@ -75,9 +75,84 @@ pub enum LogError {
         /// The last segment there is.
         path: PathBuf,
     },
-    /// A caller asked for something the log cannot do.
-    #[error("{0}")]
-    Misuse(String),
+    /// Records asked for that are not written (or not yet readable).
+    #[error("records up to {end} asked for, but only those below {readable_end} are written")]
+    NotWritten {
+        /// The end asked for.
+        end: u64,
+        /// Where readable records end.
+        readable_end: u64,
+    },
+    /// A record no segment file holds any more.
+    #[error("log record {0} is in no segment file (taken off with a snapshot)")]
+    NotOnDisk(u64),
+    /// A record past the end its file's spans know.
+    #[error("log record {0} is past its file's end")]
+    PastFileEnd(u64),
+    /// An append that does not continue the log.
+    #[error("append at {first}, but the log's next index is {next}")]
+    OutOfOrder {
+        /// Where the append starts.
+        first: u64,
+        /// The log's next index.
+        next: u64,
+    },
+    /// Taking back records older than the active segment (committed ones).
+    #[error("cannot take back records from {index}: the active segment starts at {active_first}")]
+    TakeBackCommitted {
+        /// Where taking back was asked to start.
+        index: u64,
+        /// The active segment's first record.
+        active_first: u64,
+    },
+    /// A record that does not read as an entry of this log.
+    #[error("{}: log record {index} {fault}{}", dir.display(), fault.remedy())]
+    Unreadable {
+        /// The log's directory.
+        dir: PathBuf,
+        /// The record's index.
+        index: u64,
+        /// What is wrong with it.
+        fault: RecordFault,
+    },
+}
+
+/// What is wrong with a log record that does not read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordFault {
+    /// Its bytes do not decode.
+    #[error("does not decode ({0})")]
+    Decode(postcard::Error),
+    /// An encoding this build does not know.
+    #[error("is of encoding {0}, which this kvd does not read (written by a newer kvd? docs/UPGRADING.md)")]
+    Encoding(u8),
+    /// No bytes at all.
+    #[error("is empty")]
+    Empty,
+    /// It holds another entry than its place says.
+    #[error("holds entry {0}: the log is damaged")]
+    OtherEntry(u64),
+    /// A record of the log before this build's format that does not read.
+    #[error("of the log before this kvd's format {0}")]
+    Legacy(super::legacy::LegacyError),
+    /// A record of the older format read, but could not be written in this one.
+    #[error("cannot encode its upgrade: {0}")]
+    Upgrade(postcard::Error),
+}
+
+impl RecordFault {
+    /// What an operator can do about it.
+    fn remedy(&self) -> &'static str {
+        match self {
+            RecordFault::Decode(_) | RecordFault::Encoding(_) | RecordFault::Empty => {
+                ": kvd will not apply a log it cannot read. Restore the data directory from a copy, or move it away to start this shard empty (losing its data; in a replica group, add it back as a new member)"
+            }
+            RecordFault::Legacy(_) => {
+                ": kvd will not apply a log it cannot read. Restore the data directory from a copy, or run the kvd that wrote it (docs/UPGRADING.md)"
+            }
+            RecordFault::OtherEntry(_) | RecordFault::Upgrade(_) => "",
+        }
+    }
 }
 
 /// The log's files (owned by the writer thread once group commit starts).
@@ -294,10 +369,10 @@ impl LogFiles {
             self.restart_at(first)?;
         }
         if first != self.next_index() {
-            return Err(LogError::Misuse(format!(
-                "append at {first}, but the log's next index is {}",
-                self.next_index()
-            )));
+            return Err(LogError::OutOfOrder {
+                first,
+                next: self.next_index(),
+            });
         }
         if self.active.bytes() >= self.segment_bytes {
             self.rotate()?;
@@ -322,10 +397,10 @@ impl LogFiles {
             return Ok(());
         }
         if index < spans.active.first {
-            return Err(LogError::Misuse(format!(
-                "cannot take back records from {index}: the active segment starts at {}",
-                spans.active.first
-            )));
+            return Err(LogError::TakeBackCommitted {
+                index,
+                active_first: spans.active.first,
+            });
         }
         let keep = (index - spans.active.first) as usize;
         self.active = Segment::open_at(&spans.active.path, spans.active.start_of(keep))?;
@@ -961,8 +1036,11 @@ mod tests {
         let n = bytes.len();
         bytes[n - 5] ^= 0xff;
         std::fs::write(&last, bytes).unwrap();
-        let e = reader.read(60, 61).unwrap_err().to_string();
-        assert!(e.contains(&last.display().to_string()) && e.contains("checksum"), "{e}");
+        let e = reader.read(60, 61).unwrap_err();
+        assert!(
+            matches!(&e, LogError::Segment(segment::SegmentError::Corrupt { path, .. }) if *path == last),
+            "{e}"
+        );
     }
 
     #[test]

@@ -109,24 +109,22 @@ impl RecordReader {
     pub fn read(&self, start: u64, end: u64) -> Result<Vec<Vec<u8>>, LogError> {
         let spans = self.spans.read();
         if end > spans.readable_end() {
-            return Err(LogError::Misuse(format!(
-                "records up to {end} asked for, but only those below {} are written",
-                spans.readable_end()
-            )));
+            return Err(LogError::NotWritten {
+                end,
+                readable_end: spans.readable_end(),
+            });
         }
         let mut out = Vec::with_capacity(usize::try_from(end.saturating_sub(start)).unwrap_or(0));
         let mut index = start;
         while index < end {
             let Some(file) = spans.file_of(index) else {
-                return Err(LogError::Misuse(format!(
-                    "log record {index} is in no segment file (taken off with a snapshot)"
-                )));
+                return Err(LogError::NotOnDisk(index));
             };
             let k = usize::try_from(index - file.first).unwrap_or(usize::MAX);
             let upto = end.min(file.end_index());
             let last = usize::try_from(upto - file.first).unwrap_or(usize::MAX);
             let Some(ends) = file.ends.get(k..last) else {
-                return Err(LogError::Misuse(format!("log record {index} is past its file's end")));
+                return Err(LogError::PastFileEnd(index));
             };
             out.extend(segment::read_span(&file.path, file.start_of(k), ends)?);
             index = upto;

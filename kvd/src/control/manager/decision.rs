@@ -4,7 +4,6 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use serde::Serialize;
 
 /// A decision as printed (one line, or one JSON object with `--json`).
@@ -35,7 +34,7 @@ pub fn decision(shard: usize, action: &str, member: &str, why: &str) -> Decision
     }
 }
 
-pub fn finished(asked: DecisionLine, done: &str, outcome: anyhow::Result<String>) -> DecisionLine {
+pub fn finished(asked: DecisionLine, done: &str, outcome: crate::control::error::Result<String>) -> DecisionLine {
     let (action, why) = match outcome {
         Ok(what) => (done.to_string(), what),
         Err(e) => (
@@ -51,10 +50,10 @@ pub fn finished(asked: DecisionLine, done: &str, outcome: anyhow::Result<String>
     }
 }
 
-pub fn print(line: &DecisionLine, json: bool) -> anyhow::Result<()> {
+pub fn print(line: &DecisionLine, json: bool) -> crate::control::error::Result<()> {
     tracing::debug!(shard = line.shard, action = %line.action, member = %line.member, why = %line.why, "shard manager");
     if json {
-        kvshared::outln!("{}", serde_json::to_string(line).context("cannot encode a decision")?)?;
+        kvshared::outln!("{}", serde_json::to_string(line)?)?;
     } else {
         kvshared::outln!(
             "{} shard {} {} {}: {}",

@@ -67,7 +67,7 @@ impl Learners {
 
     /// One interval: reports finished changes, reads every member's load, maybe starts a
     /// change per shard.
-    pub async fn tick(&mut self, json: bool) -> anyhow::Result<()> {
+    pub async fn tick(&mut self, json: bool) -> crate::control::error::Result<()> {
         let spares = self.clients.stats_of(&self.spare).await;
         // Spares serving some shard now, by the leaders' last word: a new replica goes to
         // the spare machine that serves the fewest.
@@ -147,7 +147,7 @@ impl Learners {
     }
 
     /// Waits for the changes under way and prints how they ended.
-    pub async fn finish(&mut self, json: bool) -> anyhow::Result<()> {
+    pub async fn finish(&mut self, json: bool) -> crate::control::error::Result<()> {
         for shard in self.shards.iter_mut() {
             if let Some(handle) = shard.change.take()
                 && let Ok(outcome) = handle.await

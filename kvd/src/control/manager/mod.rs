@@ -23,7 +23,7 @@ pub mod spread;
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use crate::control::error::refuse;
 use kvshared::client::ClientConfig;
 
 use crate::cli::ManagerArgs;
@@ -33,7 +33,7 @@ use mover::SlotMover;
 use policy::Policy;
 
 /// Runs the manager until `--duration` ends or Ctrl-C; returns the exit code.
-pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
+pub async fn run(args: ManagerArgs) -> crate::control::error::Result<u8> {
     let entries = args.nodes.node_list()?;
     let config = ClientConfig {
         request_timeout: args.interval.max(Duration::from_millis(500)),
@@ -113,22 +113,22 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<u8> {
 }
 
 /// Refuses flags that cannot work together.
-fn check(args: &ManagerArgs) -> anyhow::Result<()> {
+fn check(args: &ManagerArgs) -> crate::control::error::Result<()> {
     if args.spare.is_empty() && !args.move_slots {
-        bail!(
+        refuse!(
             "give the manager a lever: spare members with --spare ADDR,... (each a kvd started with --shard I/N --join \
              --data-dir DIR), or --move-slots to move a hot group's slots to idle groups"
         );
     }
     if args.move_slots && !(args.spread_above.is_finite() && args.spread_above > 1.0) {
-        bail!(
+        refuse!(
             "--spread-above {}: the busiest group must serve more than the mean (a ratio above 1)",
             args.spread_above
         );
     }
     let least = 1.0 + spread::TOLERANCE;
     if args.move_slots && args.balance_after > 0 && !(args.balance_above.is_finite() && args.balance_above > least) {
-        bail!(
+        refuse!(
             "--balance-above {}: give more than {least:.2} (a group within {:.0}% of the mean gives nothing; \
              --balance-after 0 turns the evening out off)",
             args.balance_above,
@@ -136,7 +136,7 @@ fn check(args: &ManagerArgs) -> anyhow::Result<()> {
         );
     }
     if args.max_replicas < 2 {
-        bail!(
+        refuse!(
             "--max-replicas {}: a shard needs room for at least 2 members to gain one",
             args.max_replicas
         );

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use crate::control::error::{ControlError, Doing};
 use tokio::task::JoinHandle;
 
 use super::decision::{DecisionLine, decision, finished, print};
@@ -47,13 +47,15 @@ impl SlotMover {
         policy: SpreadPolicy,
         chunk: usize,
         read_limit: Duration,
-    ) -> anyhow::Result<SlotMover> {
-        let all = tables(&groups).await.context("reading the groups' slot tables")?;
+    ) -> crate::control::error::Result<SlotMover> {
+        let all = tables(&groups)
+            .await
+            .doing(|| "reading the groups' slot tables".into())?;
         let owned = owned_by_group(&all)?;
         for g in (0..owned.len()).filter(|&g| owned[g].is_empty()) {
             learn_map(&groups, g, &all)
                 .await
-                .with_context(|| format!("group {g} holds no slot and could not learn the map"))?;
+                .doing(|| format!("group {g} holds no slot and could not learn the map"))?;
         }
         Ok(SlotMover {
             groups: Arc::new(groups),
@@ -68,7 +70,7 @@ impl SlotMover {
     }
 
     /// One interval: reports a finished move, reads the load, maybe starts a move.
-    pub async fn tick(&mut self, json: bool) -> anyhow::Result<()> {
+    pub async fn tick(&mut self, json: bool) -> crate::control::error::Result<()> {
         if self.job.as_ref().is_some_and(|j| j.is_finished())
             && let Some(job) = self.job.take()
         {
@@ -143,7 +145,7 @@ impl SlotMover {
     }
 
     /// Waits for a move under way and prints how it ended.
-    pub async fn finish(&mut self, json: bool) -> anyhow::Result<()> {
+    pub async fn finish(&mut self, json: bool) -> crate::control::error::Result<()> {
         if let Some(job) = self.job.take() {
             for line in job.await.unwrap_or_default() {
                 print(&line, json)?;
@@ -169,7 +171,7 @@ fn spawn_moves(
                     .map(|()| format!("{} slots now at group {}", t.slots.len(), t.to))
                     .map_err(|e| format!("{e:#}"));
                 for line in t.lines {
-                    done.push(finished(line, "moved", said.clone().map_err(anyhow::Error::msg)));
+                    done.push(finished(line, "moved", said.clone().map_err(ControlError::Refused)));
                 }
             }
         }

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use crate::control::error::{ControlError, refuse, unexpected};
 use kvshared::client::Reply;
 use kvshared::keyspace::ScanRequest;
 use kvshared::routing::key_slot;
@@ -63,7 +63,7 @@ pub(super) async fn precopy(
     groups: &Groups,
     from: usize,
     targets: &[(usize, &[u16])],
-) -> anyhow::Result<Option<Tracked>> {
+) -> crate::control::error::Result<Option<Tracked>> {
     let (fresh, epoch) = fresh_slots(groups, from, targets).await?;
     let mut union: Vec<u16> = fresh.iter().flat_map(|(_, s)| s.iter().copied()).collect();
     union.sort_unstable();
@@ -126,7 +126,7 @@ async fn fresh_slots(
     groups: &Groups,
     from: usize,
     targets: &[(usize, &[u16])],
-) -> anyhow::Result<(Vec<(usize, Vec<u16>)>, u32)> {
+) -> crate::control::error::Result<(Vec<(usize, Vec<u16>)>, u32)> {
     let src = groups.table(from).await?;
     let dsts = futures::future::try_join_all(targets.iter().map(|&(to, _)| groups.table(to))).await?;
     let mut fresh: Vec<(usize, Vec<u16>)> = Vec::new();
@@ -159,7 +159,7 @@ pub(super) async fn copy_changed(
     (from, to): (usize, usize),
     t: &Tracked,
     ranges: &[[u16; 2]],
-) -> anyhow::Result<Option<u64>> {
+) -> crate::control::error::Result<Option<u64>> {
     let page = |cursor| {
         let req = ScanRequest {
             cursor,
@@ -185,7 +185,7 @@ pub(super) async fn copy_whole(
     groups: &Groups,
     (from, to): (usize, usize),
     ranges: &[[u16; 2]],
-) -> anyhow::Result<u64> {
+) -> crate::control::error::Result<u64> {
     for _ in 0..WHOLE_COPY_TRIES {
         let token = start_tracking(groups, from, ranges).await?;
         let page = |cursor| {
@@ -206,14 +206,14 @@ pub(super) async fn copy_whole(
             return Ok(keys.iter().sum());
         }
     }
-    bail!(
+    refuse!(
         "group {from}'s leader changed under each of {WHOLE_COPY_TRIES} copies of slots {}",
         slots::format_ranges(ranges)
     )
 }
 
 /// Starts group `from`'s tracking of `ranges` under a new token.
-async fn start_tracking(groups: &Groups, from: usize, ranges: &[[u16; 2]]) -> anyhow::Result<u64> {
+async fn start_tracking(groups: &Groups, from: usize, ranges: &[[u16; 2]]) -> crate::control::error::Result<u64> {
     let token = rand::random::<u64>();
     let start = TrackRequest::Start {
         token,
@@ -226,7 +226,7 @@ async fn start_tracking(groups: &Groups, from: usize, ranges: &[[u16; 2]]) -> an
         .result(0)
     {
         OpReply::Stored => Ok(token),
-        other => bail!("group {from} did not start tracking the slots' writes: {other:?}"),
+        other => unexpected!("group {from} did not start tracking the slots' writes: {other:?}"),
     }
 }
 
@@ -240,7 +240,7 @@ async fn copy_pages(
     from: usize,
     targets: &[Target],
     page: impl Fn(u64) -> (OpKind, Vec<u8>),
-) -> anyhow::Result<Option<Vec<u64>>> {
+) -> crate::control::error::Result<Option<Vec<u64>>> {
     let read = |cursor| {
         let (kind, request) = page(cursor);
         async move { groups.one(from, kind, &request).await }
@@ -280,14 +280,15 @@ fn loads_of_page(
     from: usize,
     targets: &[Target],
     reply: &Reply,
-) -> anyhow::Result<Option<(u64, Vec<Vec<BatchRequest>>)>> {
+) -> crate::control::error::Result<Option<(u64, Vec<Vec<BatchRequest>>)>> {
     let view = reply.batch()?;
     let bytes = match view.result(0) {
         OpReply::Found(bytes) => bytes,
         OpReply::NotFound => return Ok(None),
-        other => bail!("group {from} did not answer a copy's page: {other:?}"),
+        other => unexpected!("group {from} did not answer a copy's page: {other:?}"),
     };
-    let (next, copied) = decode_copied(bytes).context("a copy's page does not parse")?;
+    let (next, copied) =
+        decode_copied(bytes).ok_or_else(|| ControlError::Unexpected("a copy's page does not parse".into()))?;
     let mut loads: Vec<Loads> = targets.iter().map(|_| Loads::default()).collect();
     let mut value = Vec::new();
     for c in &copied {
@@ -297,7 +298,7 @@ fn loads_of_page(
             .position(|t| t.takes(slot))
             .and_then(|t| loads.get_mut(t))
         else {
-            bail!("group {from} sent a key of slot {slot}, which this copy does not move");
+            unexpected!("group {from} sent a key of slot {slot}, which this copy does not move");
         };
         value.clear();
         encode_load(c.value, c.deadline, &mut value);
@@ -332,7 +333,7 @@ impl Loads {
 }
 
 /// Loads `loads` into group `to`, one batch after another; how many keys it took.
-async fn store(groups: &Groups, to: usize, loads: &[BatchRequest]) -> anyhow::Result<u64> {
+async fn store(groups: &Groups, to: usize, loads: &[BatchRequest]) -> crate::control::error::Result<u64> {
     let mut took = 0;
     for load in loads {
         let reply = groups.send(to, load).await?;
@@ -340,7 +341,7 @@ async fn store(groups: &Groups, to: usize, loads: &[BatchRequest]) -> anyhow::Re
         for i in 0..view.len() {
             match view.result(i) {
                 OpReply::Stored => {}
-                other => bail!("group {to} did not take a copied key: {other:?}"),
+                other => unexpected!("group {to} did not take a copied key: {other:?}"),
             }
         }
         took += view.len() as u64;

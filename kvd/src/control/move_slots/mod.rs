@@ -20,7 +20,7 @@ mod steps;
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use crate::control::error::{ControlError, Doing, refuse, unexpected};
 use kvshared::client::{ClientConfig, Cluster, Reply};
 use kvshared::slots::{self, Slot, SlotChange, SlotState};
 use kvshared::wire::{BatchRequest, OpKind, OpReply};
@@ -41,7 +41,7 @@ pub struct Groups {
 
 impl Groups {
     /// The groups of `nodes`.
-    pub fn new(nodes: &[String], config: ClientConfig) -> anyhow::Result<Groups> {
+    pub fn new(nodes: &[String], config: ClientConfig) -> crate::control::error::Result<Groups> {
         // Every step and page goes to a group's leader: a copy's pages come from the member
         // that tracks its slots (a page from another member is refused: see `copy`).
         let config = ClientConfig {
@@ -60,14 +60,14 @@ impl Groups {
     }
 
     /// Sends one op to group `g`'s leader (following failovers), retrying "try again".
-    async fn one(&self, g: usize, kind: OpKind, value: &[u8]) -> anyhow::Result<Reply> {
+    async fn one(&self, g: usize, kind: OpKind, value: &[u8]) -> crate::control::error::Result<Reply> {
         let mut req = BatchRequest::new();
         req.push(kind, b"", value);
         self.send(g, &req).await
     }
 
     /// Sends `req` to group `g` until it ran (or the step's time is up).
-    async fn send(&self, g: usize, req: &BatchRequest) -> anyhow::Result<Reply> {
+    async fn send(&self, g: usize, req: &BatchRequest) -> crate::control::error::Result<Reply> {
         let began = Instant::now();
         let mut down_since: Option<Instant> = None;
         loop {
@@ -84,7 +84,7 @@ impl Groups {
                 Ok(reply) => return Ok(reply),
                 // No member of the group takes connections: give up after --timeout, naming it.
                 Err(e) if down_since.is_some_and(|t| t.elapsed() >= self.down_limit) => {
-                    return Err(e).with_context(|| {
+                    return Err(e).doing(|| {
                         format!(
                             "group {g} ({}) does not answer within --timeout {:?}",
                             self.cluster.addr(g),
@@ -97,39 +97,41 @@ impl Groups {
                 }
                 // An unknown outcome: every step may run twice, so it is sent again.
                 Err(e) if began.elapsed() < STEP_LIMIT => tracing::debug!(group = g, error = %e, "resending a step"),
-                Err(e) => return Err(e).with_context(|| format!("group {g} ({})", self.cluster.addr(g))),
+                Err(e) => return Err(e).doing(|| format!("group {g} ({})", self.cluster.addr(g))),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
     /// Group `g`'s slot table, read from its leader (linearizable).
-    pub async fn table(&self, g: usize) -> anyhow::Result<Vec<Slot>> {
+    pub async fn table(&self, g: usize) -> crate::control::error::Result<Vec<Slot>> {
         let reply = self.one(g, OpKind::SlotMap, &[]).await?;
         let view = reply.batch()?;
         match view.result(0) {
-            OpReply::Found(bytes) => slots::decode_entries(bytes).map_err(|e| anyhow::anyhow!("group {g}: {e}")),
-            other => bail!("group {g} did not send its slot table: {other:?}"),
+            OpReply::Found(bytes) => {
+                slots::decode_entries(bytes).map_err(|e| ControlError::Refused(format!("group {g}: {e}")))
+            }
+            other => unexpected!("group {g} did not send its slot table: {other:?}"),
         }
     }
 
     /// Group `g`'s sampled per-slot load counters (see `OpKind::SlotLoad`).
-    pub async fn slot_load(&self, g: usize) -> anyhow::Result<Vec<u32>> {
+    pub async fn slot_load(&self, g: usize) -> crate::control::error::Result<Vec<u32>> {
         let reply = self.one(g, OpKind::SlotLoad, &[]).await?;
         let view = reply.batch()?;
         match view.result(0) {
             OpReply::Found(bytes) => slots::decode_load_counts(bytes)
-                .ok_or_else(|| anyhow::anyhow!("group {g}: a slot load reply of {} bytes", bytes.len())),
-            other => bail!("group {g} did not send its slot load: {other:?}"),
+                .ok_or_else(|| ControlError::Refused(format!("group {g}: a slot load reply of {} bytes", bytes.len()))),
+            other => unexpected!("group {g} did not send its slot load: {other:?}"),
         }
     }
 
     /// Applies `change` at group `g`; an error unless the group took it.
-    pub async fn change(&self, g: usize, change: &SlotChange) -> anyhow::Result<()> {
+    pub async fn change(&self, g: usize, change: &SlotChange) -> crate::control::error::Result<()> {
         let reply = self.one(g, OpKind::SlotSet, &change.encode()).await?;
         match reply.batch()?.result(0) {
             OpReply::Stored => Ok(()),
-            OpReply::NotStored => bail!(
+            OpReply::NotStored => refuse!(
                 "group {g} refused to make slots {} {} (owner {}, epoch {}): its table is not where that step starts; \
                  see `kvd admin slots`",
                 slots::format_ranges(&change.ranges),
@@ -137,7 +139,7 @@ impl Groups {
                 change.owner,
                 change.epoch
             ),
-            other => bail!("group {g} answered {other:?} to a slot change"),
+            other => unexpected!("group {g} answered {other:?} to a slot change"),
         }
     }
 }
@@ -149,7 +151,7 @@ pub async fn move_slots(
     (from, to): (usize, usize),
     wanted: &[[u16; 2]],
     chunk: usize,
-) -> anyhow::Result<()> {
+) -> crate::control::error::Result<()> {
     let all: Vec<u16> = wanted.iter().flat_map(|[a, b]| *a..=*b).collect();
     let mut outcome = move_from(groups, from, &[(to, all)], chunk).await;
     outcome.pop().unwrap_or(Ok(()))
@@ -161,7 +163,7 @@ enum Leg {
     Moving(Vec<u16>, u64, Duration),
     /// Every slot handed over: keys copied, the longest write pause.
     Done(u64, Duration),
-    Failed(anyhow::Error),
+    Failed(ControlError),
 }
 
 /// Moves slots from group `from` to several groups at once (`targets`: each group and the
@@ -175,14 +177,17 @@ pub async fn move_from(
     from: usize,
     targets: &[(usize, Vec<u16>)],
     chunk: usize,
-) -> Vec<anyhow::Result<()>> {
+) -> Vec<crate::control::error::Result<()>> {
     let n = groups.count();
     let mut tos: Vec<usize> = targets.iter().map(|(to, _)| *to).collect();
     tos.sort_unstable();
     tos.dedup();
     if from >= n || tos.len() < targets.len() || tos.iter().any(|&to| to == from || to >= n) {
         let e = format!("--from and --to must be different groups of the {n} --nodes lists");
-        return targets.iter().map(|_| Err(anyhow::anyhow!("{e}"))).collect();
+        return targets
+            .iter()
+            .map(|_| Err(ControlError::Refused(e.to_string())))
+            .collect();
     }
     let began = Instant::now();
     let mut legs: Vec<Leg> = targets
@@ -207,7 +212,10 @@ pub async fn move_from(
         };
         let outcomes = match tracked {
             Ok(tracked) => run_legs(groups, from, &moving, chunk, tracked).await,
-            Err(e) => moving.iter().map(|_| Err(anyhow::anyhow!("{e:#}"))).collect(),
+            Err(e) => moving
+                .iter()
+                .map(|_| Err(ControlError::Refused(format!("{e:#}"))))
+                .collect(),
         };
         let mut outcomes = outcomes.into_iter();
         for leg in legs
@@ -242,7 +250,7 @@ pub async fn move_from(
 
 /// A leg after one round: `outcome` is the slots it has left, the keys it copied and its
 /// longest write pause in that round.
-fn leg_after(leg: Leg, outcome: anyhow::Result<(Vec<u16>, u64, Duration)>) -> Leg {
+fn leg_after(leg: Leg, outcome: crate::control::error::Result<(Vec<u16>, u64, Duration)>) -> Leg {
     let (keys, pause) = match leg {
         Leg::Moving(_, keys, pause) | Leg::Done(keys, pause) => (keys, pause),
         failed @ Leg::Failed(_) => return failed,
@@ -263,7 +271,7 @@ async fn run_legs(
     moving: &[(usize, &[u16])],
     chunk: usize,
     tracked: Option<copy::Tracked>,
-) -> Vec<anyhow::Result<(Vec<u16>, u64, Duration)>> {
+) -> Vec<crate::control::error::Result<(Vec<u16>, u64, Duration)>> {
     let legs = moving.iter().enumerate().map(|(i, &(to, left))| {
         let copied = tracked.as_ref().and_then(|t| t.keys.get(i).copied()).unwrap_or(0);
         let tracked = tracked.as_ref();
@@ -288,7 +296,7 @@ async fn run_chunks(
     slots: &[u16],
     chunk: usize,
     tracked: Option<&copy::Tracked>,
-) -> anyhow::Result<(Vec<u16>, u64, Duration)> {
+) -> crate::control::error::Result<(Vec<u16>, u64, Duration)> {
     let (mut keys, mut pause, mut done) = (0, Duration::ZERO, 0);
     for part in slots.chunks(chunk.max(1)) {
         let moved = steps::move_chunk(groups, (from, to), part, tracked).await?;
@@ -309,7 +317,7 @@ async fn run_chunks(
 }
 
 /// `kvd admin slots`: each group's slots, by state.
-pub async fn print_slots(groups: &Groups) -> anyhow::Result<()> {
+pub async fn print_slots(groups: &Groups) -> crate::control::error::Result<()> {
     for g in 0..groups.count() {
         let t = kvshared::slots::SlotTable::from_entries(&groups.table(g).await?);
         let show = |state: SlotState| {

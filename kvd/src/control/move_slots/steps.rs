@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use crate::control::error::refuse;
 use kvshared::slots::{Slot, SlotChange, SlotState};
 
 use super::Groups;
@@ -57,7 +57,7 @@ pub(super) async fn move_chunk(
     (from, to): (usize, usize),
     part: &[u16],
     tracked: Option<&Tracked>,
-) -> anyhow::Result<Moved> {
+) -> crate::control::error::Result<Moved> {
     let began = Instant::now();
     if let Some(moved) = chunk_once(groups, (from, to), part, tracked).await? {
         return Ok(moved);
@@ -75,7 +75,7 @@ async fn chunk_once(
     (from, to): (usize, usize),
     part: &[u16],
     tracked: Option<&Tracked>,
-) -> anyhow::Result<Option<Moved>> {
+) -> crate::control::error::Result<Option<Moved>> {
     let (src, dst) = (groups.table(from).await?, groups.table(to).await?);
     let epoch_now = src.iter().chain(&dst).map(|s| s.epoch).max().unwrap_or(0);
     // Slots handed over on what the target imported keep that import's epoch; a slot
@@ -104,7 +104,7 @@ async fn chunk_once(
 }
 
 /// Where `slot` stands between source `from` (entry `s`) and target `to` (entry `t`).
-fn stage(slot: u16, s: Slot, t: Slot, (from, to): (usize, usize)) -> anyhow::Result<Stage> {
+fn stage(slot: u16, s: Slot, t: Slot, (from, to): (usize, usize)) -> crate::control::error::Result<Stage> {
     let to16 = to as u16;
     Ok(match (s.state, t.state) {
         (SlotState::Owned, SlotState::Gone) => Stage::Freeze,
@@ -113,7 +113,7 @@ fn stage(slot: u16, s: Slot, t: Slot, (from, to): (usize, usize)) -> anyhow::Res
         (SlotState::Frozen, SlotState::Importing) => Stage::Copy,
         (SlotState::Gone, SlotState::Importing) if s.owner == to16 => Stage::Own,
         (SlotState::Gone, SlotState::Owned | SlotState::Frozen) if s.owner == to16 => Stage::Done,
-        _ => bail!(
+        _ => refuse!(
             "slot {slot} is {} at group {from} and {} at group {to}: not a move from {from} to {to} \
              (see `kvd admin slots`)",
             describe(s),
@@ -147,7 +147,7 @@ async fn run_steps(
     epoch: u32,
     list: &[(u16, Stage, Path)],
     tracked: Option<&Tracked>,
-) -> anyhow::Result<Option<Moved>> {
+) -> crate::control::error::Result<Option<Moved>> {
     let change = |ranges: Vec<[u16; 2]>, to_state, owner: usize| SlotChange {
         ranges,
         to: to_state,

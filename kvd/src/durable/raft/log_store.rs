@@ -13,7 +13,7 @@ use openraft::{Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, Vote};
 
 use super::entry_cache::{EntryCache, LOG_CACHE_BYTES};
 use super::types::{ShardRaft, StorageResult, io_error};
-use crate::durable::log::{FsyncPolicy, GroupCommit, LogError, LogFiles};
+use crate::durable::log::{FsyncPolicy, GroupCommit, LogError, LogFiles, RecordFault};
 use crate::durable::snapshot;
 use crate::durable::spans::RecordReader;
 
@@ -188,29 +188,18 @@ pub fn encode_record(entry: &Entry<ShardRaft>) -> postcard::Result<Vec<u8>> {
 /// A log record's entry, refused (naming the directory, the record and what to do) if it
 /// does not decode, or holds another index than its place: never applied as nothing.
 pub fn decode_record(log_dir: &Path, index: u64, bytes: &[u8]) -> Result<Entry<ShardRaft>, LogError> {
-    let refused = |why: String| {
-        LogError::Misuse(format!(
-            "{}: log record {index} {why}: kvd will not apply a log it cannot read. Restore the data directory from a copy, or move it away to start this shard empty (losing its data; in a replica group, add it back as a new member)",
-            log_dir.display()
-        ))
+    let refused = |fault| LogError::Unreadable {
+        dir: log_dir.to_path_buf(),
+        index,
+        fault,
     };
     let entry: Entry<ShardRaft> = match bytes.split_first() {
-        Some((&RECORD_ENTRY_V1, rest)) => {
-            postcard::from_bytes(rest).map_err(|e| refused(format!("does not decode ({e})")))?
-        }
-        Some((tag, _)) => {
-            return Err(refused(format!(
-                "is of encoding {tag}, which this kvd does not read (written by a newer kvd? docs/UPGRADING.md)"
-            )));
-        }
-        None => return Err(refused("is empty".into())),
+        Some((&RECORD_ENTRY_V1, rest)) => postcard::from_bytes(rest).map_err(|e| refused(RecordFault::Decode(e)))?,
+        Some((tag, _)) => return Err(refused(RecordFault::Encoding(*tag))),
+        None => return Err(refused(RecordFault::Empty)),
     };
     if entry.log_id.index != index {
-        return Err(LogError::Misuse(format!(
-            "{}: log record {index} holds entry {}: the log is damaged",
-            log_dir.display(),
-            entry.log_id.index
-        )));
+        return Err(refused(RecordFault::OtherEntry(entry.log_id.index)));
     }
     Ok(entry)
 }
@@ -218,13 +207,13 @@ pub fn decode_record(log_dir: &Path, index: u64, bytes: &[u8]) -> Result<Entry<S
 /// A record of an older segment format (2: postcard's `Entry` whose data was the batches'
 /// client frame bodies) as a record of this one, refused like [`decode`] if it does not read.
 fn upgrade_record(log_dir: &Path, index: u64, old: &[u8]) -> Result<Vec<u8>, LogError> {
-    let entry = crate::durable::legacy::entry_v2(old).map_err(|why| {
-        LogError::Misuse(format!(
-            "{}: log record {index} of the log before this kvd's format {why}: kvd will not apply a log it cannot read. Restore the data directory from a copy, or run the kvd that wrote it (docs/UPGRADING.md)",
-            log_dir.display()
-        ))
-    })?;
-    encode_entry(&entry).map_err(|e| LogError::Misuse(format!("log record {index}: cannot encode its upgrade: {e}")))
+    let refused = |fault| LogError::Unreadable {
+        dir: log_dir.to_path_buf(),
+        index,
+        fault,
+    };
+    let entry = crate::durable::legacy::entry_v2(old).map_err(|e| refused(RecordFault::Legacy(e)))?;
+    encode_entry(&entry).map_err(|e| refused(RecordFault::Upgrade(e)))
 }
 
 /// Why the raft vote file cannot be read.
@@ -562,7 +551,17 @@ mod tests {
             assert_eq!(record, want);
             assert_eq!(decode_record(Path::new("log"), 42, &record).unwrap(), entry);
         }
-        let err = decode_record(Path::new("log"), 42, &[9, 1, 2]).unwrap_err().to_string();
-        assert!(err.contains("log record 42") && err.contains("encoding 9"), "{err}");
+        let err = decode_record(Path::new("log"), 42, &[9, 1, 2]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LogError::Unreadable {
+                    index: 42,
+                    fault: RecordFault::Encoding(9),
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }
