@@ -5,8 +5,14 @@
 //!
 //! A background task asks every member in `--nodes` for its stats once a second (at most
 //! `ASK_TIMEOUT` each) and replaces the view whole; readers take the current one without
-//! waiting. Slots are the even split `--shard i/n` starts with. A member that does not
-//! answer keeps its last known address and shows as failed.
+//! waiting. A member that does not answer keeps its last known address and shows as failed.
+//!
+//! Every slot is listed under one shard at every moment (`assign`): under the group whose
+//! leader says it serves it; a slot no leader claims (handed over, between the source's
+//! "gone" and the target's "owned") stays where the last view had it, that is under its
+//! source until the target owns it; a shard whose leader is not known (an election) keeps
+//! its last leader as its master, marked failed, so its slots stay listed and a client
+//! that goes there is redirected or refused (never told a slot has no owner).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +63,15 @@ pub struct MemberView {
     pub offset: u64,
     /// This node.
     pub myself: bool,
+    /// The highest epoch of its slot table (Redis's config epoch; 0: never moved).
+    pub epoch: u32,
+}
+
+impl MemberView {
+    /// Redis's config epoch for this member: one past its table's highest slot epoch.
+    pub fn config_epoch(&self) -> u32 {
+        self.epoch.saturating_add(1)
+    }
 }
 
 impl View {
@@ -70,9 +85,49 @@ impl View {
         s.members.iter().find(|m| m.master && m.up && m.resp.is_some())
     }
 
-    /// Every shard has a master that speaks RESP: Redis's `cluster_state:ok`.
+    /// The master `s` is listed under: the one that answers, else its last known one (an
+    /// election under way), if it ever had one that speaks RESP.
+    pub fn listed_master<'a>(&self, s: &'a ShardView) -> Option<&'a MemberView> {
+        self.master_of(s)
+            .or_else(|| s.members.iter().find(|m| m.master && m.resp.is_some()))
+    }
+
+    /// Slots listed under a shard with a (last known) master: every slot, unless a shard
+    /// never had a master that speaks RESP.
+    pub fn slots_listed(&self) -> u32 {
+        self.shards
+            .iter()
+            .filter(|s| self.listed_master(s).is_some())
+            .flat_map(|s| &s.slots)
+            .map(|[first, last]| u32::from(last - first) + 1)
+            .sum()
+    }
+
+    /// Slots whose master answers now.
+    pub fn slots_up(&self) -> u32 {
+        self.shards
+            .iter()
+            .filter(|s| self.master_of(s).is_some())
+            .flat_map(|s| &s.slots)
+            .map(|[first, last]| u32::from(last - first) + 1)
+            .sum()
+    }
+
+    /// Redis's `cluster_current_epoch`: one past the highest slot epoch any member reports
+    /// (1 for the even split, as a new Redis cluster starts); each slot move raises it.
+    pub fn current_epoch(&self) -> u32 {
+        self.shards
+            .iter()
+            .flat_map(|s| &s.members)
+            .map(MemberView::config_epoch)
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// Every slot has an owner listed: Redis's `cluster_state:ok` (a shard in an election
+    /// keeps its slots; `fail` only when a slot truly has no owner to go to).
     pub fn complete(&self) -> bool {
-        (0..self.shards.len() as u32).all(|s| self.master(s).is_some())
+        self.slots_listed() == u32::from(kvshared::routing::SLOTS)
     }
 }
 
@@ -162,6 +217,7 @@ fn alone(node: &Node) -> View {
         up: true,
         offset: 0,
         myself: true,
+        epoch: node.slot_table().moves().epoch,
     };
     let mut shards = vec![];
     for index in 0..me.count {
@@ -189,20 +245,22 @@ fn build(
     last: &View,
     refreshes: u64,
 ) -> View {
+    let me = node.config().cluster.shard.index;
     let mut shards: Vec<ShardView> = (0..count)
-        .map(|i| ShardView {
-            slots: known_slots(node, i),
+        .map(|_| ShardView {
+            slots: Vec::new(),
             members: Vec::new(),
         })
         .collect();
+    // This node knows its own group's slots exactly; another group's, its leader does.
+    let mut claims = vec![(me, node.slot_table().served())];
     for ((addr, &shard), answer) in flat.iter().zip(shard_of).zip(answers) {
         let known = last.shards.iter().flat_map(|s| &s.members).find(|m| &m.addr == addr);
         let member = match answer {
             Ok(s) => {
                 let member = member_of(addr, &s, node);
-                if member.master && !member.myself && shard != node.config().cluster.shard.index {
-                    // Its master knows a shard's slots best.
-                    shards[shard as usize].slots = s.slots.clone();
+                if member.master && !member.myself && shard != me {
+                    claims.push((shard, s.slots.clone()));
                 }
                 member
             }
@@ -214,11 +272,89 @@ fn build(
         };
         shards[shard as usize].members.push(member);
     }
-    for s in &mut shards {
+    for (i, s) in shards.iter_mut().enumerate() {
+        keep_last_master(s, last.shards.get(i));
         // The master first: clients take the first node of a slot range as its master.
         s.members.sort_by_key(|m| !m.master);
     }
+    let before = owners_of(last);
+    let table = |slot: u16| u32::from(node.slot_table().get(slot).owner);
+    let owners = assign(count, &claims, &before, table);
+    for (i, s) in shards.iter_mut().enumerate() {
+        s.slots = ranges_of(&owners, i as u32);
+    }
     View { shards, refreshes }
+}
+
+/// A shard none of whose members says it leads (an election, or its leader down) keeps the
+/// master of the last view, marked failed: its slots stay listed under it.
+fn keep_last_master(s: &mut ShardView, last: Option<&ShardView>) {
+    if s.members.iter().any(|m| m.master) {
+        return;
+    }
+    let Some(was) = last.and_then(|l| l.members.iter().find(|m| m.master)) else {
+        return;
+    };
+    if let Some(m) = s.members.iter_mut().find(|m| m.addr == was.addr) {
+        m.master = true;
+    }
+}
+
+/// Each slot's shard in `view` (`None`: listed under none).
+fn owners_of(view: &View) -> Vec<Option<u32>> {
+    let mut owners = vec![None; usize::from(kvshared::routing::SLOTS)];
+    for (i, s) in view.shards.iter().enumerate() {
+        for &[first, last] in &s.slots {
+            for slot in first..=last {
+                if let Some(o) = owners.get_mut(usize::from(slot)) {
+                    *o = Some(i as u32);
+                }
+            }
+        }
+    }
+    owners
+}
+
+/// Every slot's shard: the one whose leader claims it (of two claims, the one the last
+/// view had); a slot no leader claims stays where `before` had it (a slot handed over is
+/// its source's until the target owns it), else goes where this node's table says
+/// (`table`). A shard past `count` owns nothing here (`None`).
+fn assign(
+    count: u32,
+    claims: &[(u32, Vec<[u16; 2]>)],
+    before: &[Option<u32>],
+    table: impl Fn(u16) -> u32,
+) -> Vec<Option<u32>> {
+    let slots = kvshared::routing::SLOTS;
+    let mut owners: Vec<Option<u32>> = vec![None; usize::from(slots)];
+    for (shard, ranges) in claims.iter().filter(|(s, _)| *s < count) {
+        for &[first, last] in ranges {
+            for slot in first..=last.min(slots - 1) {
+                let was = before.get(usize::from(slot)).copied().flatten();
+                let o = &mut owners[usize::from(slot)];
+                *o = match *o {
+                    Some(other) if other != *shard && was == Some(other) => Some(other),
+                    _ => Some(*shard),
+                };
+            }
+        }
+    }
+    (0..slots)
+        .map(|slot| {
+            owners[usize::from(slot)]
+                .or_else(|| before.get(usize::from(slot)).copied().flatten())
+                .unwrap_or_else(|| table(slot))
+        })
+        .map(|o| (o < count).then_some(o))
+        .collect()
+}
+
+/// The slots owned by `shard`, as inclusive ranges.
+fn ranges_of(owners: &[Option<u32>], shard: u32) -> Vec<[u16; 2]> {
+    let slots: Vec<u16> = (0..kvshared::routing::SLOTS)
+        .filter(|&s| owners.get(usize::from(s)) == Some(&Some(shard)))
+        .collect();
+    kvshared::slots::ranges_of_slots(&slots)
 }
 
 /// The slots this node's table says group `index` serves (its own exactly; the others'
@@ -239,6 +375,7 @@ fn unknown(addr: &str) -> MemberView {
         up: false,
         offset: 0,
         myself: false,
+        epoch: 0,
     }
 }
 
@@ -266,5 +403,46 @@ fn member_of(addr: &str, s: &NodeStats, me: &Node) -> MemberView {
         myself: s.pid == std::process::id()
             && s.shard == me.config().cluster.shard
             && me.resp_addr().is_some_and(|a| a.to_string() == s.resp_addr),
+        epoch: s.slot_moves.epoch,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{assign, ranges_of};
+    use kvshared::routing::SLOTS;
+
+    fn even(count: u32) -> Vec<(u32, Vec<[u16; 2]>)> {
+        let per = SLOTS / count as u16;
+        (0..count)
+            .map(|i| {
+                let first = i as u16 * per;
+                let last = if i + 1 == count { SLOTS - 1 } else { first + per - 1 };
+                (i, vec![[first, last]])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_slot_is_listed_through_a_hand_over() {
+        let before: Vec<Option<u32>> = assign(2, &even(2), &[], |_| 0);
+        assert!(before.iter().all(Option::is_some));
+        // Slots 0-9 handed from 0 to 1: source "gone", target still importing: no claim.
+        let mut claims = even(2);
+        claims[0].1 = vec![[10, SLOTS / 2 - 1]];
+        let during = assign(2, &claims, &before, |_| 1);
+        assert_eq!(ranges_of(&during, 0), [[0, SLOTS / 2 - 1]], "listed under the source");
+        // The target owns them: listed under it.
+        claims[1].1.push([0, 9]);
+        let after = assign(2, &claims, &during, |_| 0);
+        assert_eq!(ranges_of(&after, 0), [[10, SLOTS / 2 - 1]]);
+        assert_eq!(ranges_of(&after, 1), [[0, 9], [SLOTS / 2, SLOTS - 1]]);
+        // Two claims of one slot (a stale leader): the last view's owner keeps it.
+        claims[0].1.push([0, 0]);
+        let both = assign(2, &claims, &after, |_| 0);
+        assert_eq!(both[0], Some(1));
+        // Nothing known yet: the table's owner; a shard past the count owns nothing.
+        let fresh = assign(2, &[], &[], |s| if s < 5 { 7 } else { 0 });
+        assert_eq!((fresh[4], fresh[5]), (None, Some(0)));
     }
 }

@@ -52,6 +52,10 @@ fn three_nodes_describe_the_cluster_and_redirect_as_redis_cluster() {
         "{listed}"
     );
     assert_eq!(listed.lines().filter(|l| l.contains("master")).count(), 3, "{listed}");
+    // Redis Cluster's own tools ask INFO first (`redis-cli --cluster check`).
+    let info = raw(&resp[0][0], b"INFO cluster\r\nINFO server\r\nQUIT\r\n");
+    assert!(info.contains("# Cluster\r\ncluster_enabled:1\r\n"), "{info:?}");
+    assert!(info.contains("redis_mode:cluster\r\n"), "{info:?}");
     // A key of shard 2 asked at shard 0: MOVED to shard 2's RESP address.
     let k = key_of(2, 3, "moved-");
     let got = raw(&resp[0][0], format!("SET {k} v\r\nQUIT\r\n").as_bytes());
@@ -177,4 +181,127 @@ fn three_groups_of_three_are_masters_and_replicas() {
     assert_eq!(got, format!("{to_leader}+OK\r\n$1\r\nv\r\n{to_leader}+OK\r\n"));
     cluster_clients(&nodes, &resp[2][0], false);
     cluster_clients(&nodes, &resp[0][1], true);
+}
+
+/// The slots `CLUSTER SLOTS` lists at `addr` (each slot counted once per range it is in).
+fn slots_listed(addr: &str) -> Option<u32> {
+    let client = redis::Client::open(format!("redis://{addr}")).ok()?;
+    let mut con = client.get_connection().ok()?;
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con).ok()?;
+    let mut total = 0;
+    for r in ranges {
+        let redis::Value::Array(r) = r else { return None };
+        match (r.first(), r.get(1)) {
+            (Some(redis::Value::Int(a)), Some(redis::Value::Int(b))) => total += (b - a + 1) as u32,
+            _ => return None,
+        }
+    }
+    Some(total)
+}
+
+/// Issue 60: on every node, `CLUSTER SLOTS` lists all 16384 slots at every moment of a slot
+/// move (a slot handed over stays under its source until its target owns it), and
+/// `CLUSTER INFO` says `ok` throughout: every sample, not most.
+#[test]
+fn every_slot_is_listed_on_every_node_through_a_slot_move() {
+    let (_guards, nodes, resp) = groups_cluster("rc-cover", 3, 1);
+    let addrs: Vec<&String> = resp.iter().map(|g| &g[0]).collect();
+    let began = std::time::Instant::now();
+    while !addrs
+        .iter()
+        .all(|a| raw(a, b"CLUSTER INFO\r\nQUIT\r\n").contains("cluster_state:ok"))
+    {
+        assert!(began.elapsed().as_secs() < 60, "the nodes never saw the whole cluster");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let mut mover = Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .args(["admin", "move-slots", "--nodes", &nodes, "--from", "0", "--to", "1"])
+        .args(["--chunk", "8", "0-1023"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut samples, mut holes) = (0, Vec::new());
+    let began = std::time::Instant::now();
+    let status = loop {
+        for a in &addrs {
+            match slots_listed(a) {
+                Some(16384) => {}
+                other => holes.push((a.to_string(), other)),
+            }
+            if !raw(a, b"CLUSTER INFO\r\nQUIT\r\n").contains("cluster_state:ok") {
+                holes.push((a.to_string(), Some(0)));
+            }
+            samples += 1;
+        }
+        if let Some(status) = mover.try_wait().unwrap() {
+            break status;
+        }
+        assert!(began.elapsed().as_secs() < 180, "the move did not finish");
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(mover.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(samples >= 6, "the move ended before it was sampled ({samples} samples)");
+    assert!(
+        holes.is_empty(),
+        "{} of {samples} samples with a hole: {holes:?}",
+        holes.len()
+    );
+    // Once every view is refreshed, the moved slots are listed under group 1 everywhere.
+    let began = std::time::Instant::now();
+    let moved = |a: &str| {
+        let nodes = raw(a, b"CLUSTER NODES\r\nQUIT\r\n");
+        nodes.lines().any(|l| l.contains(&resp[1][0]) && l.contains(" 0-1023"))
+    };
+    while !addrs.iter().all(|a| moved(a)) {
+        assert!(began.elapsed().as_secs() < 30, "the move never showed");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The epoch moved with the slots (Redis's config epoch: clients and tools compare it).
+    for a in &addrs {
+        let info = raw(a, b"CLUSTER INFO\r\nQUIT\r\n");
+        let epoch: u32 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("cluster_current_epoch:"))
+            .and_then(|e| e.trim().parse().ok())
+            .unwrap();
+        assert!(epoch > 1, "{info}");
+    }
+}
+
+/// Issue 60: a shard whose master stops answering (stopped here; an election in a replica
+/// group) keeps its slots listed under it, flagged `fail`, on the other nodes: `CLUSTER
+/// SLOTS` lists all 16384 slots and `CLUSTER INFO` says `ok` with the shard's slots as
+/// `pfail` (before, they vanished from `CLUSTER SLOTS` until a master answered again).
+#[test]
+fn a_shard_whose_master_stops_answering_stays_listed_under_it() {
+    let (guards, _nodes, resp) = groups_cluster("rc-stopped", 3, 1);
+    let ok = |a: &str| raw(a, b"CLUSTER INFO\r\nQUIT\r\n").contains("cluster_state:ok");
+    let began = std::time::Instant::now();
+    while !(ok(&resp[0][0]) && ok(&resp[1][0])) {
+        assert!(began.elapsed().as_secs() < 60, "the nodes never saw the whole cluster");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    guards.procs[2].server.signal(libc::SIGSTOP);
+    let seen_failed = |a: &str| {
+        raw(a, b"CLUSTER NODES\r\nQUIT\r\n")
+            .lines()
+            .any(|l| l.contains(&resp[2][0]) && l.contains("master,fail"))
+    };
+    let began = std::time::Instant::now();
+    while !(seen_failed(&resp[0][0]) && seen_failed(&resp[1][0])) {
+        assert!(
+            began.elapsed().as_secs() < 30,
+            "the stopped master was never seen failed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for a in [&resp[0][0], &resp[1][0]] {
+        assert_eq!(slots_listed(a), Some(16384), "at {a}");
+        let info = raw(a, b"CLUSTER INFO\r\nQUIT\r\n");
+        assert!(info.contains("cluster_state:ok\r\n"), "{info}");
+        assert!(info.contains("cluster_slots_pfail:5461\r\n"), "{info}");
+    }
+    guards.procs[2].server.signal(libc::SIGCONT);
 }

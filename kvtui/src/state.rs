@@ -145,6 +145,7 @@ pub struct Totals {
     pub gets_per_sec: f64,
     pub puts_per_sec: f64,
     pub errors_per_sec: f64,
+    pub redirects_per_sec: f64,
     pub hit_ratio: Option<f64>,
     pub cpu_percent: f64,
     pub rss_bytes: u64,
@@ -366,6 +367,7 @@ impl ClusterView {
                 t.gets_per_sec += r.gets_per_sec;
                 t.puts_per_sec += r.puts_per_sec;
                 t.errors_per_sec += r.errors_per_sec;
+                t.redirects_per_sec += r.redirects_per_sec;
                 t.cpu_percent += r.process_cpu_percent;
                 t.net_in_per_sec += r.bytes_in_per_sec;
                 t.net_out_per_sec += r.bytes_out_per_sec;

@@ -313,7 +313,8 @@ fn cluster(n: usize, up: usize, down_for: Duration) -> App {
             let mut later = stats(node as u32, 30_000, 2_000_000, 100_000, 9_000);
             later.shard.count = n as u32;
             if node == 0 {
-                later.counts.wrong_shard = 40_000;
+                later.counts.malformed_op = 40_000;
+                later.counts.wrong_shard = 20_000;
                 let mut dense = vec![0; kvshared::latency::BUCKETS];
                 dense[kvshared::latency::bucket_of(20_000)] = 90;
                 dense[kvshared::latency::bucket_of(900_000)] = 10;
@@ -413,6 +414,8 @@ fn errors_and_server_latency_are_in_the_table() {
     let text = screen(&app, 250, 45);
     assert_eq!(cell(&text, "10.0.0.1:7070", "ERR/S"), "2.0k", "{text}");
     assert_eq!(cell(&text, "10.0.0.2:7070", "ERR/S"), "0", "{text}");
+    // Redirects (a slot move's MOVED and TRYAGAIN) are a column of their own, not errors.
+    assert_eq!(cell(&text, "10.0.0.1:7070", "REDIR/S"), "1.0k", "{text}");
     assert_eq!(cell(&text, "10.0.0.1:7070", "P50"), "18 us", "{text}");
     assert_eq!(cell(&text, "10.0.0.1:7070", "P99"), "849 us", "{text}");
     assert_eq!(cell(&text, "10.0.0.2:7070", "P99"), "-", "{text}");

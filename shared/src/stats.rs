@@ -154,6 +154,19 @@ impl Counts {
         self.errors_by_kind().map(|(_, v)| v).sum()
     }
 
+    /// Ops and commands sent elsewhere rather than failed: answered `Moved` (wrong shard,
+    /// `-MOVED`) or `TryAgain` (a slot being handed over). Clients follow them; a slot move
+    /// makes many.
+    pub fn redirects(&self) -> u64 {
+        self.wrong_shard + self.try_again + self.moved
+    }
+
+    /// The error counters without the redirects among them (`wrong_shard`, `try_again`):
+    /// what went wrong.
+    pub fn failures(&self) -> u64 {
+        self.errors().saturating_sub(self.wrong_shard + self.try_again)
+    }
+
     /// `(name, value)` of each error counter.
     pub fn errors_by_kind(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         Counter::ALL
@@ -821,8 +834,11 @@ pub struct NodeRates {
     /// Keys copied in by slot moves per second.
     #[serde(default)]
     pub keys_loaded_per_sec: f64,
-    /// Errors of every kind per second.
+    /// Errors per second, redirects left out (see [`Counts::failures`]).
     pub errors_per_sec: f64,
+    /// Redirects per second (see [`Counts::redirects`]).
+    #[serde(default)]
+    pub redirects_per_sec: f64,
     /// Hits / (hits + misses) over the span; `None` if there were no lookups.
     pub hit_ratio: Option<f64>,
     /// kvd's own socket bytes in per second.
@@ -881,7 +897,8 @@ impl NodeRates {
             applied_per_sec: rate(d.applied),
             keys_loaded_per_sec: rate(d.keys_loaded),
             deletes_per_sec: rate(d.deletes),
-            errors_per_sec: rate(d.errors()),
+            errors_per_sec: rate(d.failures()),
+            redirects_per_sec: rate(d.redirects()),
             hit_ratio: d.hit_ratio(),
             bytes_in_per_sec: rate(d.bytes_in),
             bytes_out_per_sec: rate(d.bytes_out),

@@ -69,7 +69,12 @@ pub async fn run(command: AdminCommand) -> crate::control::error::Result<u8> {
             let wanted =
                 kvshared::slots::parse_ranges(&slots).map_err(|e| ControlError::Refused(format!("SLOTS: {e}")))?;
             let groups = crate::control::move_slots::Groups::new(&nodes.node_list()?, nodes.client_config()?)?;
-            crate::control::move_slots::move_slots(&groups, (from, to), &wanted, usize::from(chunk)).await?;
+            let moved =
+                crate::control::move_slots::move_slots(&groups, (from, to), &wanted, usize::from(chunk)).await?;
+            if moved == 0 {
+                eprintln!("kvd: nothing to move from group {from} to group {to} in {slots}");
+                return Ok(1);
+            }
         }
         AdminCommand::Rebalance {
             nodes,

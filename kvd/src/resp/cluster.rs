@@ -147,19 +147,20 @@ fn shard_id(shard: u32) -> String {
 }
 
 /// `CLUSTER SLOTS`: per slot range, its master then its replicas, each `[host, port, id]`;
-/// members without a RESP address or not answering are left out.
+/// replicas without a RESP address or not answering are left out; a shard in an election is
+/// listed under its last master (see `cluster_view`: every slot is listed at every moment).
 fn slots(view: &View, o: &mut Vec<u8>) {
     let listed = |s: &&crate::cluster_view::ShardView| -> Vec<(String, u16, String)> {
         s.members
             .iter()
-            .filter(|m| m.up)
+            .filter(|m| m.up || m.master)
             .filter_map(|m| m.resp.clone().map(|(h, p)| (h, p, m.id.clone())))
             .collect()
     };
     let ranges: Vec<_> = view
         .shards
         .iter()
-        .filter(|s| view.master_of(s).is_some())
+        .filter(|s| view.listed_master(s).is_some())
         .flat_map(|s| s.slots.iter().map(move |r| (s, r)))
         .collect();
     reply::array(o, ranges.len());
@@ -214,7 +215,7 @@ fn shards(view: &View, proto: Proto, o: &mut Vec<u8>) {
 fn nodes(view: &View) -> String {
     let mut text = String::new();
     for s in &view.shards {
-        let master = view.master_of(s).map(|m| m.id.clone());
+        let master = view.listed_master(s).map(|m| m.id.clone());
         for m in &s.members {
             let Some((host, port)) = &m.resp else { continue };
             let mut flags = Vec::new();
@@ -230,7 +231,13 @@ fn nodes(view: &View) -> String {
                 _ => "-",
             };
             let link = if m.up { "connected" } else { "disconnected" };
-            let _ = write!(text, "{} {host}:{port}@0 {} {of} 0 0 1 {link}", m.id, flags.join(","));
+            let epoch = m.config_epoch();
+            let _ = write!(
+                text,
+                "{} {host}:{port}@0 {} {of} 0 0 {epoch} {link}",
+                m.id,
+                flags.join(",")
+            );
             if m.master {
                 for [first, last] in &s.slots {
                     match first == last {
@@ -251,21 +258,18 @@ fn nodes(view: &View) -> String {
 
 /// `CLUSTER INFO`.
 fn info(view: &View) -> String {
-    let covered: u32 = view
-        .shards
-        .iter()
-        .filter(|s| view.master_of(s).is_some())
-        .flat_map(|s| &s.slots)
-        .map(|[first, last]| u32::from(last - first) + 1)
-        .sum();
+    let (listed, up) = (view.slots_listed(), view.slots_up());
+    let current = view.current_epoch();
+    let mine = myself(view).map_or(1, |m| m.config_epoch());
     let known = view.shards.iter().map(|s| s.members.len()).sum::<usize>();
     let state = if view.complete() { "ok" } else { "fail" };
     format!(
-        "cluster_enabled:1\r\ncluster_state:{state}\r\ncluster_slots_assigned:{SLOTS}\r\n\
-         cluster_slots_ok:{covered}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\n\
-         cluster_known_nodes:{known}\r\ncluster_size:{}\r\ncluster_current_epoch:1\r\n\
-         cluster_my_epoch:1\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\n",
-        u32::from(SLOTS) - covered,
+        "cluster_enabled:1\r\ncluster_state:{state}\r\ncluster_slots_assigned:{listed}\r\n\
+         cluster_slots_ok:{up}\r\ncluster_slots_pfail:{}\r\ncluster_slots_fail:{}\r\n\
+         cluster_known_nodes:{known}\r\ncluster_size:{}\r\ncluster_current_epoch:{current}\r\n\
+         cluster_my_epoch:{mine}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\n",
+        listed - up,
+        u32::from(SLOTS) - listed,
         view.shards.len(),
     )
 }

@@ -251,7 +251,12 @@ pub(super) fn role(ctx: &mut Ctx<'_>, _: &Args<'_>, p: &mut Pipeline) -> Flow {
 }
 
 pub(super) fn info(ctx: &mut Ctx<'_>, args: &Args<'_>, p: &mut Pipeline) -> Flow {
-    let text = super::info::info(ctx.node, args.get(1), ctx.session.id, ctx.port);
+    let here = super::info::Here {
+        client_id: ctx.session.id,
+        port: ctx.port,
+        cluster: ctx.redirect,
+    };
+    let text = super::info::info(ctx.node, args.get(1), &here);
     answer(p, |o| reply::bulk(o, text.as_bytes()))
 }
 

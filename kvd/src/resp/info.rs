@@ -52,8 +52,20 @@ fn replication(g: &GroupFigures) -> Vec<(&'static str, String)> {
 /// The Redis version kvd reports where tools ask (the commands it answers behave as 7.0's).
 pub const REDIS_VERSION: &str = "7.0.0";
 
+/// What INFO says of the connection asking: its id, the RESP port, and whether the node
+/// speaks Redis Cluster (`--resp-cluster`: redirects rather than forwards).
+pub struct Here {
+    /// The connection's id.
+    pub client_id: u64,
+    /// The RESP port it reached.
+    pub port: u16,
+    /// `--resp-cluster`: Redis Cluster's `cluster_enabled:1`, `redis_mode:cluster`.
+    pub cluster: bool,
+}
+
 /// The INFO text for `section` (empty, `all`, `default` or `everything`: every section).
-pub fn info(node: &Node, section: &[u8], client_id: u64, port: u16) -> String {
+pub fn info(node: &Node, section: &[u8], here: &Here) -> String {
+    let (client_id, port) = (here.client_id, here.port);
     let s = node.stats();
     let c = &s.counts;
     let want = |name: &str| {
@@ -82,7 +94,7 @@ pub fn info(node: &Node, section: &[u8], client_id: u64, port: u16) -> String {
             ("redis_version", REDIS_VERSION.into()),
             ("kvd_version", s.version.clone()),
             ("kvd_shard", s.shard.to_string()),
-            ("redis_mode", "standalone".into()),
+            ("redis_mode", if here.cluster { "cluster" } else { "standalone" }.into()),
             ("process_id", s.pid.to_string()),
             ("tcp_port", port.to_string()),
             ("uptime_in_seconds", (s.uptime_ms / 1000).to_string()),
@@ -140,6 +152,8 @@ pub fn info(node: &Node, section: &[u8], client_id: u64, port: u16) -> String {
         ],
     );
     put("Replication", &replication(&s.group));
+    // Redis Cluster's tools (`redis-cli --cluster`) check this before anything else.
+    put("Cluster", &[("cluster_enabled", u8::from(here.cluster).to_string())]);
     put(
         "Keyspace",
         &[("db0", format!("keys={},expires={},avg_ttl=0", s.keys, s.volatile_keys))],

@@ -5,7 +5,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 
-const LINES: [&str; 22] = [
+const LINES: [&str; 23] = [
     "q, Ctrl-C        quit",
     "Esc              back (from help or detail); quit from the table",
     "↑ ↓  (k j)       select a node",
@@ -19,7 +19,8 @@ const LINES: [&str; 22] = [
     "",
     "Rates come from each node's totals between two polls; a restarted",
     "node shows a reset, not a negative spike. ERR/S counts refused ops",
-    "(wrong shard, malformed, out of memory, ...); red when not zero.",
+    "(malformed, out of memory, auth, ...); red when not zero. REDIR/S",
+    "counts ops sent elsewhere (MOVED, TRYAGAIN: a slot move), not errors.",
     "P50/P99: the node's own service time per op over the last poll",
     "interval (start of its batch to its result), not the network.",
     "CPU % is of one core; NET is kvd's own sockets, NIC the host's",

@@ -27,7 +27,7 @@ const fn col(header: &'static str, width: u16, rank: u8) -> Column {
 }
 
 /// The columns in display order. NODE's width is a most; it shrinks to the longest address.
-const COLUMNS: [Column; 21] = [
+const COLUMNS: [Column; 22] = [
     col("NODE", 21, 0),
     col("SHARD", 5, 4),
     col("STATE", 11, 1),
@@ -38,6 +38,7 @@ const COLUMNS: [Column; 21] = [
     col("PUT/S", 7, 6),
     col("APPLY/S", 7, 6),
     col("ERR/S", 6, 1),
+    col("REDIR/S", 7, 6),
     col("HIT%", 5, 5),
     col("P50", 8, 3),
     col("P99", 8, 2),
@@ -52,8 +53,8 @@ const COLUMNS: [Column; 21] = [
 ];
 
 /// Every column header, in display order (the last, unnamed one holds a down node's error).
-pub const HEADERS: [&str; 21] = {
-    let mut h = [""; 21];
+pub const HEADERS: [&str; 22] = {
+    let mut h = [""; 22];
     let mut i = 0;
     while i < COLUMNS.len() {
         h[i] = COLUMNS[i].header;
@@ -65,7 +66,7 @@ pub const HEADERS: [&str; 21] = {
 /// Index of the ERR/S column (drawn red when not zero).
 const ERRORS: usize = 9;
 /// Columns of a down node that show its last known figures, dimmed as stale.
-const STALE_WHEN_DOWN: [usize; 6] = [1, 3, 4, 14, 15, 16];
+const STALE_WHEN_DOWN: [usize; 6] = [1, 3, 4, 15, 16, 17];
 /// Space between columns.
 const SPACING: u16 = 1;
 
@@ -146,6 +147,8 @@ pub fn node_cells(n: &NodeView, now: Instant) -> Vec<String> {
         // Ops replayed from the log: on a follower, the leader's writes (not served here).
         rate(&|r| r.applied_per_sec),
         rate(&|r| r.errors_per_sec),
+        // MOVED and TRYAGAIN: clients follow them (a slot move makes many); not errors.
+        rate(&|r| r.redirects_per_sec),
         r.and_then(|r| r.hit_ratio)
             .map_or("-".into(), |h| format!("{:.1}", h * 100.0)),
         quantiles.map_or("-".into(), |(p50, _)| nanos(p50)),
@@ -188,6 +191,7 @@ pub fn total_cells(view: &ClusterView) -> Vec<String> {
         si(t.puts_per_sec),
         String::new(),
         si(t.errors_per_sec),
+        si(t.redirects_per_sec),
         t.hit_ratio.map_or("-".into(), |h| format!("{:.1}", h * 100.0)),
         String::new(),
         String::new(),

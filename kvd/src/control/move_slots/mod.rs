@@ -16,6 +16,7 @@
 //! records that the target holds them, and the target's copy is in its log by then).
 
 mod copy;
+pub mod plan;
 mod steps;
 
 use std::time::{Duration, Instant};
@@ -145,16 +146,51 @@ impl Groups {
 }
 
 /// Moves `wanted` from group `from` to group `to`, `chunk` slots at a time; prints the
-/// copy before the freeze and each chunk's progress.
+/// copy before the freeze and each chunk's progress. Only the slots in a move from `from`
+/// to `to` are moved (a half-done move is resumed where it stands); those the target holds
+/// already and those that are not the source's are left out, and said so. Returns how
+/// many slots it moved (0: nothing to move).
 pub async fn move_slots(
     groups: &Groups,
     (from, to): (usize, usize),
     wanted: &[[u16; 2]],
     chunk: usize,
-) -> crate::control::error::Result<()> {
+) -> crate::control::error::Result<usize> {
+    check_groups(groups.count(), from, &[to])?;
     let all: Vec<u16> = wanted.iter().flat_map(|[a, b]| *a..=*b).collect();
-    let mut outcome = move_from(groups, from, &[(to, all)], chunk).await;
-    outcome.pop().unwrap_or(Ok(()))
+    let (src, dst) = (groups.table(from).await?, groups.table(to).await?);
+    let p = plan::plan(&src, &dst, (from, to), &all);
+    if !p.done.is_empty() {
+        let done = slots::format_ranges(&slots::ranges_of_slots(&p.done));
+        eprintln!("kvd: {} slots ({done}) are group {to}'s already", p.done.len());
+    }
+    for line in p.left_out() {
+        eprintln!("kvd: left out, not group {from}'s to hand over: {line}");
+    }
+    if p.moving.is_empty() {
+        return Ok(0);
+    }
+    let n = p.moving.len();
+    let mut outcome = move_from(groups, from, &[(to, p.moving)], chunk).await;
+    outcome.pop().unwrap_or(Ok(())).map(|()| n)
+}
+
+/// Refuses a source or target that is not a group of the `n` that `--nodes` lists, or a
+/// target that is the source, naming it.
+fn check_groups(n: usize, from: usize, tos: &[usize]) -> crate::control::error::Result<()> {
+    let last = n.saturating_sub(1);
+    if from >= n {
+        refuse!("--from {from}: --nodes lists {n} groups (0 to {last})");
+    }
+    for &to in tos {
+        if to >= n {
+            refuse!("--to {to}: --nodes lists {n} groups (0 to {last})");
+        }
+        if to == from {
+            refuse!("--from and --to are both group {to}: a move is between two groups");
+        }
+    }
+    Ok(())
 }
 
 /// One target of a move from one source, as it goes.
@@ -178,12 +214,14 @@ pub async fn move_from(
     targets: &[(usize, Vec<u16>)],
     chunk: usize,
 ) -> Vec<crate::control::error::Result<()>> {
-    let n = groups.count();
     let mut tos: Vec<usize> = targets.iter().map(|(to, _)| *to).collect();
     tos.sort_unstable();
     tos.dedup();
-    if from >= n || tos.len() < targets.len() || tos.iter().any(|&to| to == from || to >= n) {
-        let e = format!("--from and --to must be different groups of the {n} --nodes lists");
+    let checked = match tos.len() < targets.len() {
+        true => Err(ControlError::Refused("a move names one target twice".into())),
+        false => check_groups(groups.count(), from, &tos),
+    };
+    if let Err(e) = checked {
         return targets
             .iter()
             .map(|_| Err(ControlError::Refused(e.to_string())))
@@ -360,16 +398,19 @@ mod tests {
             "127.0.0.1:3".to_string(),
         ];
         let groups = Groups::new(&nodes, ClientConfig::default()).unwrap();
-        for targets in [
-            vec![(0, vec![1]), (1, vec![2])],
-            vec![(1, vec![1]), (1, vec![2])],
-            vec![(1, vec![1]), (3, vec![2])],
+        for (targets, why) in [
+            (vec![(0, vec![1]), (1, vec![2])], "--from and --to are both group 0"),
+            (vec![(1, vec![1]), (1, vec![2])], "names one target twice"),
+            (
+                vec![(1, vec![1]), (3, vec![2])],
+                "--to 3: --nodes lists 3 groups (0 to 2)",
+            ),
         ] {
             let outcomes = move_from(&groups, 0, &targets, 10).await;
             assert_eq!(outcomes.len(), targets.len());
             for o in outcomes {
                 let e = o.expect_err("refused");
-                assert!(e.to_string().contains("different groups of the 3"), "{e}");
+                assert!(matches!(&e, ControlError::Refused(m) if m.contains(why)), "{e}");
             }
         }
     }

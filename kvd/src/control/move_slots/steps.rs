@@ -23,7 +23,7 @@ pub(super) struct Moved {
 
 /// Where one slot's move stands, from both groups' tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
+pub(super) enum Stage {
     /// Owned by the source; the target holds nothing of it.
     Freeze,
     /// Owned by the source, importing at the target: copied before the freeze (or a copy
@@ -104,7 +104,7 @@ async fn chunk_once(
 }
 
 /// Where `slot` stands between source `from` (entry `s`) and target `to` (entry `t`).
-fn stage(slot: u16, s: Slot, t: Slot, (from, to): (usize, usize)) -> crate::control::error::Result<Stage> {
+pub(super) fn stage(slot: u16, s: Slot, t: Slot, (from, to): (usize, usize)) -> crate::control::error::Result<Stage> {
     let to16 = to as u16;
     Ok(match (s.state, t.state) {
         (SlotState::Owned, SlotState::Gone) => Stage::Freeze,
@@ -122,7 +122,7 @@ fn stage(slot: u16, s: Slot, t: Slot, (from, to): (usize, usize)) -> crate::cont
     })
 }
 
-fn describe(s: Slot) -> String {
+pub(super) fn describe(s: Slot) -> String {
     match s.state {
         SlotState::Gone => format!("gone to group {} (epoch {})", s.owner, s.epoch),
         state => format!("{} (epoch {})", state.as_str(), s.epoch),
