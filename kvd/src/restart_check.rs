@@ -175,17 +175,17 @@ async fn check(members: &[String], config: &ClientConfig, addr: &str) -> Result<
             None => Err(Behind::NotAsked(a.to_string())),
         }
     };
-    let applied = caught_up(addr).map_err(NotNow::NotCaughtUp)?;
-    verdict(addr, leader, &voters, commit, applied, &caught_up)
+    verdict(addr, leader, &voters, commit, &caught_up)
 }
 
-/// Whether the voters other than `addr` keep a caught-up majority.
+/// Whether the voters other than `addr` keep a caught-up majority, then whether `addr` has
+/// caught up itself (in that order: with a voter down, the missing majority is the reason
+/// that lasts, whatever entry `addr` is applying under load at that instant).
 fn verdict(
     addr: &str,
     leader: &str,
     voters: &[String],
     commit: u64,
-    applied: u64,
     caught_up: &dyn Fn(&str) -> Result<u64, Behind>,
 ) -> Result<MayStop, NotNow> {
     let majority = voters.len() / 2 + 1;
@@ -199,6 +199,7 @@ fn verdict(
             behind: behind.into_iter().filter_map(Result::err).collect(),
         });
     }
+    let applied = caught_up(addr).map_err(NotNow::NotCaughtUp)?;
     Ok(MayStop {
         leader: leader.to_string(),
         applied,

@@ -23,7 +23,8 @@ use kvshared::routing::ShardId;
         Without a subcommand, kvd serves shard I of an N-node cluster: start one kvd per node with\n\
         --shard 0/N ... --shard N-1/N, and give clients the nodes in that same order.\n\n\
         The subcommands are a small client for people and scripts.\n\n\
-        Exit status: 0 success; 1 `get` found no such key, or `stats` could not reach every node;\n\
+        Exit status: 0 success; 1 `get` found no such key, `stats` could not reach every node,\n\
+        `admin move-slots` found nothing to move, or `admin restart-check` says not now;\n\
         2 any other error (a one-line reason on stderr). The server exits 0 after a clean\n\
         shutdown (SIGINT/SIGTERM) and 2 when it cannot start.",
     after_help = "Examples:\n  \
@@ -376,11 +377,14 @@ pub enum Command {
         #[arg(long)]
         flush: bool,
     },
-    /// Change a replica group's members, or its leader, without stopping it.
+    /// Run the cluster without stopping it: replica groups (init-group, add-replica,
+    /// remove-replica, transfer-leader, restart-check) and hash slots (slots, move-slots,
+    /// rebalance, add-shard, remove-shard).
     #[command(subcommand)]
     Admin(AdminCommand),
     /// Watch every shard's load and give hot shards read replicas on spare members (learners
-    /// that serve linearizable reads), taking them back when the shard cools.
+    /// that serve linearizable reads), taking them back when the shard cools; with
+    /// --move-slots, move a hot group's slots to idle groups instead.
     Manager(ManagerArgs),
     /// Show each node's statistics (exit 1 if a node does not answer).
     Stats {
@@ -450,7 +454,9 @@ pub enum AdminCommand {
     },
     /// Move hash slots from shard group --from to shard group --to while both serve: a chunk
     /// at a time, its writes paused while its keys are copied (reads go on), then handed
-    /// over through both groups' logs. Run it again to finish a move that was interrupted.
+    /// over through both groups' logs. Only the slots in a move from --from to --to are
+    /// moved; the others are named and left out. Run it again to finish a move that was
+    /// interrupted (exit 1 when nothing is left to move).
     /// See docs/CLUSTER.md.
     MoveSlots {
         #[command(flatten)]
