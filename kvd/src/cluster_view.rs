@@ -95,19 +95,19 @@ impl View {
     /// Slots listed under a shard with a (last known) master: every slot, unless a shard
     /// never had a master that speaks RESP.
     pub fn slots_listed(&self) -> u32 {
-        self.shards
-            .iter()
-            .filter(|s| self.listed_master(s).is_some())
-            .flat_map(|s| &s.slots)
-            .map(|[first, last]| u32::from(last - first) + 1)
-            .sum()
+        self.slots_of(|s| self.listed_master(s).is_some())
     }
 
     /// Slots whose master answers now.
     pub fn slots_up(&self) -> u32 {
+        self.slots_of(|s| self.master_of(s).is_some())
+    }
+
+    /// How many slots the shards `keep` accepts hold.
+    fn slots_of(&self, keep: impl Fn(&ShardView) -> bool) -> u32 {
         self.shards
             .iter()
-            .filter(|s| self.master_of(s).is_some())
+            .filter(|s| keep(s))
             .flat_map(|s| &s.slots)
             .map(|[first, last]| u32::from(last - first) + 1)
             .sum()
