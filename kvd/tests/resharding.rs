@@ -143,6 +143,23 @@ fn move_slots(
     runs
 }
 
+/// One run of `kvd admin move-slots`, waited for.
+fn move_once(nodes: &str, from: &str, to: &str, chunk: &str, slots: &str) -> std::process::Output {
+    kvd(&[
+        "admin",
+        "move-slots",
+        "--nodes",
+        nodes,
+        "--from",
+        from,
+        "--to",
+        to,
+        "--chunk",
+        chunk,
+        slots,
+    ])
+}
+
 /// The lines a running `move-slots` writes to its standard error.
 type Progress = std::io::Lines<BufReader<ChildStderr>>;
 
@@ -683,19 +700,7 @@ fn big_values_move_within_a_small_frame(durable: Option<&str>) {
         rt.block_on(client.put(k.as_bytes(), &value(i))).unwrap();
     }
     for (from, to) in [("0", "2"), ("2", "0")] {
-        let out = kvd(&[
-            "admin",
-            "move-slots",
-            "--nodes",
-            &nodes,
-            "--from",
-            from,
-            "--to",
-            to,
-            "--chunk",
-            "8192",
-            "0-8191",
-        ]);
+        let out = move_once(&nodes, from, to, "8192", "0-8191");
         assert!(
             out.status.success(),
             "{from} -> {to}: {}",
@@ -718,19 +723,7 @@ fn big_values_move_within_a_small_frame(durable: Option<&str>) {
 fn a_move_plans_over_what_the_source_owns_and_says_when_nothing_is_left() {
     let (_guards, nodes, _resp) = groups_cluster("mv-plan", 3, 1);
     let run = |from: &str, to: &str, slots: &str| {
-        let out = kvd(&[
-            "admin",
-            "move-slots",
-            "--nodes",
-            &nodes,
-            "--from",
-            from,
-            "--to",
-            to,
-            "--chunk",
-            "4",
-            slots,
-        ]);
+        let out = move_once(&nodes, from, to, "4", slots);
         (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
     let (code, said) = run("2", "0", "12000-12004");
